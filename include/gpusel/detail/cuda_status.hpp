@@ -1,0 +1,42 @@
+// Turning a failed CUDA runtime call into a gpusel::Error that explains itself.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <string_view>
+
+#include "gpusel/device.hpp"
+#include "gpusel/error.hpp"
+
+namespace gpusel::detail {
+
+// "invalid device ordinal (cudaErrorInvalidDevice)"
+inline std::string describe_status(cudaError_t status) {
+  const char* description = cudaGetErrorString(status);
+  const char* name = cudaGetErrorName(status);
+  return std::string(description != nullptr ? description : "unknown error") + " (" +
+         (name != nullptr ? name : "cudaError " + std::to_string(static_cast<int>(status))) + ")";
+}
+
+// Builds "call(device): description (name); context".
+//
+// It also clears the runtime's per-thread last error, which every failing call
+// sets: the failure is reported through the exception, and a later unrelated
+// cudaGetLastError() in the user's code must not see it again. Sticky errors
+// (a corrupted context) cannot be cleared and stay visible, as they should.
+inline Error cuda_error(cudaError_t status, std::string_view call, const std::string& target,
+                        const std::string& context = {}) {
+  (void)cudaGetLastError();
+  std::string message = std::string(call) + "(" + target + "): " + describe_status(status);
+  if (!context.empty()) message += "; " + context;
+  const char* name = cudaGetErrorName(status);
+  return Error(static_cast<int>(status), name != nullptr ? name : "", message);
+}
+
+inline Error cuda_error(cudaError_t status, std::string_view call, const Device& device,
+                        const std::string& context = {}) {
+  return cuda_error(status, call, device.str(), context);
+}
+
+}  // namespace gpusel::detail

@@ -1,0 +1,130 @@
+// gpusel::Device: where data lives and code runs, like torch.device.
+//
+//   Device::parse("cuda:1"), gpusel::cuda(1), gpusel::cuda(), gpusel::cpu()
+//
+// A Device is a value: two small integers, cheap to copy, compare and hash.
+// This header includes no CUDA header; a Device is only a name until it is used.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <ostream>
+#include <string>
+#include <string_view>
+
+#include "gpusel/error.hpp"
+
+namespace gpusel {
+
+enum class DeviceType : std::int8_t { CPU = 0, CUDA = 1 };
+
+// Note [Device grammar]
+// ~~~~~~~~~~~~~~~~~~~~~
+// The grammar is PyTorch's (c10/core/Device.cpp): a lower-case type, then
+// optionally ':' and an index written as 0 or [1-9][0-9]*.
+//   accepted: "cpu", "cpu:0", "cuda", "cuda:0", "cuda:12"
+//   rejected: "CUDA:1", "gpu:0", "cuda:", "cuda:-1", "cuda:01", "cuda: 1",
+//             "cuda:1:2", "", "cpu:1"
+// c10 checks that the index fits its integer type only in debug builds; gpusel
+// always does, so "cuda:99999999999" is an error rather than a wrapped index.
+// Whether the index names a device that exists is decided when the Device is
+// used (set_device, DeviceGuard, Buffer), since that depends on the process's
+// CUDA_VISIBLE_DEVICES and the machine.
+//
+// A cuda Device without an index means "the current device": it is resolved
+// when used, so inside DeviceGuard g(1) a Buffer made on gpusel::cuda() lands
+// on device 1, exactly as torch.device("cuda") does.
+class Device {
+ public:
+  using Index = int;
+  static constexpr Index kNoIndex = -1;
+  static constexpr Index kMaxIndex = std::numeric_limits<Index>::max();
+
+  // No default constructor: there is no natural default device, and
+  // gpusel::default_device() says which one a program chose.
+  Device() = delete;
+
+  // Throws Error for a negative index other than kNoIndex, or cpu with an index other than 0.
+  constexpr Device(DeviceType type, Index index = kNoIndex) : type_(type), index_(index) {
+    if (index < kNoIndex) throw Error("gpusel::Device: a device index cannot be negative, got " + std::to_string(index));
+    if (type == DeviceType::CPU && index > 0)
+      throw Error("gpusel::Device: the cpu device has no index other than 0, got cpu:" + std::to_string(index));
+  }
+
+  // Parses "cpu", "cpu:0", "cuda", "cuda:N" (Note [Device grammar]); throws Error quoting the text.
+  static Device parse(std::string_view text);
+
+  constexpr DeviceType type() const noexcept { return type_; }
+  constexpr bool is_cpu() const noexcept { return type_ == DeviceType::CPU; }
+  constexpr bool is_cuda() const noexcept { return type_ == DeviceType::CUDA; }
+  constexpr bool has_index() const noexcept { return index_ != kNoIndex; }
+  // The index, or kNoIndex (-1) when the device has none ("cuda": the current device).
+  constexpr Index index() const noexcept { return index_; }
+
+  // "cpu", "cpu:0", "cuda", "cuda:1": parse(d.str()) == d for every Device d.
+  std::string str() const {
+    std::string text = is_cpu() ? "cpu" : "cuda";
+    if (has_index()) text += ":" + std::to_string(index_);
+    return text;
+  }
+
+  friend constexpr bool operator==(const Device& a, const Device& b) noexcept {
+    return a.type_ == b.type_ && a.index_ == b.index_;
+  }
+  friend constexpr bool operator!=(const Device& a, const Device& b) noexcept { return !(a == b); }
+
+  friend std::ostream& operator<<(std::ostream& out, const Device& device) { return out << device.str(); }
+
+ private:
+  DeviceType type_;
+  Index index_;
+};
+
+constexpr Device cpu() noexcept { return Device(DeviceType::CPU); }
+// The current CUDA device, resolved when used.
+constexpr Device cuda() noexcept { return Device(DeviceType::CUDA); }
+constexpr Device cuda(Device::Index index) { return Device(DeviceType::CUDA, index); }
+
+inline Device Device::parse(std::string_view text) {
+  const auto reject = [text](std::string_view why) -> Error {
+    return Error("gpusel::Device::parse(\"" + std::string(text) + "\"): " + std::string(why) +
+                 "; expected \"cpu\", \"cuda\" or \"cuda:N\" with N written as 0 or [1-9][0-9]* (e.g. \"cuda:1\")");
+  };
+  const std::size_t colon = text.find(':');
+  const std::string_view type_text = text.substr(0, colon);
+  DeviceType type;
+  if (type_text == "cpu") {
+    type = DeviceType::CPU;
+  } else if (type_text == "cuda") {
+    type = DeviceType::CUDA;
+  } else if (type_text.empty()) {
+    throw reject("the device type is missing");
+  } else {
+    throw reject("unknown device type \"" + std::string(type_text) + "\" (device types are lower case: cpu, cuda)");
+  }
+  if (colon == std::string_view::npos) return Device(type);
+
+  const std::string_view digits = text.substr(colon + 1);
+  if (digits.empty()) throw reject("the index after ':' is missing");
+  for (const char c : digits) {
+    if (c < '0' || c > '9') throw reject("the index \"" + std::string(digits) + "\" is not a non-negative decimal number");
+  }
+  if (digits.size() > 1 && digits[0] == '0') throw reject("the index \"" + std::string(digits) + "\" has a leading zero");
+  long long index = 0;
+  for (const char c : digits) {
+    index = index * 10 + (c - '0');
+    if (index > kMaxIndex) throw reject("the index " + std::string(digits) + " is out of range (0.." + std::to_string(kMaxIndex) + ")");
+  }
+  if (type == DeviceType::CPU && index != 0) throw reject("the cpu device has no index other than 0");
+  return Device(type, static_cast<Index>(index));
+}
+
+}  // namespace gpusel
+
+template <>
+struct std::hash<gpusel::Device> {
+  std::size_t operator()(const gpusel::Device& device) const noexcept {
+    return std::hash<long long>()(static_cast<long long>(device.type()) << 32 | static_cast<unsigned>(device.index()));
+  }
+};

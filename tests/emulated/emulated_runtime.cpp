@@ -1,0 +1,960 @@
+// An emulated CUDA runtime: the cudart functions gpusel calls, implemented in
+// host memory so that guards, buffers and modules can be tested on machines
+// without a GPU. Tests link it in place of libcudart; see emulated_runtime.hpp.
+//
+// Note [Where the emulation differs from the real runtime]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Faithful, because gpusel's correctness depends on it:
+//  - each host thread has its own current device, 0 until it sets one;
+//  - cudaGetDevice, cudaGetDeviceCount, cudaGetDeviceProperties,
+//    cudaDeviceGetAttribute, cudaDeviceCanAccessPeer and cudaPointerGetAttributes
+//    create no context; cudaSetDevice (as since CUDA 12) and every call that
+//    allocates, copies, synchronizes or creates a stream or event creates the
+//    primary context of the device it acts on, cudaFree(nullptr) included;
+//  - a failing call sets the thread's last error (cudaGetLastError reads and
+//    clears it, cudaPeekAtLastError only reads it), except that a runtime that
+//    failed to initialize (no driver) returns that failure from every call,
+//    cudaGetLastError included, for ever;
+//  - device memory belongs to the device it was allocated on, and cudaFree and
+//    cudaMemcpy find it there whatever device is current (unified addressing);
+//  - asynchronous copies between pinned host memory and a device, and between
+//    devices, are queued on their stream and happen only when something waits
+//    for them: cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize,
+//    cudaFree/cudaFreeHost (which synchronize the device), or a synchronous
+//    cudaMemcpy, which waits for the blocking streams of the current device,
+//    as the legacy default stream does. So code that reuses a pinned staging
+//    buffer before its copy finished reads wrong bytes here, as on a GPU.
+//    Asynchronous copies involving pageable host memory happen at once, as the
+//    real runtime stages them before returning.
+// Simplified:
+//  - the devices are the visible devices: CUDA_VISIBLE_DEVICES and
+//    CUDA_DEVICE_ORDER are not read (the parser is tested against the driver's
+//    observed behaviour separately); a test sets the devices directly;
+//  - memory is accounted per device against DeviceSpec::memory_bytes; a primary
+//    context costs no device memory here (about 500 MiB on an H200);
+//  - an event wait (cudaStreamWaitEvent, cudaEventSynchronize) runs everything
+//    queued on the event's stream, not only what came before the record;
+//  - cudaMemcpyDefault infers directions from the emulation's own records, and a
+//    copy whose declared direction disagrees with the pointers fails with
+//    cudaErrorInvalidValue (the real runtime is sometimes more forgiving);
+//  - there are no kernels, and no error ever becomes sticky.
+#include "emulated_runtime.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+struct CUstream_st {
+  int device = 0;
+  bool blocking = true;  // cudaStreamDefault; cudaStreamNonBlocking streams do not wait for the legacy stream
+  std::deque<std::function<void()>> pending;
+};
+
+struct CUevent_st {
+  CUstream_st* recorded_on = nullptr;
+};
+
+namespace gpusel_emulated {
+namespace {
+
+enum class MemoryKind { Device, PinnedHost };
+
+struct Allocation {
+  MemoryKind kind;
+  int device;  // -1 for host memory
+  std::size_t bytes;
+};
+
+struct RegisteredRange {
+  std::size_t bytes;
+};
+
+struct DeviceState {
+  DeviceSpec spec;
+  bool primary_context = false;
+  std::size_t bytes_in_use = 0;
+  std::set<int> peers_enabled;  // devices whose memory this one has mapped
+  std::unique_ptr<CUstream_st> legacy_stream;
+};
+
+struct ArmedFailure {
+  std::string function;
+  int remaining_calls;  // fires when this reaches 1 on a call
+  bool persistent;
+  cudaError_t status;
+};
+
+struct State {
+  std::mutex mutex;
+  Config config;
+  std::vector<DeviceState> devices;
+  std::map<std::uintptr_t, Allocation> allocations;           // by start address
+  std::map<std::uintptr_t, RegisteredRange> registered;        // cudaHostRegister'd ranges
+  std::set<CUstream_st*> streams;
+  std::set<CUevent_st*> events;
+  std::map<std::string, int> call_counts;
+  std::vector<std::string> call_log;
+  std::vector<ArmedFailure> failures;
+  int peer_copies = 0;
+  int staged_device_copies = 0;
+  std::uint64_t generation = 1;
+};
+
+State& state() {
+  static State instance;
+  return instance;
+}
+
+struct ThreadState {
+  std::uint64_t generation = 0;
+  int current_device = 0;
+  cudaError_t last_error = cudaSuccess;
+};
+
+ThreadState& thread_state(State& s) {
+  thread_local ThreadState thread;
+  if (thread.generation != s.generation) thread = ThreadState{s.generation, 0, cudaSuccess};
+  return thread;
+}
+
+std::string default_uuid(int index) {
+  char text[64];
+  std::snprintf(text, sizeof text, "GPU-%08x-0000-4000-8000-%012x", 0xe0000000u + static_cast<unsigned>(index),
+                static_cast<unsigned>(index));
+  return text;
+}
+
+std::string default_pci_bus_id(int index) {
+  char text[32];
+  std::snprintf(text, sizeof text, "00000000:%02X:00.0", 0x10 + index);
+  return text;
+}
+
+// One emulated call: counts it, applies armed failures and the initialization
+// error, and records the outcome as the thread's last error.
+class Call {
+ public:
+  Call(const char* function, bool counts_as_initialization = true)
+      : s_(state()), lock_(s_.mutex), thread_(thread_state(s_)) {
+    ++s_.call_counts[function];
+    s_.call_log.emplace_back(function);
+    for (auto it = s_.failures.begin(); it != s_.failures.end(); ++it) {
+      if (it->function != function) continue;
+      if (it->remaining_calls > 1) {
+        --it->remaining_calls;
+        continue;
+      }
+      armed_ = it->status;
+      if (!it->persistent) s_.failures.erase(it);
+      break;
+    }
+    if (counts_as_initialization && s_.config.initialization_error != cudaSuccess && armed_ == cudaSuccess)
+      armed_ = s_.config.initialization_error;
+  }
+
+  // The status an armed failure or a missing driver imposes, or cudaSuccess.
+  cudaError_t imposed() const { return armed_; }
+
+  cudaError_t finish(cudaError_t status) {
+    if (status != cudaSuccess) thread_.last_error = status;
+    return status;
+  }
+
+  State& s() { return s_; }
+  ThreadState& thread() { return thread_; }
+
+  bool valid_device(int device) const { return device >= 0 && device < static_cast<int>(s_.devices.size()); }
+
+  void ensure_context(int device) { s_.devices[static_cast<std::size_t>(device)].primary_context = true; }
+
+ private:
+  State& s_;
+  std::unique_lock<std::mutex> lock_;
+  ThreadState& thread_;
+  cudaError_t armed_ = cudaSuccess;
+};
+
+// Finds the allocation that contains [pointer, pointer + bytes), if any.
+const Allocation* find_allocation(State& s, const void* pointer, std::size_t bytes = 1) {
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  auto it = s.allocations.upper_bound(address);
+  if (it == s.allocations.begin()) return nullptr;
+  --it;
+  if (address + bytes > it->first + it->second.bytes) return nullptr;
+  return &it->second;
+}
+
+bool is_registered(State& s, const void* pointer, std::size_t bytes) {
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  auto it = s.registered.upper_bound(address);
+  if (it == s.registered.begin()) return false;
+  --it;
+  return address + bytes <= it->first + it->second.bytes;
+}
+
+// Where one side of a copy lives.
+struct Location {
+  bool device = false;
+  bool pinned = false;  // page-locked host memory: allowed to be copied asynchronously
+  int device_index = -1;
+};
+
+Location locate(State& s, const void* pointer, std::size_t bytes) {
+  if (const Allocation* a = find_allocation(s, pointer, bytes)) {
+    if (a->kind == MemoryKind::Device) return {true, false, a->device};
+    return {false, true, -1};
+  }
+  return {false, is_registered(s, pointer, bytes), -1};
+}
+
+bool direction_matches(cudaMemcpyKind kind, const Location& destination, const Location& source) {
+  switch (kind) {
+    case cudaMemcpyHostToHost: return !destination.device && !source.device;
+    case cudaMemcpyHostToDevice: return destination.device && !source.device;
+    case cudaMemcpyDeviceToHost: return !destination.device && source.device;
+    case cudaMemcpyDeviceToDevice: return destination.device && source.device;
+    case cudaMemcpyDefault: return true;
+  }
+  return false;
+}
+
+void drain(CUstream_st* stream) {
+  while (!stream->pending.empty()) {
+    auto operation = std::move(stream->pending.front());
+    stream->pending.pop_front();
+    operation();
+  }
+}
+
+void drain_device(State& s, int device, bool only_blocking) {
+  for (CUstream_st* stream : s.streams) {
+    if (stream->device == device && (!only_blocking || stream->blocking)) drain(stream);
+  }
+  drain(s.devices[static_cast<std::size_t>(device)].legacy_stream.get());
+}
+
+void drain_everything(State& s) {
+  for (CUstream_st* stream : s.streams) drain(stream);
+  for (DeviceState& device : s.devices) drain(device.legacy_stream.get());
+}
+
+CUstream_st* resolve_stream(Call& call, cudaStream_t stream) {
+  if (stream != nullptr && stream != cudaStreamLegacy && stream != cudaStreamPerThread) return stream;
+  return call.s().devices[static_cast<std::size_t>(call.thread().current_device)].legacy_stream.get();
+}
+
+bool known_stream(State& s, cudaStream_t stream) {
+  return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread || s.streams.count(stream) != 0;
+}
+
+// The shared body of every copy. `stream` is null for synchronous copies.
+cudaError_t copy(Call& call, void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind,
+                 CUstream_st* stream) {
+  State& s = call.s();
+  if (bytes == 0) return cudaSuccess;
+  if (destination == nullptr || source == nullptr) return cudaErrorInvalidValue;
+  const Location to = locate(s, destination, bytes);
+  const Location from = locate(s, source, bytes);
+  if (!direction_matches(kind, to, from)) return cudaErrorInvalidValue;
+  if (to.device && from.device && to.device_index != from.device_index) {
+    const auto& peers = s.devices[static_cast<std::size_t>(to.device_index)].peers_enabled;
+    if (peers.count(from.device_index) != 0) ++s.peer_copies;
+    else ++s.staged_device_copies;
+  }
+  const int acting_device = to.device ? to.device_index : (from.device ? from.device_index : call.thread().current_device);
+  call.ensure_context(call.thread().current_device);
+  call.ensure_context(acting_device);
+  auto operation = [destination, source, bytes] { std::memmove(destination, source, bytes); };
+  if (stream == nullptr) {
+    drain_device(s, call.thread().current_device, /*only_blocking=*/true);
+    if (acting_device != call.thread().current_device) drain_device(s, acting_device, true);
+    operation();
+    return cudaSuccess;
+  }
+  const bool host_side_pageable = (!to.device && !to.pinned) || (!from.device && !from.pinned);
+  if (host_side_pageable) {
+    drain(stream);  // the real runtime stages pageable memory before it returns
+    operation();
+  } else {
+    stream->pending.emplace_back(std::move(operation));
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+Config devices(int count, std::size_t memory_bytes) {
+  Config config;
+  config.devices.assign(static_cast<std::size_t>(count), DeviceSpec{});
+  for (auto& device : config.devices) device.memory_bytes = memory_bytes;
+  return config;
+}
+
+void reset(const Config& config) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  for (auto& [address, allocation] : s.allocations) std::free(reinterpret_cast<void*>(address));
+  for (CUstream_st* stream : s.streams) delete stream;
+  for (CUevent_st* event : s.events) delete event;
+  s.allocations.clear();
+  s.registered.clear();
+  s.streams.clear();
+  s.events.clear();
+  s.call_counts.clear();
+  s.call_log.clear();
+  s.failures.clear();
+  s.peer_copies = 0;
+  s.staged_device_copies = 0;
+  s.config = config;
+  s.devices.clear();
+  for (std::size_t i = 0; i < config.devices.size(); ++i) {
+    DeviceState device;
+    device.spec = config.devices[i];
+    if (device.spec.uuid.empty()) device.spec.uuid = default_uuid(static_cast<int>(i));
+    if (device.spec.pci_bus_id.empty()) device.spec.pci_bus_id = default_pci_bus_id(static_cast<int>(i));
+    device.legacy_stream = std::make_unique<CUstream_st>();
+    device.legacy_stream->device = static_cast<int>(i);
+    s.devices.push_back(std::move(device));
+  }
+  ++s.generation;
+}
+
+int calls(const std::string& function) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.call_counts.find(function);
+  return it == s.call_counts.end() ? 0 : it->second;
+}
+
+std::vector<std::string> call_log() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.call_log;
+}
+
+void clear_calls() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.call_counts.clear();
+  s.call_log.clear();
+}
+
+bool has_primary_context(int device) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return device >= 0 && device < static_cast<int>(s.devices.size()) &&
+         s.devices[static_cast<std::size_t>(device)].primary_context;
+}
+
+int primary_context_count() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return static_cast<int>(std::count_if(s.devices.begin(), s.devices.end(),
+                                        [](const DeviceState& d) { return d.primary_context; }));
+}
+
+std::size_t bytes_in_use(int device) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (device < 0 || device >= static_cast<int>(s.devices.size())) return 0;
+  return s.devices[static_cast<std::size_t>(device)].bytes_in_use;
+}
+
+std::size_t pinned_host_bytes_in_use() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  std::size_t total = 0;
+  for (const auto& [address, allocation] : s.allocations)
+    if (allocation.kind == MemoryKind::PinnedHost) total += allocation.bytes;
+  return total;
+}
+
+int registered_host_ranges() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return static_cast<int>(s.registered.size());
+}
+
+int live_streams() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return static_cast<int>(s.streams.size());
+}
+
+int live_events() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return static_cast<int>(s.events.size());
+}
+
+int pending_operations() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  std::size_t total = 0;
+  for (CUstream_st* stream : s.streams) total += stream->pending.size();
+  for (const DeviceState& device : s.devices) total += device.legacy_stream->pending.size();
+  return static_cast<int>(total);
+}
+
+int peer_copies() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.peer_copies;
+}
+
+int staged_device_copies() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.staged_device_copies;
+}
+
+void fail_call(const std::string& function, int nth, cudaError_t status) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.failures.push_back({function, nth, false, status});
+}
+
+void fail_calls_from(const std::string& function, int nth, cudaError_t status) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.failures.push_back({function, nth, true, status});
+}
+
+void clear_failures() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.failures.clear();
+}
+
+// Driver API functions handed out through cudaGetDriverEntryPointByVersion.
+// CUresult is an int-sized enum and CUdevice an int; 0 is CUDA_SUCCESS and
+// 101 CUDA_ERROR_INVALID_DEVICE in the driver API as in the runtime.
+namespace {
+int driver_device_get(int* device, int ordinal) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (device == nullptr) return 1;
+  if (ordinal < 0 || ordinal >= static_cast<int>(s.devices.size())) return 101;
+  *device = ordinal;
+  return 0;
+}
+
+int driver_primary_context_get_state(int device, unsigned int* flags, int* active) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (flags == nullptr || active == nullptr) return 1;
+  if (device < 0 || device >= static_cast<int>(s.devices.size())) return 101;
+  ++s.call_counts["cuDevicePrimaryCtxGetState"];
+  *flags = 0;
+  *active = s.devices[static_cast<std::size_t>(device)].primary_context ? 1 : 0;
+  return 0;
+}
+}  // namespace
+
+}  // namespace gpusel_emulated
+
+using gpusel_emulated::Call;
+
+extern "C" {
+
+const char* cudaGetErrorName(cudaError_t status) {
+  switch (status) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInitializationError: return "cudaErrorInitializationError";
+    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorPeerAccessAlreadyEnabled: return "cudaErrorPeerAccessAlreadyEnabled";
+    case cudaErrorPeerAccessNotEnabled: return "cudaErrorPeerAccessNotEnabled";
+    case cudaErrorPeerAccessUnsupported: return "cudaErrorPeerAccessUnsupported";
+    case cudaErrorHostMemoryAlreadyRegistered: return "cudaErrorHostMemoryAlreadyRegistered";
+    case cudaErrorHostMemoryNotRegistered: return "cudaErrorHostMemoryNotRegistered";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    case cudaErrorUnknown: return "cudaErrorUnknown";
+    default: return "cudaErrorUnknown";
+  }
+}
+
+const char* cudaGetErrorString(cudaError_t status) {
+  switch (status) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
+    case cudaErrorPeerAccessNotEnabled: return "peer access has not been enabled";
+    case cudaErrorPeerAccessUnsupported: return "peer access is not supported between these two devices";
+    case cudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
+    case cudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorNotSupported: return "operation not supported";
+    default: return "unknown error";
+  }
+}
+
+// A runtime that failed to initialize reports that failure from every call,
+// cudaGetLastError and cudaPeekAtLastError included: it cannot be cleared
+// (observed with CUDA 13 and no driver).
+cudaError_t cudaGetLastError(void) {
+  Call call("cudaGetLastError");
+  if (call.imposed() != cudaSuccess) return call.imposed();
+  const cudaError_t status = call.thread().last_error;
+  call.thread().last_error = cudaSuccess;
+  return status;
+}
+
+cudaError_t cudaPeekAtLastError(void) {
+  Call call("cudaPeekAtLastError");
+  if (call.imposed() != cudaSuccess) return call.imposed();
+  return call.thread().last_error;
+}
+
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  Call call("cudaRuntimeGetVersion", false);
+  if (version == nullptr) return call.finish(cudaErrorInvalidValue);
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int* version) {
+  Call call("cudaDriverGetVersion", false);
+  if (version == nullptr) return call.finish(cudaErrorInvalidValue);
+  *version = call.s().config.initialization_error == cudaErrorInsufficientDriver ? 0 : CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  Call call("cudaGetDeviceCount");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (count == nullptr) return call.finish(cudaErrorInvalidValue);
+  if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
+  *count = static_cast<int>(call.s().devices.size());
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  Call call("cudaGetDevice");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (device == nullptr) return call.finish(cudaErrorInvalidValue);
+  if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
+  *device = call.thread().current_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  Call call("cudaSetDevice");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
+  if (!call.valid_device(device)) return call.finish(cudaErrorInvalidDevice);
+  call.thread().current_device = device;
+  call.ensure_context(device);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+  Call call("cudaDeviceSynchronize");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
+  call.ensure_context(call.thread().current_device);
+  gpusel_emulated::drain_device(call.s(), call.thread().current_device, false);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
+  Call call("cudaGetDeviceProperties");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (properties == nullptr) return call.finish(cudaErrorInvalidValue);
+  if (!call.valid_device(device)) return call.finish(cudaErrorInvalidDevice);
+  const auto& spec = call.s().devices[static_cast<std::size_t>(device)].spec;
+  std::memset(properties, 0, sizeof *properties);
+  std::snprintf(properties->name, sizeof properties->name, "%s", spec.name.c_str());
+  properties->totalGlobalMem = spec.memory_bytes;
+  properties->major = 9;
+  properties->minor = 0;
+  properties->unifiedAddressing = 1;
+  properties->multiProcessorCount = 132;
+  unsigned bus = 0;
+  std::sscanf(spec.pci_bus_id.c_str(), "%*x:%x:", &bus);
+  properties->pciBusID = static_cast<int>(bus);
+  // The uuid's 16 bytes from its hex digits, as the driver reports them.
+  std::string hex;
+  for (char c : spec.uuid.substr(spec.uuid.find('-') + 1))
+    if (c != '-') hex += c;
+  for (std::size_t i = 0; i < 16 && 2 * i + 1 < hex.size(); ++i)
+    properties->uuid.bytes[i] = static_cast<char>(std::strtoul(hex.substr(2 * i, 2).c_str(), nullptr, 16));
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
+  Call call("cudaDeviceGetAttribute");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (value == nullptr) return call.finish(cudaErrorInvalidValue);
+  if (!call.valid_device(device)) return call.finish(cudaErrorInvalidDevice);
+  switch (attribute) {
+    case cudaDevAttrUnifiedAddressing: *value = 1; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
+    case cudaDevAttrMultiProcessorCount: *value = 132; break;
+    default: *value = 0; break;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetPCIBusId(char* pci_bus_id, int length, int device) {
+  Call call("cudaDeviceGetPCIBusId");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (pci_bus_id == nullptr || length <= 0) return call.finish(cudaErrorInvalidValue);
+  if (!call.valid_device(device)) return call.finish(cudaErrorInvalidDevice);
+  std::snprintf(pci_bus_id, static_cast<std::size_t>(length), "%s",
+                call.s().devices[static_cast<std::size_t>(device)].spec.pci_bus_id.c_str());
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  Call call("cudaMemGetInfo");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (free_bytes == nullptr || total_bytes == nullptr) return call.finish(cudaErrorInvalidValue);
+  if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
+  call.ensure_context(call.thread().current_device);
+  const auto& device = call.s().devices[static_cast<std::size_t>(call.thread().current_device)];
+  *total_bytes = device.spec.memory_bytes;
+  *free_bytes = device.spec.memory_bytes - device.bytes_in_use;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** pointer, size_t bytes) {
+  Call call("cudaMalloc");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (pointer == nullptr) return call.finish(cudaErrorInvalidValue);
+  if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
+  const int device = call.thread().current_device;
+  call.ensure_context(device);
+  auto& state = call.s().devices[static_cast<std::size_t>(device)];
+  if (bytes == 0) {
+    *pointer = nullptr;
+    return cudaSuccess;
+  }
+  if (bytes > state.spec.memory_bytes - state.bytes_in_use) return call.finish(cudaErrorMemoryAllocation);
+  void* memory = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (memory == nullptr) return call.finish(cudaErrorMemoryAllocation);
+  state.bytes_in_use += bytes;
+  call.s().allocations.emplace(reinterpret_cast<std::uintptr_t>(memory),
+                               gpusel_emulated::Allocation{gpusel_emulated::MemoryKind::Device, device, bytes});
+  *pointer = memory;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* pointer) {
+  Call call("cudaFree");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
+  call.ensure_context(call.thread().current_device);  // cudaFree(nullptr) is the classic way to create a context
+  if (pointer == nullptr) return cudaSuccess;
+  auto it = call.s().allocations.find(reinterpret_cast<std::uintptr_t>(pointer));
+  if (it == call.s().allocations.end() || it->second.kind != gpusel_emulated::MemoryKind::Device)
+    return call.finish(cudaErrorInvalidValue);
+  gpusel_emulated::drain_everything(call.s());
+  call.s().devices[static_cast<std::size_t>(it->second.device)].bytes_in_use -= it->second.bytes;
+  call.s().allocations.erase(it);
+  std::free(pointer);
+  return cudaSuccess;
+}
+
+namespace {
+cudaError_t allocate_pinned(Call& call, void** pointer, size_t bytes) {
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (pointer == nullptr) return call.finish(cudaErrorInvalidValue);
+  if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
+  call.ensure_context(call.thread().current_device);
+  if (bytes == 0) {
+    *pointer = nullptr;
+    return cudaSuccess;
+  }
+  void* memory = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+  if (memory == nullptr) return call.finish(cudaErrorMemoryAllocation);
+  call.s().allocations.emplace(reinterpret_cast<std::uintptr_t>(memory),
+                               gpusel_emulated::Allocation{gpusel_emulated::MemoryKind::PinnedHost, -1, bytes});
+  *pointer = memory;
+  return cudaSuccess;
+}
+}  // namespace
+
+cudaError_t cudaMallocHost(void** pointer, size_t bytes) {
+  Call call("cudaMallocHost");
+  return allocate_pinned(call, pointer, bytes);
+}
+
+cudaError_t cudaHostAlloc(void** pointer, size_t bytes, unsigned int /*flags*/) {
+  Call call("cudaHostAlloc");
+  return allocate_pinned(call, pointer, bytes);
+}
+
+cudaError_t cudaFreeHost(void* pointer) {
+  Call call("cudaFreeHost");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (pointer == nullptr) return cudaSuccess;
+  auto it = call.s().allocations.find(reinterpret_cast<std::uintptr_t>(pointer));
+  if (it == call.s().allocations.end() || it->second.kind != gpusel_emulated::MemoryKind::PinnedHost)
+    return call.finish(cudaErrorInvalidValue);
+  gpusel_emulated::drain_everything(call.s());
+  call.s().allocations.erase(it);
+  std::free(pointer);
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostRegister(void* pointer, size_t bytes, unsigned int /*flags*/) {
+  Call call("cudaHostRegister");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (pointer == nullptr || bytes == 0) return call.finish(cudaErrorInvalidValue);
+  call.ensure_context(call.thread().current_device);
+  if (gpusel_emulated::is_registered(call.s(), pointer, 1)) return call.finish(cudaErrorHostMemoryAlreadyRegistered);
+  call.s().registered.emplace(reinterpret_cast<std::uintptr_t>(pointer), gpusel_emulated::RegisteredRange{bytes});
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostUnregister(void* pointer) {
+  Call call("cudaHostUnregister");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  auto it = call.s().registered.find(reinterpret_cast<std::uintptr_t>(pointer));
+  if (it == call.s().registered.end()) return call.finish(cudaErrorHostMemoryNotRegistered);
+  gpusel_emulated::drain_everything(call.s());
+  call.s().registered.erase(it);
+  return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* pointer) {
+  Call call("cudaPointerGetAttributes");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (attributes == nullptr) return call.finish(cudaErrorInvalidValue);
+  std::memset(attributes, 0, sizeof *attributes);
+  attributes->device = -1;
+  if (const auto* allocation = gpusel_emulated::find_allocation(call.s(), pointer)) {
+    attributes->type = allocation->kind == gpusel_emulated::MemoryKind::Device ? cudaMemoryTypeDevice : cudaMemoryTypeHost;
+    attributes->device = allocation->device;
+    if (allocation->kind == gpusel_emulated::MemoryKind::Device) attributes->devicePointer = const_cast<void*>(pointer);
+    else attributes->hostPointer = const_cast<void*>(pointer);
+  } else if (gpusel_emulated::is_registered(call.s(), pointer, 1)) {
+    attributes->type = cudaMemoryTypeHost;
+    attributes->hostPointer = const_cast<void*>(pointer);
+  } else {
+    attributes->type = cudaMemoryTypeUnregistered;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* destination, const void* source, size_t bytes, cudaMemcpyKind kind) {
+  Call call("cudaMemcpy");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
+  return call.finish(gpusel_emulated::copy(call, destination, source, bytes, kind, nullptr));
+}
+
+cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  Call call("cudaMemcpyAsync");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
+  if (!gpusel_emulated::known_stream(call.s(), stream)) return call.finish(cudaErrorInvalidResourceHandle);
+  return call.finish(gpusel_emulated::copy(call, destination, source, bytes, kind,
+                                           gpusel_emulated::resolve_stream(call, stream)));
+}
+
+cudaError_t cudaMemcpyPeer(void* destination, int destination_device, const void* source, int source_device,
+                           size_t bytes) {
+  Call call("cudaMemcpyPeer");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (!call.valid_device(destination_device) || !call.valid_device(source_device))
+    return call.finish(cudaErrorInvalidDevice);
+  return call.finish(gpusel_emulated::copy(call, destination, source, bytes, cudaMemcpyDeviceToDevice, nullptr));
+}
+
+cudaError_t cudaMemcpyPeerAsync(void* destination, int destination_device, const void* source, int source_device,
+                                size_t bytes, cudaStream_t stream) {
+  Call call("cudaMemcpyPeerAsync");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (!call.valid_device(destination_device) || !call.valid_device(source_device))
+    return call.finish(cudaErrorInvalidDevice);
+  if (!gpusel_emulated::known_stream(call.s(), stream)) return call.finish(cudaErrorInvalidResourceHandle);
+  return call.finish(gpusel_emulated::copy(call, destination, source, bytes, cudaMemcpyDeviceToDevice,
+                                           gpusel_emulated::resolve_stream(call, stream)));
+}
+
+cudaError_t cudaMemset(void* pointer, int value, size_t bytes) {
+  Call call("cudaMemset");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  const auto* allocation = gpusel_emulated::find_allocation(call.s(), pointer, bytes);
+  if (allocation == nullptr || allocation->kind != gpusel_emulated::MemoryKind::Device)
+    return call.finish(cudaErrorInvalidValue);
+  call.ensure_context(call.thread().current_device);
+  gpusel_emulated::drain_device(call.s(), allocation->device, true);
+  std::memset(pointer, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  Call call("cudaStreamCreateWithFlags");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (stream == nullptr) return call.finish(cudaErrorInvalidValue);
+  if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
+  call.ensure_context(call.thread().current_device);
+  auto created = std::make_unique<CUstream_st>();
+  created->device = call.thread().current_device;
+  created->blocking = (flags & cudaStreamNonBlocking) == 0;
+  *stream = created.release();
+  call.s().streams.insert(*stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  Call call("cudaStreamDestroy");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  auto it = call.s().streams.find(stream);
+  if (it == call.s().streams.end()) return call.finish(cudaErrorInvalidResourceHandle);
+  gpusel_emulated::drain(stream);  // queued work still completes, as on a GPU
+  call.s().streams.erase(it);
+  delete stream;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  Call call("cudaStreamSynchronize");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
+  if (!gpusel_emulated::known_stream(call.s(), stream)) return call.finish(cudaErrorInvalidResourceHandle);
+  gpusel_emulated::drain(gpusel_emulated::resolve_stream(call, stream));
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  Call call("cudaStreamQuery");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
+  if (!gpusel_emulated::known_stream(call.s(), stream)) return call.finish(cudaErrorInvalidResourceHandle);
+  return gpusel_emulated::resolve_stream(call, stream)->pending.empty() ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int /*flags*/) {
+  Call call("cudaEventCreateWithFlags");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (event == nullptr) return call.finish(cudaErrorInvalidValue);
+  if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
+  call.ensure_context(call.thread().current_device);
+  *event = new CUevent_st;
+  call.s().events.insert(*event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  Call call("cudaEventDestroy");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  auto it = call.s().events.find(event);
+  if (it == call.s().events.end()) return call.finish(cudaErrorInvalidResourceHandle);
+  call.s().events.erase(it);
+  delete event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  Call call("cudaEventRecord");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (call.s().events.count(event) == 0 || !gpusel_emulated::known_stream(call.s(), stream))
+    return call.finish(cudaErrorInvalidResourceHandle);
+  event->recorded_on = gpusel_emulated::resolve_stream(call, stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  Call call("cudaEventSynchronize");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (call.s().events.count(event) == 0) return call.finish(cudaErrorInvalidResourceHandle);
+  if (event->recorded_on != nullptr) gpusel_emulated::drain(event->recorded_on);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  Call call("cudaEventQuery");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (call.s().events.count(event) == 0) return call.finish(cudaErrorInvalidResourceHandle);
+  return event->recorded_on == nullptr || event->recorded_on->pending.empty() ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int /*flags*/) {
+  Call call("cudaStreamWaitEvent");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (call.s().events.count(event) == 0 || !gpusel_emulated::known_stream(call.s(), stream))
+    return call.finish(cudaErrorInvalidResourceHandle);
+  if (event->recorded_on != nullptr) gpusel_emulated::drain(event->recorded_on);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceCanAccessPeer(int* can_access, int device, int peer_device) {
+  Call call("cudaDeviceCanAccessPeer");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (can_access == nullptr) return call.finish(cudaErrorInvalidValue);
+  if (!call.valid_device(device) || !call.valid_device(peer_device)) return call.finish(cudaErrorInvalidDevice);
+  const auto& matrix = call.s().config.peer_access;
+  bool allowed = device != peer_device;
+  if (allowed && !matrix.empty()) allowed = matrix.at(static_cast<std::size_t>(device)).at(static_cast<std::size_t>(peer_device));
+  *can_access = allowed ? 1 : 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(int peer_device, unsigned int flags) {
+  Call call("cudaDeviceEnablePeerAccess");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (flags != 0) return call.finish(cudaErrorInvalidValue);
+  if (!call.valid_device(peer_device)) return call.finish(cudaErrorInvalidDevice);
+  const int device = call.thread().current_device;
+  call.ensure_context(device);
+  const auto& matrix = call.s().config.peer_access;
+  const bool allowed = device != peer_device &&
+                       (matrix.empty() || matrix.at(static_cast<std::size_t>(device)).at(static_cast<std::size_t>(peer_device)));
+  if (!allowed) return call.finish(cudaErrorPeerAccessUnsupported);
+  auto& peers = call.s().devices[static_cast<std::size_t>(device)].peers_enabled;
+  if (!peers.insert(peer_device).second) return call.finish(cudaErrorPeerAccessAlreadyEnabled);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** function, unsigned int /*cuda_version*/,
+                                             unsigned long long /*flags*/,
+                                             cudaDriverEntryPointQueryResult* driver_status) {
+  Call call("cudaGetDriverEntryPointByVersion");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (symbol == nullptr || function == nullptr) return call.finish(cudaErrorInvalidValue);
+  const std::string name = symbol;
+  *function = nullptr;
+  if (name == "cuDevicePrimaryCtxGetState") {
+    *function = reinterpret_cast<void*>(&gpusel_emulated::driver_primary_context_get_state);
+  } else if (name == "cuDeviceGet") {
+    *function = reinterpret_cast<void*>(&gpusel_emulated::driver_device_get);
+  }
+  if (driver_status != nullptr)
+    *driver_status = *function != nullptr ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+  return cudaSuccess;
+}
+
+}  // extern "C"

@@ -1,0 +1,82 @@
+// Controls for the emulated CUDA runtime (tests/emulated/emulated_runtime.cpp).
+//
+// Test binaries built "emulated" link this library in place of libcudart: the
+// gpusel headers are the production headers, unchanged, and their cuda* calls
+// land here. Tests use the functions below to shape the simulated machine
+// (how many GPUs, how much memory, which pairs can use peer access, whether a
+// driver exists), to read what happened (calls made, contexts created, bytes
+// still allocated) and to make chosen calls fail.
+//
+// See Note [Where the emulation differs from the real runtime] in the .cpp.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace gpusel_emulated {
+
+struct DeviceSpec {
+  std::string name = "Emulated GPU";
+  std::size_t memory_bytes = std::size_t{16} << 30;
+  std::string uuid;        // "GPU-xxxxxxxx-..."; made from the index when empty
+  std::string pci_bus_id;  // "00000000:0N:00.0"; made from the index when empty
+};
+
+struct Config {
+  // The devices the runtime shows, logical 0..n-1 (the emulation does not read
+  // CUDA_VISIBLE_DEVICES: a test sets the visible devices directly).
+  std::vector<DeviceSpec> devices = std::vector<DeviceSpec>(2);
+  // When not cudaSuccess, every runtime call fails with this status, as the real
+  // runtime does with no driver (cudaErrorInsufficientDriver), with
+  // CUDA_VISIBLE_DEVICES hiding every GPU (cudaErrorNoDevice), or with an
+  // invalid list (cudaErrorInvalidDevice).
+  cudaError_t initialization_error = cudaSuccess;
+  // peer_access[a][b]: whether device a can map device b's memory. Empty: every pair can.
+  std::vector<std::vector<bool>> peer_access;
+};
+
+// A config with `count` identical devices.
+Config devices(int count, std::size_t memory_bytes = std::size_t{16} << 30);
+
+// Starts a new emulated process: forgets every device, allocation, stream,
+// context, counter and armed failure, and every thread's current device.
+void reset(const Config& config = Config{});
+
+// --- what happened --------------------------------------------------------
+// How many times `function` ("cudaSetDevice") was called since the last reset or clear_calls().
+int calls(const std::string& function);
+// Every call since the last reset, in order, across threads.
+std::vector<std::string> call_log();
+void clear_calls();
+
+// Whether the device's primary context exists (cuDevicePrimaryCtxGetState's `active`).
+bool has_primary_context(int device);
+// How many devices have a primary context.
+int primary_context_count();
+// Device memory allocated on `device` and not yet freed, in bytes.
+std::size_t bytes_in_use(int device);
+// Pinned host memory (cudaMallocHost / cudaHostAlloc) not yet freed, in bytes.
+std::size_t pinned_host_bytes_in_use();
+// Ranges registered with cudaHostRegister and not yet unregistered.
+int registered_host_ranges();
+// Streams and events created and not yet destroyed.
+int live_streams();
+int live_events();
+// Asynchronous operations queued on streams and not yet executed (see the Note).
+int pending_operations();
+// Copies made between two devices' memory with peer access enabled, and without it.
+int peer_copies();
+int staged_device_copies();
+
+// --- making things fail -----------------------------------------------------
+// The nth call to `function` from now (1 = the next one) fails with `status`,
+// without doing anything else, as a real failure would. Several can be armed.
+void fail_call(const std::string& function, int nth, cudaError_t status);
+// Every call to `function` from the nth on fails with `status`.
+void fail_calls_from(const std::string& function, int nth, cudaError_t status);
+void clear_failures();
+
+}  // namespace gpusel_emulated

@@ -1,0 +1,251 @@
+// Specification of the emulated CUDA runtime itself: the tests of everything
+// else trust it, so it is held to what the real runtime does (see the Note in
+// emulated_runtime.cpp).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "emulated_runtime.hpp"
+
+namespace {
+
+namespace emu = gpusel_emulated;
+
+class EmulatedRuntime : public ::testing::Test {
+ protected:
+  void SetUp() override { emu::reset(emu::devices(3, 1 << 20)); }
+};
+
+TEST_F(EmulatedRuntime, ShowsTheConfiguredDevices) {
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  EXPECT_EQ(count, 3);
+}
+
+TEST_F(EmulatedRuntime, EachThreadHasItsOwnCurrentDeviceStartingAtZero) {
+  ASSERT_EQ(cudaSetDevice(2), cudaSuccess);
+  int seen_on_other_thread = -1;
+  std::thread([&] {
+    (void)cudaGetDevice(&seen_on_other_thread);
+    (void)cudaSetDevice(1);
+  }).join();
+  EXPECT_EQ(seen_on_other_thread, 0);
+  int here = -1;
+  ASSERT_EQ(cudaGetDevice(&here), cudaSuccess);
+  EXPECT_EQ(here, 2) << "another thread's cudaSetDevice does not change this thread's device";
+}
+
+TEST_F(EmulatedRuntime, ResetGivesEveryThreadDeviceZeroAgain) {
+  ASSERT_EQ(cudaSetDevice(2), cudaSuccess);
+  emu::reset(emu::devices(3));
+  int here = -1;
+  ASSERT_EQ(cudaGetDevice(&here), cudaSuccess);
+  EXPECT_EQ(here, 0);
+}
+
+TEST_F(EmulatedRuntime, GetDeviceAndCountCreateNoContextButSetDeviceDoes) {
+  int value = 0;
+  (void)cudaGetDevice(&value);
+  (void)cudaGetDeviceCount(&value);
+  cudaDeviceProp properties;
+  (void)cudaGetDeviceProperties(&properties, 1);
+  (void)cudaDeviceCanAccessPeer(&value, 0, 1);
+  EXPECT_EQ(emu::primary_context_count(), 0);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  EXPECT_TRUE(emu::has_primary_context(1));
+  EXPECT_FALSE(emu::has_primary_context(0));
+}
+
+TEST_F(EmulatedRuntime, FreeOfNullCreatesTheCurrentDevicesContext) {
+  ASSERT_EQ(cudaFree(nullptr), cudaSuccess);
+  EXPECT_TRUE(emu::has_primary_context(0));
+  EXPECT_EQ(emu::primary_context_count(), 1);
+}
+
+TEST_F(EmulatedRuntime, PrimaryContextStateIsReadableThroughTheDriverEntryPoint) {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &function, 12000, cudaEnableDefault, &found),
+            cudaSuccess);
+  ASSERT_EQ(found, cudaDriverEntryPointSuccess);
+  auto get_state = reinterpret_cast<int (*)(int, unsigned*, int*)>(function);
+  unsigned flags = 0;
+  int active = -1;
+  ASSERT_EQ(get_state(2, &flags, &active), 0);
+  EXPECT_EQ(active, 0);
+  ASSERT_EQ(cudaSetDevice(2), cudaSuccess);
+  ASSERT_EQ(get_state(2, &flags, &active), 0);
+  EXPECT_EQ(active, 1);
+  EXPECT_EQ(emu::primary_context_count(), 1) << "asking created nothing";
+}
+
+TEST_F(EmulatedRuntime, CountsCalls) {
+  int device = 0;
+  (void)cudaGetDevice(&device);
+  (void)cudaGetDevice(&device);
+  (void)cudaSetDevice(1);
+  EXPECT_EQ(emu::calls("cudaGetDevice"), 2);
+  EXPECT_EQ(emu::calls("cudaSetDevice"), 1);
+  EXPECT_EQ(emu::calls("cudaMalloc"), 0);
+  EXPECT_EQ(emu::call_log(), (std::vector<std::string>{"cudaGetDevice", "cudaGetDevice", "cudaSetDevice"}));
+  emu::clear_calls();
+  EXPECT_EQ(emu::calls("cudaGetDevice"), 0);
+}
+
+TEST_F(EmulatedRuntime, FailsTheNthCallAsArmedAndOnlyThatOne) {
+  emu::fail_call("cudaMalloc", 2, cudaErrorMemoryAllocation);
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  EXPECT_EQ(cudaMalloc(&a, 64), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&b, 64), cudaErrorMemoryAllocation);
+  EXPECT_EQ(b, nullptr) << "a failed call does nothing";
+  EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "cudaGetLastError clears";
+  EXPECT_EQ(cudaMalloc(&c, 64), cudaSuccess);
+  EXPECT_EQ(emu::bytes_in_use(0), 128u);
+  (void)cudaFree(a);
+  (void)cudaFree(c);
+}
+
+TEST_F(EmulatedRuntime, FailsEveryCallFromTheNthWhenPersistent) {
+  emu::fail_calls_from("cudaSetDevice", 2, cudaErrorInvalidDevice);
+  EXPECT_EQ(cudaSetDevice(1), cudaSuccess);
+  EXPECT_EQ(cudaSetDevice(1), cudaErrorInvalidDevice);
+  EXPECT_EQ(cudaSetDevice(1), cudaErrorInvalidDevice);
+  emu::clear_failures();
+  EXPECT_EQ(cudaSetDevice(1), cudaSuccess);
+}
+
+TEST_F(EmulatedRuntime, WithoutADriverEveryCallFails) {
+  emu::Config config;
+  config.initialization_error = cudaErrorInsufficientDriver;
+  emu::reset(config);
+  int value = 0;
+  void* pointer = nullptr;
+  EXPECT_EQ(cudaGetDeviceCount(&value), cudaErrorInsufficientDriver);
+  EXPECT_EQ(cudaGetDevice(&value), cudaErrorInsufficientDriver);
+  EXPECT_EQ(cudaSetDevice(0), cudaErrorInsufficientDriver);
+  EXPECT_EQ(cudaMalloc(&pointer, 8), cudaErrorInsufficientDriver);
+  EXPECT_STREQ(cudaGetErrorName(cudaErrorInsufficientDriver), "cudaErrorInsufficientDriver");
+}
+
+TEST_F(EmulatedRuntime, AccountsMemoryPerDeviceAndRunsOutLikeAGpu) {
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  void* big = nullptr;
+  ASSERT_EQ(cudaMalloc(&big, 1 << 19), cudaSuccess);
+  EXPECT_EQ(emu::bytes_in_use(1), std::size_t{1} << 19);
+  EXPECT_EQ(emu::bytes_in_use(0), 0u);
+  void* too_big = nullptr;
+  EXPECT_EQ(cudaMalloc(&too_big, 1 << 20), cudaErrorMemoryAllocation);
+  std::size_t free_bytes = 0;
+  std::size_t total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  EXPECT_EQ(total, std::size_t{1} << 20);
+  EXPECT_EQ(free_bytes, std::size_t{1} << 19);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  EXPECT_EQ(cudaFree(big), cudaSuccess) << "memory is freed on its own device whatever device is current";
+  EXPECT_EQ(emu::bytes_in_use(1), 0u);
+}
+
+TEST_F(EmulatedRuntime, CopiesBytesAndChecksDirections) {
+  std::vector<int> host{1, 2, 3, 4};
+  void* device = nullptr;
+  ASSERT_EQ(cudaMalloc(&device, 16), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(device, host.data(), 16, cudaMemcpyHostToDevice), cudaSuccess);
+  std::vector<int> back(4);
+  ASSERT_EQ(cudaMemcpy(back.data(), device, 16, cudaMemcpyDefault), cudaSuccess);
+  EXPECT_EQ(back, host);
+  EXPECT_EQ(cudaMemcpy(device, host.data(), 16, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpy(device, host.data(), 32, cudaMemcpyHostToDevice), cudaErrorInvalidValue)
+      << "a copy past the end of an allocation is not device memory";
+  (void)cudaFree(device);
+}
+
+TEST_F(EmulatedRuntime, QueuesAsyncCopiesFromPinnedMemoryUntilSomethingWaits) {
+  void* pinned = nullptr;
+  void* device = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, 16), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&device, 16), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  std::memset(pinned, 7, 16);
+  ASSERT_EQ(cudaMemcpyAsync(device, pinned, 16, cudaMemcpyHostToDevice, stream), cudaSuccess);
+  EXPECT_EQ(emu::pending_operations(), 1);
+  EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady);
+  std::memset(pinned, 9, 16);  // too early: on a GPU the DMA may read either value
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(emu::pending_operations(), 0);
+  unsigned char back[16];
+  ASSERT_EQ(cudaMemcpy(back, device, 16, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back[0], 9) << "the queued copy read the buffer when it ran, exposing the early reuse";
+  (void)cudaStreamDestroy(stream);
+  (void)cudaFree(device);
+  (void)cudaFreeHost(pinned);
+  EXPECT_EQ(emu::live_streams(), 0);
+  EXPECT_EQ(emu::pinned_host_bytes_in_use(), 0u);
+}
+
+TEST_F(EmulatedRuntime, AsyncCopiesFromPageableMemoryHappenAtOnce) {
+  std::vector<unsigned char> host(16, 5);
+  void* device = nullptr;
+  ASSERT_EQ(cudaMalloc(&device, 16), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(device, host.data(), 16, cudaMemcpyHostToDevice, nullptr), cudaSuccess);
+  EXPECT_EQ(emu::pending_operations(), 0);
+  (void)cudaFree(device);
+}
+
+TEST_F(EmulatedRuntime, RegisteredHostMemoryCountsAsPinned) {
+  std::vector<unsigned char> host(64, 1);
+  ASSERT_EQ(cudaHostRegister(host.data(), 64, cudaHostRegisterDefault), cudaSuccess);
+  EXPECT_EQ(cudaHostRegister(host.data(), 64, cudaHostRegisterDefault), cudaErrorHostMemoryAlreadyRegistered);
+  void* device = nullptr;
+  ASSERT_EQ(cudaMalloc(&device, 64), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(device, host.data(), 64, cudaMemcpyHostToDevice, nullptr), cudaSuccess);
+  EXPECT_EQ(emu::pending_operations(), 1);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(emu::pending_operations(), 0);
+  ASSERT_EQ(cudaHostUnregister(host.data()), cudaSuccess);
+  EXPECT_EQ(emu::registered_host_ranges(), 0);
+  (void)cudaFree(device);
+}
+
+TEST_F(EmulatedRuntime, CopiesBetweenDevicesAreCountedAsPeerOrStaged) {
+  emu::Config config = emu::devices(2);
+  config.peer_access = {{false, false}, {false, false}};
+  emu::reset(config);
+  void* on_zero = nullptr;
+  void* on_one = nullptr;
+  ASSERT_EQ(cudaMalloc(&on_zero, 8), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&on_one, 8), cudaSuccess);
+  int can = -1;
+  ASSERT_EQ(cudaDeviceCanAccessPeer(&can, 1, 0), cudaSuccess);
+  EXPECT_EQ(can, 0);
+  EXPECT_EQ(cudaDeviceEnablePeerAccess(0, 0), cudaErrorPeerAccessUnsupported);
+  ASSERT_EQ(cudaMemcpyPeer(on_one, 1, on_zero, 0, 8), cudaSuccess);
+  EXPECT_EQ(emu::staged_device_copies(), 1);
+  EXPECT_EQ(emu::peer_copies(), 0);
+  (void)cudaFree(on_zero);
+  (void)cudaFree(on_one);
+}
+
+TEST_F(EmulatedRuntime, PeerAccessIsEnabledOnceFromTheCurrentDevice) {
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  EXPECT_EQ(cudaDeviceEnablePeerAccess(0, 0), cudaSuccess);
+  EXPECT_EQ(cudaDeviceEnablePeerAccess(0, 0), cudaErrorPeerAccessAlreadyEnabled);
+  void* on_zero = nullptr;
+  void* on_one = nullptr;
+  ASSERT_EQ(cudaMalloc(&on_one, 8), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&on_zero, 8), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(on_one, on_zero, 8, cudaMemcpyDeviceToDevice), cudaSuccess);
+  EXPECT_EQ(emu::peer_copies(), 1);
+  (void)cudaFree(on_zero);
+  (void)cudaFree(on_one);
+}
+
+}  // namespace

@@ -1,0 +1,53 @@
+// What the test suite shares: building one test source against the emulated
+// runtime and against the real one, and saying why a test cannot run here.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "gpusel/runtime.hpp"
+
+#if GPUSEL_TEST_EMULATED
+#include "emulated_runtime.hpp"
+#endif
+
+namespace gpusel_test {
+
+inline constexpr bool kEmulated = GPUSEL_TEST_EMULATED != 0;
+
+// Prepares a machine with at least `count` usable GPUs. On the emulated
+// runtime: a fresh emulated process with exactly `count` devices (so every
+// test starts with no contexts and device 0 current). On the real runtime: the
+// GPUs present, or the reason to skip. Use as
+//   if (auto why = gpusel_test::need_devices(2)) GTEST_SKIP() << *why;
+inline std::optional<std::string> need_devices(int count) {
+#if GPUSEL_TEST_EMULATED
+  gpusel_emulated::reset(gpusel_emulated::devices(count));
+  return std::nullopt;
+#else
+  const int present = gpusel::device_count();
+  if (present >= count) return std::nullopt;
+  return "needs " + std::to_string(count) + " CUDA device(s), this machine shows " + std::to_string(present) +
+         " (" + (present == 0 ? gpusel::detail::describe_visible_devices() : std::string("too few")) + ")";
+#endif
+}
+
+// Prepares a machine with no usable GPU because there is no driver: on the
+// emulated runtime by configuring it so; on the real runtime only when the
+// machine really has none (CI), else the reason to skip.
+inline std::optional<std::string> need_no_driver() {
+#if GPUSEL_TEST_EMULATED
+  gpusel_emulated::Config config;
+  config.initialization_error = cudaErrorInsufficientDriver;
+  gpusel_emulated::reset(config);
+  return std::nullopt;
+#else
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  (void)cudaGetLastError();
+  if (status == cudaErrorInsufficientDriver) return std::nullopt;
+  return std::string("this machine has a CUDA driver; the no-driver path is tested on the emulated runtime and on CI");
+#endif
+}
+
+}  // namespace gpusel_test
