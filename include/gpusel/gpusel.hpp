@@ -5,3 +5,7 @@
 #include "gpusel/error.hpp"
 #include "gpusel/runtime.hpp"
 #include "gpusel/version.hpp"
+// -- issue 3: visible_devices.hpp, inventory.hpp --
+// -- issue 4: guard.hpp --
+// -- issue 5: stream.hpp, buffer.hpp, module.hpp --
+// -- issue 6: select.hpp, launcher.hpp --
