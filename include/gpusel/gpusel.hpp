@@ -6,6 +6,9 @@
 #include "gpusel/runtime.hpp"
 #include "gpusel/version.hpp"
 // -- issue 3: visible_devices.hpp, inventory.hpp --
+#include "gpusel/inventory.hpp"
+#include "gpusel/visibility.hpp"
+#include "gpusel/visible_devices.hpp"
 // -- issue 4: guard.hpp --
 // -- issue 5: stream.hpp, buffer.hpp, module.hpp --
 // -- issue 6: select.hpp, launcher.hpp --

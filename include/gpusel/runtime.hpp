@@ -14,9 +14,11 @@
 #include <string>
 
 #include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/detail/device_switch.hpp"
 #include "gpusel/detail/environment.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
+#include "gpusel/visibility.hpp"
 
 namespace gpusel {
 
@@ -66,8 +68,13 @@ inline std::string describe_visible_devices() {
       result.count == 1 ? "1 CUDA device is visible (cuda:0)"
                         : std::to_string(result.count) + " CUDA devices are visible (cuda:0..cuda:" +
                               std::to_string(result.count - 1) + ")";
-  return devices + "; " + describe_variable("CUDA_VISIBLE_DEVICES");
+  // The map read from the variable alone: no NVML, nothing slow (see describe_runtime_map).
+  const std::string map = describe_runtime_map(environment_variable("CUDA_VISIBLE_DEVICES"), result.count);
+  return devices + "; " + describe_variable("CUDA_VISIBLE_DEVICES") + (map.empty() ? "" : ": " + map);
 }
+
+static_assert(VisibleDevices::kNoDevice == cudaErrorNoDevice && VisibleDevices::kInvalidDevice == cudaErrorInvalidDevice,
+              "visible_devices.hpp spells these cudaError_t values without a CUDA header");
 
 [[noreturn]] inline void throw_not_cuda(const char* function, const Device& device) {
   throw Error(std::string(function) + "(" + device.str() + "): expected a cuda device, got " + device.str());
@@ -77,15 +84,24 @@ inline std::string describe_visible_devices() {
 
 // The number of CUDA devices this process can use; 0, never an error, when
 // there is no driver, no GPU, or CUDA_VISIBLE_DEVICES hides them all.
-inline int device_count() noexcept { return detail::query_device_count().count; }
+// Before CUDA has started it answers from NVML and the environment, without
+// starting CUDA (so a parent can count GPUs and still fork workers that use
+// them, like PyTorch's PYTORCH_NVML_BASED_CUDA_CHECK); once CUDA has started,
+// or without NVML, or with a GPU in MIG mode, the CUDA runtime answers.
+inline int device_count() noexcept {
+  if (const std::optional<int> counted = detail::count_devices_without_cuda(CUDART_VERSION)) return *counted;
+  return detail::query_device_count().count;
+}
 
 inline bool is_available() noexcept { return device_count() > 0; }
 
 // The calling thread's current device index, like torch.cuda.current_device().
-// Throws Error when no device is usable, saying why.
+// After a guard's deferred restore this is the restored device, which raw
+// cudaGetDevice does not show yet (Note [Restoring a device without creating
+// its context] in detail/device_switch.hpp). Throws Error when no device is usable, saying why.
 inline int current_device() {
   int index = 0;
-  const cudaError_t status = cudaGetDevice(&index);
+  const cudaError_t status = detail::get_current_device(&index);
   if (status != cudaSuccess) {
     throw detail::cuda_error(status, "cudaGetDevice", "current device", detail::describe_visible_devices());
   }
@@ -100,6 +116,7 @@ inline void set_device(int index) {
   if (status != cudaSuccess) {
     throw detail::cuda_error(status, "cudaSetDevice", cuda(index), detail::describe_visible_devices());
   }
+  detail::note_device_made_current();  // ends a guard's deferred restore
 }
 
 // set_device(cuda(1)) is set_device(1); set_device(cuda()) names the current
@@ -114,7 +131,7 @@ inline void set_device(const Device& device) {
 inline Device preferred_device() noexcept {
   if (!is_available()) return cpu();
   int index = 0;
-  if (cudaGetDevice(&index) != cudaSuccess) {
+  if (detail::get_current_device(&index) != cudaSuccess) {
     (void)cudaGetLastError();
     return cpu();
   }
@@ -129,18 +146,36 @@ inline void synchronize() {
   }
 }
 
-// Waits until all work on `device` has finished, then restores the current device.
-// A cpu device has nothing to wait for.
+// Waits until all work on `device` has finished; the current device stays as
+// it was. Creates no context: a device without one has no work to wait for, and
+// switching back is lazy (Note [Restoring a device without creating its
+// context] in detail/device_switch.hpp). A cpu device has nothing to wait for.
 inline void synchronize(const Device& device) {
   if (device.is_cpu()) return;
   if (!device.has_index()) return synchronize();
-  const int previous = current_device();
-  if (previous != device.index()) set_device(device.index());
-  const cudaError_t status = cudaDeviceSynchronize();
-  if (previous != device.index()) (void)cudaSetDevice(previous);  // previous was current: it has a context
+  const int index = device.index();
+  detail::CurrentDevice current;
+  cudaError_t status = detail::read_current_device(current);
   if (status != cudaSuccess) {
+    throw detail::cuda_error(status, "cudaGetDevice", device, detail::describe_visible_devices());
+  }
+  const bool switches = current.runtime != index;
+  if (switches) {
+    if (detail::primary_context_state(index) == detail::PrimaryContextState::Inactive) return;
+    status = cudaSetDevice(index);
+    if (status != cudaSuccess) {
+      throw detail::cuda_error(status, "cudaSetDevice", device, detail::describe_visible_devices());
+    }
+  }
+  status = cudaDeviceSynchronize();
+  const detail::RestoreResult restored =
+      switches ? detail::restore_device(current.reported, /*check_first=*/false) : detail::RestoreResult{};
+  if (status != cudaSuccess) {
+    if (restored.status != cudaSuccess)
+      detail::report_restore_failure(restored, "gpusel::synchronize", current.reported);
     throw detail::cuda_error(status, "cudaDeviceSynchronize", device, detail::describe_visible_devices());
   }
+  if (restored.status != cudaSuccess) throw detail::restore_error(restored, "gpusel::synchronize", current.reported);
 }
 
 }  // namespace gpusel

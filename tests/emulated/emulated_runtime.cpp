@@ -26,6 +26,18 @@
 //    buffer before its copy finished reads wrong bytes here, as on a GPU.
 //    Asynchronous copies involving pageable host memory happen at once, as the
 //    real runtime stages them before returning.
+//  - the CUDA driver library is loaded by the first call that initializes the
+//    runtime (every call but cudaRuntimeGetVersion and cudaDriverGetVersion), as
+//    observed on the H200 (libcuda.so.1 is not loaded before the first runtime
+//    call and is loaded after it), and not at all when there is no driver
+//    (cudaErrorInsufficientDriver). The library loaded is an empty one whose
+//    SONAME is libcuda.so.1 (tests/emulated/fake_libcuda.cpp), opened by path,
+//    so dlopen("libcuda.so.1", RTLD_NOLOAD) answers as in a real process;
+//    reset() unloads it, as a new process would start without it;
+//  - the emulated machine has no NVML: unless GPUSEL_NVML_LIBRARY is already
+//    set (a test pointing at tests/fake_nvml), the emulation sets it to "none"
+//    when the program starts, so the machine that runs the tests cannot leak its
+//    real GPUs into gpusel's NVML-based answers.
 // Simplified:
 //  - the devices are the visible devices: CUDA_VISIBLE_DEVICES and
 //    CUDA_DEVICE_ORDER are not read (the parser is tested against the driver's
@@ -46,6 +58,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <dlfcn.h>
 #include <functional>
 #include <map>
 #include <memory>
@@ -108,12 +121,16 @@ struct State {
   int peer_copies = 0;
   int staged_device_copies = 0;
   std::uint64_t generation = 1;
+  void* libcuda = nullptr;  // the fake libcuda.so.1, loaded on initialization
 };
 
 State& state() {
   static State instance;
   return instance;
 }
+
+// The emulated machine has no NVML unless a test names one (see the Note).
+[[maybe_unused]] const bool nvml_hidden = setenv("GPUSEL_NVML_LIBRARY", "none", /*overwrite=*/0) == 0;
 
 struct ThreadState {
   std::uint64_t generation = 0;
@@ -158,6 +175,9 @@ class Call {
       if (!it->persistent) s_.failures.erase(it);
       break;
     }
+    if (counts_as_initialization && s_.libcuda == nullptr &&
+        s_.config.initialization_error != cudaErrorInsufficientDriver)
+      s_.libcuda = dlopen(GPUSEL_EMULATED_LIBCUDA, RTLD_NOW | RTLD_LOCAL);
     if (counts_as_initialization && s_.config.initialization_error != cudaSuccess && armed_ == cudaSuccess)
       armed_ = s_.config.initialization_error;
   }
@@ -327,6 +347,8 @@ void reset(const Config& config) {
     s.devices.push_back(std::move(device));
   }
   ++s.generation;
+  if (s.libcuda != nullptr) dlclose(s.libcuda);
+  s.libcuda = nullptr;
 }
 
 int calls(const std::string& function) {

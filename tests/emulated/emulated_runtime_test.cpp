@@ -2,6 +2,7 @@
 // else trust it, so it is held to what the real runtime does (see the Note in
 // emulated_runtime.cpp).
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -44,6 +45,32 @@ TEST_F(EmulatedRuntime, ResetGivesEveryThreadDeviceZeroAgain) {
   int here = -1;
   ASSERT_EQ(cudaGetDevice(&here), cudaSuccess);
   EXPECT_EQ(here, 0);
+}
+
+bool driver_library_loaded() {
+  void* handle = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+  if (handle != nullptr) dlclose(handle);
+  return handle != nullptr;
+}
+
+TEST_F(EmulatedRuntime, LoadsTheDriverLibraryOnItsFirstInitializingCallAsTheRealRuntimeDoes) {
+  int version = 0;
+  (void)cudaRuntimeGetVersion(&version);
+  EXPECT_FALSE(driver_library_loaded()) << "asking the runtime's own version starts nothing";
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  EXPECT_TRUE(driver_library_loaded());
+  emu::reset(emu::devices(1));
+  EXPECT_FALSE(driver_library_loaded()) << "a new emulated process starts without it";
+}
+
+TEST_F(EmulatedRuntime, WithoutADriverNoDriverLibraryIsLoaded) {
+  emu::Config config;
+  config.initialization_error = cudaErrorInsufficientDriver;
+  emu::reset(config);
+  int count = 0;
+  EXPECT_EQ(cudaGetDeviceCount(&count), cudaErrorInsufficientDriver);
+  EXPECT_FALSE(driver_library_loaded());
 }
 
 TEST_F(EmulatedRuntime, GetDeviceAndCountCreateNoContextButSetDeviceDoes) {

@@ -1,0 +1,345 @@
+// The machine's physical GPUs as NVML sees them, without initializing CUDA.
+//
+//   gpusel::Inventory inventory = gpusel::query_inventory();
+//   if (!inventory.ok()) std::cerr << inventory.reason << "\n";   // no driver: a state, not an error
+//   for (const gpusel::Gpu& gpu : inventory.gpus) ...              // nvidia-smi's order
+//   auto order = gpusel::cuda_physical_order(inventory, "PCI_BUS_ID");  // what CUDA's indices mean
+//
+// NVML (libnvidia-ml.so.1, part of the driver) is loaded with dlopen, so
+// programs do not link against the driver. Which library: the `nvml_library`
+// option, else the environment variable GPUSEL_NVML_LIBRARY (a path, or "none"
+// to act as if there were no NVML), else libnvidia-ml.so.1.
+// This header includes no CUDA header and makes no CUDA call.
+#pragma once
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "gpusel/detail/environment.hpp"
+#include "gpusel/detail/nvml.hpp"
+#include "gpusel/visible_devices.hpp"
+
+namespace gpusel {
+
+// A process running CUDA work on a GPU.
+struct GpuProcess {
+  unsigned int pid = 0;
+  std::optional<std::uint64_t> used_memory_bytes;  // nullopt where NVML cannot tell (some containers)
+  std::string user;     // from /proc: "" when the process is not visible here (another PID namespace)
+  std::string command;  // /proc/<pid>/comm, "" when not visible
+};
+
+// One physical GPU.
+struct Gpu {
+  int nvml_index = 0;       // nvidia-smi's number: PCI bus order
+  std::string uuid;         // "GPU-f9ee9551-5061-9acc-ea2a-e3926e258ba9"
+  std::string name;         // "NVIDIA H200"
+  std::string pci_bus_id;   // "00000000:17:00.0"
+  int compute_capability_major = 0;  // 0 when NVML cannot tell
+  int compute_capability_minor = 0;
+  bool mig_enabled = false;  // CUDA then shows MIG instances, not this GPU
+  // Usage, read when InventoryOptions::usage is set and NVML could tell:
+  std::optional<std::uint64_t> memory_total_bytes;
+  std::optional<std::uint64_t> memory_used_bytes;
+  std::optional<std::uint64_t> memory_free_bytes;
+  std::optional<int> utilization_percent;         // of time a kernel ran, over NVML's last sample period
+  std::optional<int> memory_utilization_percent;  // of time memory was read or written
+  std::optional<std::vector<GpuProcess>> processes;  // compute processes; nullopt when NVML could not list them
+};
+
+enum class InventoryStatus {
+  ok,                 // NVML answered
+  disabled,           // GPUSEL_NVML_LIBRARY=none
+  library_not_found,  // no NVML: no NVIDIA driver, or none exposed to this container
+  library_unusable,   // an NVML too old for the functions gpusel needs
+  init_failed,        // nvmlInit failed (e.g. the kernel module is not loaded)
+  query_failed,       // a GPU could not be read; `gpus` holds those read before it
+};
+
+struct InventoryOptions {
+  std::string nvml_library;  // "" = GPUSEL_NVML_LIBRARY, else "libnvidia-ml.so.1"; "none" = no NVML
+  bool usage = true;         // read memory, utilization and processes (identity only when false: faster)
+};
+
+struct Inventory {
+  InventoryStatus status = InventoryStatus::library_not_found;
+  std::string reason;          // why not ok(), in words
+  std::string nvml_library;    // the library asked for
+  std::string driver_version;  // "580.159.04", "" when unknown
+  int cuda_driver_version = 0;  // the CUDA version the driver supports, 13000 for 13.0; 0 when unknown
+  std::vector<Gpu> gpus;       // in nvidia-smi's order
+
+  bool ok() const noexcept { return status == InventoryStatus::ok; }
+  const Gpu* find_uuid(std::string_view uuid) const noexcept;
+  // Compares the numbers, so "0000:17:00.0" (CUDA's form) finds "00000000:17:00.0" (NVML's).
+  const Gpu* find_pci_bus_id(std::string_view pci_bus_id) const noexcept;
+};
+
+// Reads the inventory. A missing or failing NVML is reported in the result's
+// status and reason; this throws nothing but std::bad_alloc.
+Inventory query_inventory(const InventoryOptions& options = {});
+
+// Note [CUDA's physical order]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Integer tokens of CUDA_VISIBLE_DEVICES, and cuda:N when the variable is
+// unset, count GPUs in the order CUDA_DEVICE_ORDER selects, which gpusel must
+// know *without* starting CUDA (asking the runtime would initialize it):
+//  - PCI_BUS_ID: ascending PCI address (domain, bus, device, function). NVML and
+//    nvidia-smi number GPUs the same way, so this order is exact.
+//  - FASTEST_FIRST (the default): CUDA's documentation says only that it "guesses
+//    which device is fastest using a simple heuristic"; the heuristic is not
+//    published. What holds in practice: identical GPUs are left in PCI order, so
+//    on a machine of one model FASTEST_FIRST equals PCI_BUS_ID (and nvidia-smi's
+//    numbers are CUDA's). With several models gpusel orders by compute capability,
+//    newest first, then PCI address: a guess, marked `exact = false`, with a caveat
+//    saying nvidia-smi's numbers may not be CUDA's. Within one compute capability
+//    the driver may rank by multiprocessor count and clock, which NVML alone does
+//    not give; set CUDA_DEVICE_ORDER=PCI_BUS_ID to make every tool agree.
+// GPUs in MIG mode are listed as GPUs; CUDA shows their MIG instances instead,
+// which this order does not describe (exact = false, with a caveat).
+// Whatever the order, gpusel matches NVML's GPUs to CUDA's by UUID or PCI bus
+// id, never by index.
+struct CudaPhysicalOrder {
+  std::vector<PhysicalDevice> devices;  // devices[i].index == i; nvml_index says nvidia-smi's number
+  bool exact = true;
+  std::string caveat;  // why the order may be wrong, "" when exact
+};
+
+// CUDA's physical order for `inventory`'s GPUs under this CUDA_DEVICE_ORDER
+// (nullopt = unset = FASTEST_FIRST). See Note [CUDA's physical order].
+CudaPhysicalOrder cuda_physical_order(const Inventory& inventory, std::optional<std::string_view> cuda_device_order);
+
+// "1 MiB", "79.6 GiB": sizes for people.
+std::string format_bytes(std::uint64_t bytes);
+
+// --- implementation ----------------------------------------------------------
+
+namespace detail {
+
+// The PCI address as numbers; (all ones) when it does not parse.
+inline std::tuple<unsigned, unsigned, unsigned, unsigned> pci_address(std::string_view text) {
+  unsigned domain = ~0u, bus = ~0u, device = ~0u, function = ~0u;
+  const std::string copy(text);
+  if (std::sscanf(copy.c_str(), "%x:%x:%x.%x", &domain, &bus, &device, &function) != 4)
+    return {~0u, ~0u, ~0u, ~0u};
+  return {domain, bus, device, function};
+}
+
+inline std::string nvml_library_path(const InventoryOptions& options) {
+  if (!options.nvml_library.empty()) return options.nvml_library;
+  if (auto variable = environment_variable("GPUSEL_NVML_LIBRARY"); variable && !variable->empty()) return *variable;
+  return "libnvidia-ml.so.1";
+}
+
+// The first line of a small /proc file, "" when it cannot be read.
+inline std::string read_first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (in) std::getline(in, line);
+  return line;
+}
+
+// The user running `pid`, from /proc/<pid>/status: "" when the process is not
+// visible from here, the uid's number when it has no name.
+inline std::string process_user(unsigned int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (in && std::getline(in, line)) {
+    if (line.rfind("Uid:", 0) != 0) continue;
+    unsigned long uid = 0;
+    if (std::sscanf(line.c_str() + 4, "%lu", &uid) != 1) return {};
+    passwd entry{};
+    passwd* found = nullptr;
+    char buffer[1024];
+    if (getpwuid_r(static_cast<uid_t>(uid), &entry, buffer, sizeof buffer, &found) == 0 && found != nullptr)
+      return found->pw_name;
+    return std::to_string(uid);
+  }
+  return {};
+}
+
+inline std::vector<GpuProcess> read_processes(const nvml::Library& library, nvml::Device device, bool& known) {
+  known = false;
+  std::vector<nvml::ProcessInfo> infos;
+  unsigned int count = 0;
+  nvml::Return status = library.compute_processes(device, &count, nullptr);
+  for (int attempt = 0; attempt < 4 && status == nvml::kErrorInsufficientSize; ++attempt) {
+    infos.resize(count + 8u);  // processes may start between the two calls
+    count = static_cast<unsigned int>(infos.size());
+    status = library.compute_processes(device, &count, infos.data());
+  }
+  if (status != nvml::kSuccess) return {};
+  known = true;
+  infos.resize(std::min<std::size_t>(count, infos.size()));
+  std::vector<GpuProcess> processes;
+  for (const nvml::ProcessInfo& info : infos) {
+    GpuProcess process;
+    process.pid = info.pid;
+    if (info.used_gpu_memory != nvml::kValueNotAvailable) process.used_memory_bytes = info.used_gpu_memory;
+    process.user = process_user(info.pid);
+    process.command = read_first_line("/proc/" + std::to_string(info.pid) + "/comm");
+    processes.push_back(std::move(process));
+  }
+  return processes;
+}
+
+inline void read_usage(const nvml::Library& library, nvml::Device device, Gpu& gpu) {
+  nvml::Memory memory{};
+  if (library.memory_info(device, &memory) == nvml::kSuccess) {
+    gpu.memory_total_bytes = memory.total;
+    gpu.memory_used_bytes = memory.used;
+    gpu.memory_free_bytes = memory.free;
+  }
+  nvml::Utilization utilization{};
+  if (library.utilization != nullptr && library.utilization(device, &utilization) == nvml::kSuccess) {
+    gpu.utilization_percent = static_cast<int>(utilization.gpu);
+    gpu.memory_utilization_percent = static_cast<int>(utilization.memory);
+  }
+  if (library.compute_processes != nullptr) {
+    bool known = false;
+    std::vector<GpuProcess> processes = read_processes(library, device, known);
+    if (known) gpu.processes = std::move(processes);
+  }
+}
+
+}  // namespace detail
+
+inline const Gpu* Inventory::find_uuid(std::string_view uuid) const noexcept {
+  for (const Gpu& gpu : gpus)
+    if (gpu.uuid == uuid) return &gpu;
+  return nullptr;
+}
+
+inline const Gpu* Inventory::find_pci_bus_id(std::string_view pci_bus_id) const noexcept {
+  const auto wanted = detail::pci_address(pci_bus_id);
+  if (std::get<0>(wanted) == ~0u) return nullptr;
+  for (const Gpu& gpu : gpus)
+    if (detail::pci_address(gpu.pci_bus_id) == wanted) return &gpu;
+  return nullptr;
+}
+
+inline Inventory query_inventory(const InventoryOptions& options) {
+  Inventory inventory;
+  inventory.nvml_library = detail::nvml_library_path(options);
+  if (inventory.nvml_library == "none") {
+    inventory.status = InventoryStatus::disabled;
+    inventory.reason = "NVML is disabled (GPUSEL_NVML_LIBRARY=none)";
+    return inventory;
+  }
+  const detail::nvml::LoadResult load = detail::nvml::load(inventory.nvml_library);
+  if (load.library == nullptr) {
+    inventory.status = load.status == detail::nvml::LoadStatus::not_found ? InventoryStatus::library_not_found
+                       : load.status == detail::nvml::LoadStatus::unusable ? InventoryStatus::library_unusable
+                                                                             : InventoryStatus::init_failed;
+    inventory.reason = load.reason;
+    if (load.status == detail::nvml::LoadStatus::not_found)
+      inventory.reason += " (no NVIDIA driver is installed, or it is not exposed to this container)";
+    return inventory;
+  }
+  const detail::nvml::Library& nvml = *load.library;
+  char text[96] = {};
+  if (nvml.driver_version != nullptr && nvml.driver_version(text, sizeof text) == detail::nvml::kSuccess)
+    inventory.driver_version = text;
+  if (nvml.cuda_driver_version != nullptr) (void)nvml.cuda_driver_version(&inventory.cuda_driver_version);
+
+  unsigned int count = 0;
+  if (const auto status = nvml.device_count(&count); status != detail::nvml::kSuccess) {
+    inventory.status = InventoryStatus::query_failed;
+    inventory.reason = "nvmlDeviceGetCount failed: " + nvml.describe(status);
+    return inventory;
+  }
+  for (unsigned int index = 0; index < count; ++index) {
+    const auto fail = [&](const char* call, detail::nvml::Return status) {
+      inventory.status = InventoryStatus::query_failed;
+      inventory.reason = std::string(call) + " failed for the GPU nvidia-smi numbers " + std::to_string(index) + ": " +
+                         nvml.describe(status);
+    };
+    detail::nvml::Device device = nullptr;
+    Gpu gpu;
+    gpu.nvml_index = static_cast<int>(index);
+    detail::nvml::PciInfo pci{};
+    if (auto status = nvml.handle_by_index(index, &device); status != detail::nvml::kSuccess) {
+      fail("nvmlDeviceGetHandleByIndex", status);
+      return inventory;
+    }
+    if (auto status = nvml.uuid(device, text, sizeof text); status != detail::nvml::kSuccess) {
+      fail("nvmlDeviceGetUUID", status);
+      return inventory;
+    }
+    gpu.uuid = text;
+    if (auto status = nvml.name(device, text, sizeof text); status == detail::nvml::kSuccess) gpu.name = text;
+    if (auto status = nvml.pci_info(device, &pci); status != detail::nvml::kSuccess) {
+      fail("nvmlDeviceGetPciInfo", status);
+      return inventory;
+    }
+    pci.bus_id[sizeof pci.bus_id - 1] = '\0';
+    gpu.pci_bus_id = pci.bus_id;
+    if (nvml.compute_capability != nullptr)
+      (void)nvml.compute_capability(device, &gpu.compute_capability_major, &gpu.compute_capability_minor);
+    unsigned int current = 0, pending = 0;
+    if (nvml.mig_mode != nullptr && nvml.mig_mode(device, &current, &pending) == detail::nvml::kSuccess)
+      gpu.mig_enabled = current == 1;
+    if (options.usage) detail::read_usage(nvml, device, gpu);
+    inventory.gpus.push_back(std::move(gpu));
+  }
+  inventory.status = InventoryStatus::ok;
+  return inventory;
+}
+
+inline CudaPhysicalOrder cuda_physical_order(const Inventory& inventory,
+                                             std::optional<std::string_view> cuda_device_order) {
+  std::vector<const Gpu*> sorted;
+  for (const Gpu& gpu : inventory.gpus) sorted.push_back(&gpu);
+  const auto by_pci = [](const Gpu* a, const Gpu* b) {
+    return detail::pci_address(a->pci_bus_id) < detail::pci_address(b->pci_bus_id);
+  };
+  CudaPhysicalOrder order;
+  const bool pci_order = cuda_device_order && *cuda_device_order == "PCI_BUS_ID";
+  bool one_model = true;
+  for (const Gpu* gpu : sorted) one_model = one_model && gpu->name == sorted.front()->name;
+  if (pci_order || one_model) {
+    std::stable_sort(sorted.begin(), sorted.end(), by_pci);
+  } else {
+    std::stable_sort(sorted.begin(), sorted.end(), [&](const Gpu* a, const Gpu* b) {
+      const int capability_a = a->compute_capability_major * 10 + a->compute_capability_minor;
+      const int capability_b = b->compute_capability_major * 10 + b->compute_capability_minor;
+      if (capability_a != capability_b) return capability_a > capability_b;
+      return by_pci(a, b);
+    });
+    order.exact = false;
+    order.caveat =
+        "this machine has GPUs of different models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA ranks them "
+        "FASTEST_FIRST by a heuristic NVML cannot reproduce exactly, so nvidia-smi's numbers may not be CUDA's "
+        "(set CUDA_DEVICE_ORDER=PCI_BUS_ID to make them agree)";
+  }
+  for (const Gpu* gpu : sorted) {
+    if (!gpu->mig_enabled) continue;
+    order.exact = false;
+    if (!order.caveat.empty()) order.caveat += "; ";
+    order.caveat += "GPU " + std::to_string(gpu->nvml_index) +
+                    " is in MIG mode: CUDA shows its MIG instances, which this list does not describe";
+  }
+  for (std::size_t i = 0; i < sorted.size(); ++i)
+    order.devices.push_back({static_cast<int>(i), sorted[i]->uuid, sorted[i]->name, sorted[i]->pci_bus_id, sorted[i]->nvml_index});
+  return order;
+}
+
+inline std::string format_bytes(std::uint64_t bytes) {
+  constexpr std::uint64_t kMiB = std::uint64_t{1} << 20, kGiB = std::uint64_t{1} << 30;
+  char text[32];
+  if (bytes >= kGiB) std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / static_cast<double>(kGiB));
+  else std::snprintf(text, sizeof text, "%llu MiB", static_cast<unsigned long long>(bytes / kMiB));
+  return text;
+}
+
+}  // namespace gpusel

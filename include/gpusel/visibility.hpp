@@ -1,0 +1,236 @@
+// Which GPUs this process sees, and why: the environment read against the
+// machine's inventory, without starting CUDA.
+//
+//   gpusel::visible_devices()           the physical->logical map for this process
+//   gpusel::explain()                   the same, in words: per cuda:N its physical GPU,
+//                                       nvidia-smi number, name, UUID, PCI bus id; each token
+//   gpusel::set_visible_devices({2})    os.environ["CUDA_VISIBLE_DEVICES"] = "2", checked,
+//                                       and an Error once CUDA has started (it would do nothing)
+//
+// This header includes no CUDA header and makes no CUDA call.
+#pragma once
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpusel/detail/environment.hpp"
+#include "gpusel/error.hpp"
+#include "gpusel/inventory.hpp"
+#include "gpusel/visible_devices.hpp"
+
+namespace gpusel {
+
+// Note [Knowing whether CUDA has started]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The CUDA runtime reads CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER once, when
+// it initializes; changing them afterwards changes nothing in this process.
+// The runtime loads the driver library, libcuda.so.1, on its first call
+// (observed on the H200 with CUDA 13: not loaded before the first runtime call,
+// loaded after it), and so does any other CUDA user (the driver API, PyTorch,
+// another library), so dlopen("libcuda.so.1", RTLD_NOLOAD) -- which finds a
+// loaded library by its SONAME and never loads one -- tells whether anyone has
+// started CUDA here. A program that loaded libcuda without initializing it
+// counts as started: too early to matter, and the safe side to err on.
+namespace detail {
+inline bool cuda_driver_loaded() noexcept {
+  void* handle = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+  if (handle == nullptr) return false;
+  dlclose(handle);  // NOLOAD took a reference: give it back
+  return true;
+}
+}  // namespace detail
+
+// Whether CUDA has started in this process (Note [Knowing whether CUDA has started]).
+inline bool cuda_started() noexcept { return detail::cuda_driver_loaded(); }
+
+// This process's view of its GPUs.
+struct DeviceMap {
+  Inventory inventory;      // the physical GPUs; when !known(), its status and reason say why not
+  CudaPhysicalOrder order;  // CUDA's physical order of them (Note [CUDA's physical order])
+  VisibleDevices visible;   // the map: parse_visible_devices(environment, order.devices)
+  // Whether the map could be worked out (NVML answered). When not, `visible`
+  // describes an empty machine and only the variables' text is meaningful.
+  bool known() const noexcept { return inventory.ok(); }
+  // The physical GPU behind cuda:logical, or nullptr when there is none or !known().
+  const PhysicalDevice* device(int logical) const noexcept {
+    if (logical < 0 || logical >= visible.count()) return nullptr;
+    return &order.devices[static_cast<std::size_t>(visible.physical(logical))];
+  }
+};
+
+// The map for this process from CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER and
+// NVML. Starts nothing and throws nothing but std::bad_alloc.
+inline DeviceMap visible_devices(const InventoryOptions& options = InventoryOptions{{}, false}) {
+  DeviceMap map;
+  map.inventory = query_inventory(options);
+  const auto order_variable = detail::environment_variable("CUDA_DEVICE_ORDER");
+  const auto visible_variable = detail::environment_variable("CUDA_VISIBLE_DEVICES");
+  map.order = cuda_physical_order(map.inventory, order_variable);
+  map.visible = parse_visible_devices(visible_variable, map.order.devices, order_variable);
+  return map;
+}
+
+namespace detail {
+
+// The number of devices the runtime would show, worked out without starting
+// CUDA; nullopt when only the runtime can say: CUDA has started already (the
+// runtime is then exact and cheap), there is no NVML, or a GPU is in MIG mode.
+// `runtime_version` is the CUDA runtime's CUDART_VERSION: a driver older than
+// its major version shows no device (cudaErrorInsufficientDriver).
+inline std::optional<int> count_devices_without_cuda(int runtime_version) noexcept {
+  try {
+    if (cuda_driver_loaded()) return std::nullopt;
+    const DeviceMap map = visible_devices();
+    if (!map.known()) return std::nullopt;
+    const int driver = map.inventory.cuda_driver_version;
+    if (driver > 0 && driver / 1000 < runtime_version / 1000) return 0;
+    for (const Gpu& gpu : map.inventory.gpus)
+      if (gpu.mig_enabled) return std::nullopt;
+    return map.visible.count();
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+inline std::string pad(std::string text, std::size_t width) {
+  if (text.size() < width) text.append(width - text.size(), ' ');
+  return text;
+}
+
+inline std::string describe_gpu(const PhysicalDevice& device) {
+  std::string text = "physical " + std::to_string(device.index) + "  nvidia-smi " +
+                     (device.nvml_index >= 0 ? std::to_string(device.nvml_index) : std::string("?")) + "  ";
+  if (!device.name.empty()) text += device.name + "  ";
+  return text + device.uuid + "  " + device.pci_bus_id;
+}
+
+}  // namespace detail
+
+// Everything gpusel knows about which GPUs this process sees, in words, e.g.
+//   CUDA_VISIBLE_DEVICES=1  CUDA_DEVICE_ORDER is unset (FASTEST_FIRST)
+//   1 CUDA device is visible:
+//     cuda:0  physical 1  nvidia-smi 1  NVIDIA H200  GPU-...  00000000:18:00.0
+// Starts nothing; says so when there is no NVML (no driver).
+inline std::string explain(const DeviceMap& map) {
+  const VisibleDevices& visible = map.visible;
+  std::string text = detail::describe_value("CUDA_VISIBLE_DEVICES", visible.variable()) + "  " +
+                     detail::describe_value("CUDA_DEVICE_ORDER", visible.device_order()) +
+                     (visible.device_order() ? "" : " (FASTEST_FIRST)") + "\n";
+  text += cuda_started() ? "CUDA has started in this process: changing these variables now has no effect here.\n"
+                         : "CUDA has not started in this process: the variables can still be changed.\n";
+  if (!map.known()) {
+    text += "The physical GPUs are unknown: " + map.inventory.reason +
+            ".\nWithout NVML gpusel cannot list them without starting CUDA; gpusel::device_count() asks the CUDA runtime.\n";
+  } else {
+    const Inventory& inventory = map.inventory;
+    text += "NVML (" + inventory.nvml_library + ") sees " + std::to_string(inventory.gpus.size()) +
+            (inventory.gpus.size() == 1 ? " GPU" : " GPUs");
+    if (!inventory.driver_version.empty()) text += ", driver " + inventory.driver_version;
+    if (inventory.cuda_driver_version > 0)
+      text += " (CUDA " + std::to_string(inventory.cuda_driver_version / 1000) + "." +
+              std::to_string(inventory.cuda_driver_version % 1000 / 10) + ")";
+    text += ".\n";
+    if (!visible.ok()) {
+      text += "No CUDA device is visible: " + visible.reason() + "; the CUDA runtime fails with " +
+              visible.error_name() + ".\n";
+    } else {
+      text += detail::visible_count_text(visible.count()) + ":\n";
+      for (int logical = 0; logical < visible.count(); ++logical)
+        text += "  " + detail::pad("cuda:" + std::to_string(logical), 8) + detail::describe_gpu(*map.device(logical)) + "\n";
+    }
+    std::string hidden;
+    for (const PhysicalDevice& device : map.order.devices)
+      if (!visible.logical(device.index)) hidden += "  " + detail::describe_gpu(device) + "\n";
+    if (!hidden.empty()) text += "Hidden from this process:\n" + hidden;
+    if (!map.order.exact) text += "Caution: " + map.order.caveat + ".\n";
+  }
+  if (!visible.tokens().empty()) {
+    text += "How CUDA reads CUDA_VISIBLE_DEVICES (split on ','; the first token not kept ends the list):\n";
+    for (const VisibleToken& token : visible.tokens())
+      text += "  " + detail::pad(detail::quote(token.text), 14) + " " +
+              (map.known() ? token.why(visible.physical_count()) : std::string("not checked: the GPUs are unknown")) +
+              "\n";
+  }
+  return text;
+}
+
+inline std::string explain() { return explain(visible_devices()); }
+
+namespace detail {
+
+inline void set_visible_value(const std::string& call, const std::string& value, std::size_t tokens) {
+  if (cuda_driver_loaded())
+    throw Error(call + ": CUDA has already started in this process (libcuda.so.1 is loaded), so CUDA_VISIBLE_DEVICES=" +
+                value + " would have no effect here (" + describe_variable("CUDA_VISIBLE_DEVICES") +
+                " stays in force); call it before the first CUDA call, or set the variable in the environment "
+                "that starts the process");
+  const DeviceMap map = visible_devices();
+  if (map.known()) {
+    const VisibleDevices checked =
+        parse_visible_devices(value, map.order.devices, environment_variable("CUDA_DEVICE_ORDER"));
+    if (tokens > 0 && (!checked.ok() || static_cast<std::size_t>(checked.count()) != tokens)) {
+      std::string why = checked.reason();
+      for (const VisibleToken& token : checked.tokens())
+        if (!token.kept()) {
+          why = quote(token.text) + " " + token.why(checked.physical_count());
+          break;
+        }
+      throw Error(call + ": CUDA_VISIBLE_DEVICES=" + value + " would not show what was asked: " + why);
+    }
+  }
+  if (setenv("CUDA_VISIBLE_DEVICES", value.c_str(), 1) != 0)
+    throw Error(call + ": setenv(\"CUDA_VISIBLE_DEVICES\") failed");
+}
+
+}  // namespace detail
+
+// Makes exactly these physical GPUs (CUDA's physical indices, in this order)
+// visible to this process, as CUDA_VISIBLE_DEVICES does: cuda:0 is the first.
+// An empty list hides every GPU. Throws Error, changing nothing, when CUDA has
+// already started (the change would have no effect), for a negative index, an
+// index named twice, or (when NVML can tell) a GPU that does not exist.
+// Like setenv, not safe while other threads read the environment.
+inline void set_visible_devices(const std::vector<int>& physical_indices) {
+  std::string value;
+  for (const int index : physical_indices) value += (value.empty() ? "" : ",") + std::to_string(index);
+  const std::string call = "gpusel::set_visible_devices({" + value + "})";
+  for (std::size_t i = 0; i < physical_indices.size(); ++i) {
+    if (physical_indices[i] < 0) throw Error(call + ": a physical index cannot be negative");
+    for (std::size_t j = 0; j < i; ++j)
+      if (physical_indices[i] == physical_indices[j])
+        throw Error(call + ": physical GPU " + std::to_string(physical_indices[i]) +
+                    " is named twice, which makes CUDA fail with cudaErrorInvalidDevice");
+  }
+  detail::set_visible_value(call, value, physical_indices.size());
+}
+
+// The same by UUID ("GPU-..." or "MIG-...", or a unique prefix such as "GPU-948e02bd").
+inline void set_visible_devices(const std::vector<std::string>& uuids) {
+  std::string value;
+  for (const std::string& uuid : uuids) value += (value.empty() ? "" : ",") + uuid;
+  const std::string call = "gpusel::set_visible_devices({" + value + "})";
+  for (const std::string& uuid : uuids) {
+    if (!detail::is_uuid_token(uuid) || uuid.size() == 4 || uuid.find(',') != std::string::npos)
+      throw Error(call + ": " + detail::quote(uuid) +
+                  " is not a GPU UUID: expected \"GPU-\" or \"MIG-\" and (a prefix of) the hex UUID, as nvidia-smi -L shows");
+  }
+  detail::set_visible_value(call, value, uuids.size());
+}
+
+// Braced lists: set_visible_devices({2, 0}) and set_visible_devices({"GPU-948e02bd"}).
+inline void set_visible_devices(std::initializer_list<int> physical_indices) {
+  set_visible_devices(std::vector<int>(physical_indices));
+}
+inline void set_visible_devices(std::initializer_list<std::string_view> uuids) {
+  std::vector<std::string> copies;
+  for (const std::string_view uuid : uuids) copies.emplace_back(uuid);
+  set_visible_devices(copies);
+}
+
+}  // namespace gpusel

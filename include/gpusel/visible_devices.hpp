@@ -1,0 +1,418 @@
+// CUDA_VISIBLE_DEVICES exactly as the CUDA driver reads it: a pure parser.
+//
+//   auto map = gpusel::parse_visible_devices("2,0", physical);   // physical: CUDA's physical order
+//   map.ok(); map.count();          // true, 2
+//   map.physical(0);                // 2: cuda:0 is physical GPU 2
+//   map.logical(0);                 // 1: physical GPU 0 is cuda:1
+//   for (int physical_index : map) ...
+//   map.tokens()[i].why();          // why each token was kept or ignored
+//
+// This header includes no CUDA header and makes no CUDA call: it answers what
+// the runtime *would* do, so it can be asked before CUDA starts, from a parent
+// process, or with an inventory of another machine.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpusel/error.hpp"
+
+namespace gpusel {
+
+// One physical GPU, at position `index` in CUDA's physical order (the order
+// CUDA_DEVICE_ORDER selects; see Note [CUDA's physical order] in inventory.hpp).
+// The parser expects physical[i].index == i.
+struct PhysicalDevice {
+  int index = 0;
+  std::string uuid;        // "GPU-f9ee9551-5061-9acc-ea2a-e3926e258ba9"
+  std::string name;        // "NVIDIA H200"; may be empty
+  std::string pci_bus_id;  // "00000000:17:00.0"; may be empty
+  int nvml_index = -1;     // nvidia-smi's number for it; -1 when unknown
+};
+
+// Note [How the driver reads CUDA_VISIBLE_DEVICES]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Measured on two one-GPU H200 machines (driver 580, CUDA 13; the tables are
+// tests/data/visible_devices_h200*.tsv, every row a test). One model fits every row:
+//  - The value is split on ',' only. An unset variable shows every GPU.
+//  - The first token decides the list's kind: a token starting with "GPU-" or
+//    "MIG-" (case-sensitive) makes a UUID list, anything else an index list.
+//    A token of the other kind ends the list ("0,GPU-..." keeps 0).
+//  - An index token is read as C's strtoul(token, nullptr, 10) on a 64-bit
+//    unsigned long: leading isspace() blanks skipped, an optional sign ('-'
+//    negates modulo 2^64), trailing junk ignored ("0abc", "0.5", "0 1" read 0),
+//    overflow saturating to ULONG_MAX, and no digit at all making it invalid.
+//    The value is then cut to 32 bits and read as a signed int: negative is
+//    invalid ("-1", "4294967295", "99999999999999999999"), and "4294967296" and
+//    "-0" name GPU 0. An index >= the number of GPUs ends the list.
+//  - A UUID token is "GPU-" or "MIG-" and then text compared, ignoring case, with
+//    the GPU's UUID after its "GPU-": it selects the GPU when the shorter of the
+//    two is a prefix of the longer ("GPU-948e02bd" selects, and so does the full
+//    UUID followed by junk). Nothing is trimmed (" GPU-..." is an index token
+//    with no digits; "GPU-948e02bd " matches nothing), and "GPU-" alone selects
+//    nothing. A token that selects no GPU ends the list.
+//  - The first invalid token ends the list; the tokens before it stay.
+//  - A device named twice among the kept tokens ("0,0", "00,0", "0,-0", a UUID
+//    and a prefix of it) makes the whole value an error: the runtime fails with
+//    cudaErrorInvalidDevice. "0,1,0" on one GPU is GPU 0: the list ended at 1.
+//  - No kept device (an empty value, "NoDevFiles", words) is cudaErrorNoDevice.
+//  - CUDA_DEVICE_ORDER other than exactly FASTEST_FIRST or PCI_BUS_ID (lower
+//    case, blanks, set but empty) is cudaErrorInvalidDevice.
+//
+// Note [Rules chosen where the driver was not observed]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// With one GPU some cases could not be seen; these follow from the observed ones:
+//  - A UUID prefix matching several GPUs ends the list, like an unknown one: the
+//    driver matches prefixes, so a prefix that names no single GPU names nothing
+//    it could pick (PyTorch's parser, written against the driver, does the same).
+//  - After a token that names a device twice nothing more is read: the value is
+//    an error whatever follows, so the remaining tokens change nothing.
+//  - An invalid CUDA_DEVICE_ORDER wins over an empty list: the order decides what
+//    the indices mean, so it is checked first (both are errors either way).
+//  - MIG devices: a "MIG-" token is matched against GPU UUIDs, as observed; the
+//    UUIDs of MIG instances are not in a PhysicalDevice list, so a MIG-instance
+//    UUID ends the list here, while the driver would select that instance.
+
+// What happened to one token of CUDA_VISIBLE_DEVICES.
+enum class TokenOutcome : std::uint8_t {
+  kept,            // names a device that became visible
+  no_digits,       // an index token with no digit ("", "abc", "-", " ")
+  negative,        // an index that reads as a negative int ("-1", "4294967295")
+  out_of_range,    // an index >= the number of physical GPUs
+  unknown_uuid,    // a UUID token that selects no GPU ("GPU-", "GPU-bad")
+  ambiguous_uuid,  // a UUID prefix that several GPUs share
+  other_kind,      // a UUID in an index list, or an index in a UUID list
+  duplicate,       // names a device already kept: the whole value is an error
+  not_read,        // comes after the token that ended the list
+};
+
+struct VisibleToken {
+  std::string text;
+  TokenOutcome outcome = TokenOutcome::not_read;
+  int physical = -1;       // the GPU it named (kept, duplicate), else -1
+  long long value = 0;     // for index tokens read: the int the driver saw
+
+  bool kept() const noexcept { return outcome == TokenOutcome::kept; }
+  // "kept: physical GPU 1", "ignored: ends the list: it is out of range (5; this machine has 1 GPU: 0)".
+  std::string why(int physical_count) const;
+};
+
+// The physical->logical map for one value of CUDA_VISIBLE_DEVICES.
+class VisibleDevices {
+ public:
+  // cudaErrorNoDevice and cudaErrorInvalidDevice as integers: this header
+  // includes no CUDA header (runtime.hpp checks they match cudaError_t).
+  static constexpr int kNoDevice = 100;
+  static constexpr int kInvalidDevice = 101;
+
+  // Whether the runtime would start with at least one device.
+  bool ok() const noexcept { return error_code_ == 0; }
+  // "cudaErrorNoDevice", "cudaErrorInvalidDevice", or "" when ok().
+  const char* error_name() const noexcept {
+    return error_code_ == kNoDevice ? "cudaErrorNoDevice" : error_code_ == kInvalidDevice ? "cudaErrorInvalidDevice" : "";
+  }
+  // The cudaError_t value the runtime would return (0 when ok()).
+  int error_code() const noexcept { return error_code_; }
+  // Why the value is an error, in words; "" when ok().
+  const std::string& reason() const noexcept { return reason_; }
+
+  // How many devices CUDA would show (0 when not ok()).
+  int count() const noexcept { return static_cast<int>(physical_.size()); }
+  // The physical index of cuda:logical. Throws Error, naming the map, when there is no such device.
+  int physical(int logical) const;
+  // The logical index of a physical GPU, or nullopt when it is hidden.
+  std::optional<int> logical(int physical) const noexcept;
+
+  // The map, logical order: physical_indices()[logical] is the physical index.
+  const std::vector<int>& physical_indices() const noexcept { return physical_; }
+  std::vector<int>::const_iterator begin() const noexcept { return physical_.begin(); }
+  std::vector<int>::const_iterator end() const noexcept { return physical_.end(); }
+
+  // Each token of the value, in order, with what happened to it (empty when unset).
+  const std::vector<VisibleToken>& tokens() const noexcept { return tokens_; }
+  // Whether the list was read as UUIDs (its first token starts with GPU- or MIG-).
+  bool uuid_list() const noexcept { return uuid_list_; }
+  const std::optional<std::string>& variable() const noexcept { return variable_; }
+  const std::optional<std::string>& device_order() const noexcept { return device_order_; }
+  int physical_count() const noexcept { return physical_count_; }
+
+  // "2 CUDA devices are visible: cuda:0 is physical GPU 2, cuda:1 is physical GPU 0
+  // (CUDA_VISIBLE_DEVICES=2,0)", or the reason when not ok().
+  std::string summary() const;
+
+ private:
+  friend VisibleDevices parse_visible_devices(std::optional<std::string_view>, const std::vector<PhysicalDevice>&,
+                                              std::optional<std::string_view>);
+  std::vector<int> physical_;
+  std::vector<VisibleToken> tokens_;
+  std::optional<std::string> variable_;
+  std::optional<std::string> device_order_;
+  std::string reason_;
+  int error_code_ = 0;
+  int physical_count_ = 0;
+  bool uuid_list_ = false;
+};
+
+// What the CUDA runtime would make of these variables on a machine whose GPUs,
+// in CUDA's physical order, are `physical` (nullopt = the variable is unset).
+// See Note [How the driver reads CUDA_VISIBLE_DEVICES]. Never throws Error.
+VisibleDevices parse_visible_devices(std::optional<std::string_view> cuda_visible_devices,
+                                     const std::vector<PhysicalDevice>& physical,
+                                     std::optional<std::string_view> cuda_device_order = std::nullopt);
+
+// --- implementation ----------------------------------------------------------
+
+namespace detail {
+
+inline bool is_c_space(char c) noexcept {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+inline bool is_uuid_token(std::string_view token) noexcept {
+  return token.substr(0, 4) == "GPU-" || token.substr(0, 4) == "MIG-";
+}
+
+// An index token as the driver reads it (Note [How the driver reads CUDA_VISIBLE_DEVICES]):
+// nullopt when it has no digit, else the 32-bit signed value.
+inline std::optional<int> read_index_token(std::string_view token) noexcept {
+  std::size_t at = 0;
+  while (at < token.size() && is_c_space(token[at])) ++at;
+  bool negative = false;
+  if (at < token.size() && (token[at] == '+' || token[at] == '-')) negative = token[at++] == '-';
+  std::uint64_t value = 0;
+  bool digits = false;
+  bool overflow = false;
+  for (; at < token.size() && token[at] >= '0' && token[at] <= '9'; ++at) {
+    digits = true;
+    const auto digit = static_cast<std::uint64_t>(token[at] - '0');
+    if (value > (UINT64_MAX - digit) / 10) overflow = true;
+    else if (!overflow) value = value * 10 + digit;
+  }
+  if (!digits) return std::nullopt;
+  if (overflow) value = UINT64_MAX;  // strtoul saturates and does not apply the sign
+  else if (negative) value = 0 - value;
+  const auto low = static_cast<std::uint32_t>(value);
+  // The low 32 bits as a two's complement int, without implementation-defined conversions.
+  return low <= 0x7fffffffu ? static_cast<int>(low) : -static_cast<int>(~low) - 1;
+}
+
+inline char lower_ascii(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// Whether a UUID token's text after "GPU-"/"MIG-" selects the GPU with this UUID.
+inline bool uuid_selects(std::string_view rest, std::string_view uuid) noexcept {
+  if (uuid.substr(0, 4) == "GPU-" || uuid.substr(0, 4) == "MIG-") uuid.remove_prefix(4);
+  const std::size_t length = rest.size() < uuid.size() ? rest.size() : uuid.size();
+  if (length == 0) return false;
+  for (std::size_t i = 0; i < length; ++i)
+    if (lower_ascii(rest[i]) != lower_ascii(uuid[i])) return false;
+  return true;
+}
+
+inline std::string quote(std::string_view text) {
+  std::string quoted = "\"";
+  for (const char c : text) {
+    if (c == '\n') quoted += "\\n";
+    else if (c == '\t') quoted += "\\t";
+    else if (c == '"' || c == '\\') quoted += std::string("\\") + c;
+    else quoted += c;
+  }
+  return quoted + "\"";
+}
+
+inline std::string describe_value(const char* name, const std::optional<std::string>& value) {
+  if (!value) return std::string(name) + " is unset";
+  if (value->empty()) return std::string(name) + "=\"\" (set but empty)";
+  return std::string(name) + "=" + *value;
+}
+
+inline std::string gpu_count_text(int count) {
+  if (count == 0) return "no GPU";
+  if (count == 1) return "1 GPU, index 0";
+  return std::to_string(count) + " GPUs, indices 0.." + std::to_string(count - 1);
+}
+
+// "cuda:0 is physical GPU 2, cuda:1 is physical GPU 0"
+inline std::string describe_mapping(const std::vector<int>& physical) {
+  std::string text;
+  for (std::size_t logical = 0; logical < physical.size(); ++logical) {
+    if (!text.empty()) text += ", ";
+    text += "cuda:" + std::to_string(logical) + " is physical GPU " + std::to_string(physical[logical]);
+  }
+  return text;
+}
+
+inline std::string visible_count_text(int count) {
+  if (count == 1) return "1 CUDA device is visible (cuda:0)";
+  return std::to_string(count) + " CUDA devices are visible (cuda:0..cuda:" + std::to_string(count - 1) + ")";
+}
+
+// The map as far as it can be told from the value alone once the runtime has
+// said it shows `runtime_count` devices: the kept tokens are then exactly the
+// first runtime_count tokens (the list ends at the first token not kept, and a
+// value naming a device twice makes the runtime fail). For errors, where asking
+// NVML would be slow: "cuda:0 is physical GPU 1" or "cuda:0 is GPU-948e02bd".
+inline std::string describe_runtime_map(const std::optional<std::string>& value, int runtime_count) {
+  if (!value || runtime_count <= 0) return {};
+  std::string text;
+  std::size_t start = 0;
+  for (int logical = 0; logical < runtime_count; ++logical) {
+    if (start > value->size()) return {};
+    const std::size_t comma = value->find(',', start);
+    const std::string_view token =
+        std::string_view(*value).substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? value->size() + 1 : comma + 1;
+    if (!text.empty()) text += ", ";
+    text += "cuda:" + std::to_string(logical) + " is ";
+    if (is_uuid_token(token)) {
+      text += std::string(token);
+    } else {
+      const std::optional<int> index = read_index_token(token);
+      if (!index || *index < 0) return {};  // the runtime disagrees with the model: say nothing rather than guess
+      text += "physical GPU " + std::to_string(*index);
+    }
+  }
+  return text;
+}
+
+}  // namespace detail
+
+namespace detail {
+// What is wrong with a token that ended the list, phrased to follow "it is".
+inline std::string token_problem(const VisibleToken& token, int physical_count) {
+  switch (token.outcome) {
+    case TokenOutcome::no_digits: return "not a number";
+    case TokenOutcome::negative: return "a negative index (it reads as " + std::to_string(token.value) + ")";
+    case TokenOutcome::out_of_range:
+      return "out of range (" + std::to_string(token.value) + "; this machine has " + gpu_count_text(physical_count) + ")";
+    case TokenOutcome::unknown_uuid: return "a UUID prefix that no GPU has";
+    case TokenOutcome::ambiguous_uuid: return "a UUID prefix that several GPUs share";
+    case TokenOutcome::other_kind: return "of the other kind (the list's first token decided it holds " +
+                                          std::string(is_uuid_token(token.text) ? "indices" : "UUIDs") + ")";
+    default: return {};
+  }
+}
+}  // namespace detail
+
+inline std::string VisibleToken::why(int physical_count) const {
+  switch (outcome) {
+    case TokenOutcome::kept: return "kept: physical GPU " + std::to_string(physical);
+    case TokenOutcome::duplicate:
+      return "error: names physical GPU " + std::to_string(physical) + " again (cudaErrorInvalidDevice)";
+    case TokenOutcome::not_read: return "ignored: after the end of the list";
+    default: return "ignored: ends the list: it is " + detail::token_problem(*this, physical_count);
+  }
+}
+
+inline int VisibleDevices::physical(int logical) const {
+  if (logical < 0 || logical >= count())
+    throw Error(error_code_ == 0 ? kInvalidDevice : error_code_, error_code_ == 0 ? "cudaErrorInvalidDevice" : error_name(),
+                "gpusel::VisibleDevices::physical(" + std::to_string(logical) + "): there is no cuda:" +
+                    std::to_string(logical) + "; " + summary());
+  return physical_[static_cast<std::size_t>(logical)];
+}
+
+inline std::optional<int> VisibleDevices::logical(int physical) const noexcept {
+  for (std::size_t logical = 0; logical < physical_.size(); ++logical)
+    if (physical_[logical] == physical) return static_cast<int>(logical);
+  return std::nullopt;
+}
+
+inline std::string VisibleDevices::summary() const {
+  const std::string variable = detail::describe_value("CUDA_VISIBLE_DEVICES", variable_);
+  if (!ok()) return "no CUDA device is visible: " + reason_ + " (" + error_name() + ")";
+  return detail::visible_count_text(count()) + ": " + detail::describe_mapping(physical_) + " (" + variable + ")";
+}
+
+inline VisibleDevices parse_visible_devices(std::optional<std::string_view> cuda_visible_devices,
+                                            const std::vector<PhysicalDevice>& physical,
+                                            std::optional<std::string_view> cuda_device_order) {
+  VisibleDevices result;
+  result.physical_count_ = static_cast<int>(physical.size());
+  if (cuda_visible_devices) result.variable_ = std::string(*cuda_visible_devices);
+  if (cuda_device_order) result.device_order_ = std::string(*cuda_device_order);
+  const int physical_count = result.physical_count_;
+
+  if (cuda_visible_devices) {
+    const std::string_view value = *cuda_visible_devices;
+    std::size_t start = 0;
+    while (true) {
+      const std::size_t comma = value.find(',', start);
+      result.tokens_.push_back({std::string(value.substr(start, comma == std::string_view::npos ? comma : comma - start)),
+                                TokenOutcome::not_read, -1, 0});
+      if (comma == std::string_view::npos) break;
+      start = comma + 1;
+    }
+    result.uuid_list_ = detail::is_uuid_token(result.tokens_.front().text);
+  }
+
+  std::string duplicate_reason;
+  if (!cuda_visible_devices) {
+    for (int index = 0; index < physical_count; ++index) result.physical_.push_back(index);
+  } else {
+    for (VisibleToken& token : result.tokens_) {
+      int selected = -1;
+      if (detail::is_uuid_token(token.text) != result.uuid_list_) {
+        token.outcome = TokenOutcome::other_kind;
+      } else if (result.uuid_list_) {
+        const std::string_view rest = std::string_view(token.text).substr(4);
+        int matches = 0;
+        for (int index = 0; index < physical_count; ++index) {
+          if (detail::uuid_selects(rest, physical[static_cast<std::size_t>(index)].uuid)) {
+            ++matches;
+            selected = index;
+          }
+        }
+        token.outcome = matches == 0 ? TokenOutcome::unknown_uuid
+                        : matches > 1 ? TokenOutcome::ambiguous_uuid
+                                      : TokenOutcome::kept;
+      } else {
+        const std::optional<int> index = detail::read_index_token(token.text);
+        if (index) token.value = *index;
+        if (!index) token.outcome = TokenOutcome::no_digits;
+        else if (*index < 0) token.outcome = TokenOutcome::negative;
+        else if (*index >= physical_count) token.outcome = TokenOutcome::out_of_range;
+        else {
+          token.outcome = TokenOutcome::kept;
+          selected = *index;
+        }
+      }
+      if (token.outcome != TokenOutcome::kept) break;  // the first token not kept ends the list
+      token.physical = selected;
+      if (result.logical(selected)) {
+        token.outcome = TokenOutcome::duplicate;
+        duplicate_reason = detail::describe_value("CUDA_VISIBLE_DEVICES", result.variable_) + " names physical GPU " +
+                           std::to_string(selected) + " twice (the second time as " + detail::quote(token.text) + ")";
+        break;
+      }
+      result.physical_.push_back(selected);
+    }
+  }
+
+  const auto fail = [&result](int code, std::string reason) {
+    result.error_code_ = code;
+    result.reason_ = std::move(reason);
+    result.physical_.clear();
+  };
+  if (cuda_device_order && *cuda_device_order != "FASTEST_FIRST" && *cuda_device_order != "PCI_BUS_ID") {
+    fail(VisibleDevices::kInvalidDevice,
+         detail::describe_value("CUDA_DEVICE_ORDER", result.device_order_) +
+             " is neither FASTEST_FIRST nor PCI_BUS_ID (exactly so: upper case, no blanks)");
+  } else if (!duplicate_reason.empty()) {
+    fail(VisibleDevices::kInvalidDevice, duplicate_reason);
+  } else if (result.physical_.empty()) {
+    if (!cuda_visible_devices) {
+      fail(VisibleDevices::kNoDevice, "this machine has no GPU");
+    } else {
+      const VisibleToken& first = result.tokens_.front();
+      fail(VisibleDevices::kNoDevice, detail::describe_value("CUDA_VISIBLE_DEVICES", result.variable_) +
+                                          " selects no GPU: its first token " + detail::quote(first.text) + " is " +
+                                          detail::token_problem(first, physical_count));
+    }
+  }
+  return result;
+}
+
+}  // namespace gpusel

@@ -1,0 +1,302 @@
+// A fake NVML: the libnvidia-ml functions gpusel's inventory calls, answering
+// from a text file, so tests can describe any machine (several GPUs, busy ones,
+// other users' processes, MIG, mixed models, a broken driver).
+//
+// GPUSEL_FAKE_NVML_CONFIG names the file; it is read again by nvmlInit_v2, by
+// every nvmlDeviceGetCount_v2 and by the nvmlSystem* queries, so a test may
+// rewrite it (or point the variable elsewhere) between queries.
+// Unset: a machine with no GPU. One directive per line, '#' starts a comment,
+// values with blanks in double quotes:
+//
+//   driver 580.159.04             # nvmlSystemGetDriverVersion
+//   cuda_driver 13000             # nvmlSystemGetCudaDriverVersion_v2 (13.0)
+//   init_error 9                  # nvmlInit_v2 fails with this NVML status (9: driver not loaded)
+//   gpu name="NVIDIA H200" uuid=GPU-... pci=00000000:17:00.0 memory_mib=143771 used_mib=1024
+//       utilization=35 memory_utilization=12 cc=9.0 mig=1 processes=unsupported
+//   process gpu=0 pid=4242 used_mib=512        # used_mib=na: NVML_VALUE_NOT_AVAILABLE
+//
+// gpu lines are in nvidia-smi's order (index 0, 1, ...); every key is optional:
+// uuid defaults to GPU-fa4e0000-0000-0000-0000-00000000000N, pci to
+// 00000000:(0x10+N):00.0, name to "NVIDIA H200", memory_mib to 143771, cc to 9.0.
+// A line that does not parse makes nvmlInit_v2 fail with NVML_ERROR_UNKNOWN (999).
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int kSuccess = 0;
+constexpr int kErrorInvalidArgument = 2;
+constexpr int kErrorNotSupported = 3;
+constexpr int kErrorInsufficientSize = 7;
+constexpr int kErrorUnknown = 999;
+
+struct Process {
+  unsigned pid = 0;
+  unsigned long long used_bytes = 0;
+};
+
+struct Gpu {
+  std::string name = "NVIDIA H200";
+  std::string uuid;
+  std::string pci;
+  unsigned long long memory_bytes = 143771ULL << 20;
+  unsigned long long used_bytes = 0;
+  unsigned utilization = 0;
+  unsigned memory_utilization = 0;
+  int cc_major = 9;
+  int cc_minor = 0;
+  bool mig = false;
+  bool processes_supported = true;
+  std::vector<Process> processes;
+};
+
+struct Machine {
+  std::string driver = "580.159.04";
+  int cuda_driver = 13000;
+  int init_error = kSuccess;
+  std::vector<Gpu> gpus;
+};
+
+std::mutex mutex;
+Machine machine;
+
+// Splits a line into words, keeping "quoted text" (without the quotes) as one.
+std::vector<std::string> words(const std::string& line) {
+  std::vector<std::string> result;
+  std::string word;
+  bool quoted = false, any = false;
+  for (const char c : line) {
+    if (c == '"') { quoted = !quoted; any = true; continue; }
+    if (!quoted && (c == ' ' || c == '\t')) {
+      if (any) result.push_back(word);
+      word.clear();
+      any = false;
+      continue;
+    }
+    word += c;
+    any = true;
+  }
+  if (any) result.push_back(word);
+  return result;
+}
+
+unsigned long long mib(const std::string& value) { return std::stoull(value) << 20; }
+
+// Reads the config; false when a line does not parse.
+bool read_machine(Machine& result) {
+  result = Machine{};
+  const char* path = std::getenv("GPUSEL_FAKE_NVML_CONFIG");
+  if (path == nullptr) return true;
+  std::ifstream in(path);
+  if (!in) return false;
+  std::string line;
+  try {
+    while (std::getline(in, line)) {
+      line = line.substr(0, line.find('#'));
+      const std::vector<std::string> parts = words(line);
+      if (parts.empty()) continue;
+      if (parts[0] == "driver" && parts.size() == 2) result.driver = parts[1];
+      else if (parts[0] == "cuda_driver" && parts.size() == 2) result.cuda_driver = std::stoi(parts[1]);
+      else if (parts[0] == "init_error" && parts.size() == 2) result.init_error = std::stoi(parts[1]);
+      else if (parts[0] == "gpu") {
+        Gpu gpu;
+        const std::size_t n = result.gpus.size();
+        char text[64];
+        std::snprintf(text, sizeof text, "GPU-fa4e0000-0000-0000-0000-%012zx", n);
+        gpu.uuid = text;
+        std::snprintf(text, sizeof text, "00000000:%02zX:00.0", 0x10 + n);
+        gpu.pci = text;
+        for (std::size_t i = 1; i < parts.size(); ++i) {
+          const std::size_t equals = parts[i].find('=');
+          if (equals == std::string::npos) return false;
+          const std::string key = parts[i].substr(0, equals), value = parts[i].substr(equals + 1);
+          if (key == "name") gpu.name = value;
+          else if (key == "uuid") gpu.uuid = value;
+          else if (key == "pci") gpu.pci = value;
+          else if (key == "memory_mib") gpu.memory_bytes = mib(value);
+          else if (key == "used_mib") gpu.used_bytes = mib(value);
+          else if (key == "utilization") gpu.utilization = static_cast<unsigned>(std::stoul(value));
+          else if (key == "memory_utilization") gpu.memory_utilization = static_cast<unsigned>(std::stoul(value));
+          else if (key == "cc") {
+            if (std::sscanf(value.c_str(), "%d.%d", &gpu.cc_major, &gpu.cc_minor) != 2) return false;
+          } else if (key == "mig") gpu.mig = value == "1";
+          else if (key == "processes") gpu.processes_supported = value != "unsupported";
+          else return false;
+        }
+        result.gpus.push_back(gpu);
+      } else if (parts[0] == "process") {
+        int gpu = -1;
+        Process process;
+        for (std::size_t i = 1; i < parts.size(); ++i) {
+          const std::size_t equals = parts[i].find('=');
+          if (equals == std::string::npos) return false;
+          const std::string key = parts[i].substr(0, equals), value = parts[i].substr(equals + 1);
+          if (key == "gpu") gpu = std::stoi(value);
+          else if (key == "pid") process.pid = static_cast<unsigned>(std::stoul(value));
+          else if (key == "used_mib") process.used_bytes = value == "na" ? ~0ULL : mib(value);
+          else return false;
+        }
+        if (gpu < 0 || gpu >= static_cast<int>(result.gpus.size())) return false;
+        result.gpus[static_cast<std::size_t>(gpu)].processes.push_back(process);
+      } else {
+        return false;
+      }
+    }
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}
+
+// A handle is the GPU's index + 1, so handles stay valid when the config is read again.
+const Gpu* find(void* handle) {
+  const auto index = reinterpret_cast<std::uintptr_t>(handle);
+  if (index == 0 || index > machine.gpus.size()) return nullptr;
+  return &machine.gpus[index - 1];
+}
+
+int copy_text(const std::string& text, char* buffer, unsigned length) {
+  if (buffer == nullptr) return kErrorInvalidArgument;
+  if (text.size() + 1 > length) return kErrorInsufficientSize;
+  std::memcpy(buffer, text.c_str(), text.size() + 1);
+  return kSuccess;
+}
+
+struct PciInfo {
+  char bus_id_legacy[16];
+  unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+};
+struct Memory { unsigned long long total, free, used; };
+struct Utilization { unsigned gpu, memory; };
+struct ProcessInfo { unsigned pid; unsigned long long used; unsigned gpu_instance, compute_instance; };
+
+}  // namespace
+
+extern "C" int nvmlInit_v2() {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!read_machine(machine)) return kErrorUnknown;
+  return machine.init_error;
+}
+
+extern "C" const char* nvmlErrorString(int status) {
+  switch (status) {
+    case 0: return "Success";
+    case 2: return "Invalid Argument";
+    case 3: return "Not Supported";
+    case 7: return "Insufficient Size";
+    case 9: return "Driver Not Loaded";
+    case 999: return "Unknown Error";
+    default: return "Fake NVML error";
+  }
+}
+
+extern "C" int nvmlSystemGetDriverVersion(char* buffer, unsigned length) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!read_machine(machine)) return kErrorUnknown;
+  return copy_text(machine.driver, buffer, length);
+}
+
+extern "C" int nvmlSystemGetCudaDriverVersion_v2(int* version) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (version == nullptr) return kErrorInvalidArgument;
+  if (!read_machine(machine)) return kErrorUnknown;
+  *version = machine.cuda_driver;
+  return kSuccess;
+}
+
+extern "C" int nvmlDeviceGetCount_v2(unsigned* count) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (count == nullptr) return kErrorInvalidArgument;
+  if (!read_machine(machine)) return kErrorUnknown;
+  *count = static_cast<unsigned>(machine.gpus.size());
+  return kSuccess;
+}
+
+extern "C" int nvmlDeviceGetHandleByIndex_v2(unsigned index, void** handle) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (handle == nullptr || index >= machine.gpus.size()) return kErrorInvalidArgument;
+  *handle = reinterpret_cast<void*>(static_cast<std::uintptr_t>(index) + 1);
+  return kSuccess;
+}
+
+extern "C" int nvmlDeviceGetUUID(void* handle, char* buffer, unsigned length) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Gpu* gpu = find(handle);
+  return gpu == nullptr ? kErrorInvalidArgument : copy_text(gpu->uuid, buffer, length);
+}
+
+extern "C" int nvmlDeviceGetName(void* handle, char* buffer, unsigned length) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Gpu* gpu = find(handle);
+  return gpu == nullptr ? kErrorInvalidArgument : copy_text(gpu->name, buffer, length);
+}
+
+extern "C" int nvmlDeviceGetPciInfo_v3(void* handle, PciInfo* info) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Gpu* gpu = find(handle);
+  if (gpu == nullptr || info == nullptr) return kErrorInvalidArgument;
+  std::memset(info, 0, sizeof *info);
+  std::snprintf(info->bus_id, sizeof info->bus_id, "%s", gpu->pci.c_str());
+  std::sscanf(gpu->pci.c_str(), "%x:%x:%x", &info->domain, &info->bus, &info->device);
+  return kSuccess;
+}
+
+extern "C" int nvmlDeviceGetMemoryInfo(void* handle, Memory* memory) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Gpu* gpu = find(handle);
+  if (gpu == nullptr || memory == nullptr) return kErrorInvalidArgument;
+  memory->total = gpu->memory_bytes;
+  memory->used = gpu->used_bytes;
+  memory->free = gpu->memory_bytes - gpu->used_bytes;
+  return kSuccess;
+}
+
+extern "C" int nvmlDeviceGetUtilizationRates(void* handle, Utilization* utilization) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Gpu* gpu = find(handle);
+  if (gpu == nullptr || utilization == nullptr) return kErrorInvalidArgument;
+  utilization->gpu = gpu->utilization;
+  utilization->memory = gpu->memory_utilization;
+  return kSuccess;
+}
+
+// As NVML: with *count too small, sets *count to the number needed and fails with Insufficient Size.
+extern "C" int nvmlDeviceGetComputeRunningProcesses_v3(void* handle, unsigned* count, ProcessInfo* infos) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Gpu* gpu = find(handle);
+  if (gpu == nullptr || count == nullptr) return kErrorInvalidArgument;
+  if (!gpu->processes_supported) return kErrorNotSupported;
+  const auto needed = static_cast<unsigned>(gpu->processes.size());
+  if (*count < needed || (needed > 0 && infos == nullptr)) {
+    *count = needed;
+    return kErrorInsufficientSize;
+  }
+  for (unsigned i = 0; i < needed; ++i) infos[i] = {gpu->processes[i].pid, gpu->processes[i].used_bytes, ~0u, ~0u};
+  *count = needed;
+  return kSuccess;
+}
+
+extern "C" int nvmlDeviceGetMigMode(void* handle, unsigned* current, unsigned* pending) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Gpu* gpu = find(handle);
+  if (gpu == nullptr || current == nullptr || pending == nullptr) return kErrorInvalidArgument;
+  *current = *pending = gpu->mig ? 1u : 0u;
+  return kSuccess;
+}
+
+extern "C" int nvmlDeviceGetCudaComputeCapability(void* handle, int* major, int* minor) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Gpu* gpu = find(handle);
+  if (gpu == nullptr || major == nullptr || minor == nullptr) return kErrorInvalidArgument;
+  *major = gpu->cc_major;
+  *minor = gpu->cc_minor;
+  return kSuccess;
+}

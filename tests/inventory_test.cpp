@@ -1,0 +1,190 @@
+// Specification of the NVML inventory (include/gpusel/inventory.hpp), against
+// the fake NVML in tests/fake_nvml. A pure test: no CUDA runtime is linked.
+#include "gpusel/inventory.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "fake_nvml_machine.hpp"
+
+namespace {
+
+using gpusel::InventoryStatus;
+using gpusel_test::FakeNvmlMachine;
+using gpusel_test::ScopedEnvironment;
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+const char* kTwoH200 = R"(
+driver 580.159.04
+cuda_driver 13000
+gpu uuid=GPU-f9ee9551-5061-9acc-ea2a-e3926e258ba9 pci=00000000:17:00.0 memory_mib=143771 used_mib=1024 utilization=35 memory_utilization=12
+gpu uuid=GPU-948e02bd-d547-dd13-8fac-9694a9f10034 pci=00000000:18:00.0 processes=unsupported
+)";
+
+TEST(InventoryWithoutNvml, IsAReportedStateNotAnError) {
+  gpusel::InventoryOptions options;
+  options.nvml_library = "/nonexistent/libnvidia-ml.so.1";
+  const gpusel::Inventory inventory = gpusel::query_inventory(options);
+  EXPECT_FALSE(inventory.ok());
+  EXPECT_EQ(inventory.status, InventoryStatus::library_not_found);
+  EXPECT_TRUE(contains(inventory.reason, "/nonexistent/libnvidia-ml.so.1")) << inventory.reason;
+  EXPECT_TRUE(contains(inventory.reason, "no NVIDIA driver")) << inventory.reason;
+  EXPECT_TRUE(inventory.gpus.empty());
+}
+
+TEST(InventoryWithoutNvml, CanBeDisabledThroughTheEnvironment) {
+  ScopedEnvironment none("GPUSEL_NVML_LIBRARY", "none");
+  const gpusel::Inventory inventory = gpusel::query_inventory();
+  EXPECT_EQ(inventory.status, InventoryStatus::disabled);
+  EXPECT_EQ(inventory.reason, "NVML is disabled (GPUSEL_NVML_LIBRARY=none)");
+}
+
+TEST(InventoryWithoutNvml, ALibraryThatIsNotNvmlIsUnusable) {
+  gpusel::InventoryOptions options;
+  options.nvml_library = "libm.so.6";
+  const gpusel::Inventory inventory = gpusel::query_inventory(options);
+  EXPECT_EQ(inventory.status, InventoryStatus::library_unusable);
+  EXPECT_TRUE(contains(inventory.reason, "lacks nvmlInit_v2")) << inventory.reason;
+}
+
+TEST(InventoryWithoutNvml, AFailedInitSaysWhy) {
+  FakeNvmlMachine machine("init_error 9\n");
+  gpusel::InventoryOptions options;
+  // Another spelling of the fake's path: a library that initialized once stays
+  // initialized under its name, and this test needs a first initialization.
+  options.nvml_library = FakeNvmlMachine::library();
+  options.nvml_library.insert(options.nvml_library.rfind('/'), "/.");
+  const gpusel::Inventory inventory = gpusel::query_inventory(options);
+  EXPECT_EQ(inventory.status, InventoryStatus::init_failed);
+  EXPECT_TRUE(contains(inventory.reason, "nvmlInit failed: Driver Not Loaded (NVML status 9)")) << inventory.reason;
+}
+
+TEST(Inventory, ReadsEveryGpuInNvidiaSmiOrder) {
+  FakeNvmlMachine machine(kTwoH200);
+  const gpusel::Inventory inventory = gpusel::query_inventory();
+  ASSERT_TRUE(inventory.ok()) << inventory.reason;
+  EXPECT_EQ(inventory.nvml_library, FakeNvmlMachine::library());
+  EXPECT_EQ(inventory.driver_version, "580.159.04");
+  EXPECT_EQ(inventory.cuda_driver_version, 13000);
+  ASSERT_EQ(inventory.gpus.size(), 2u);
+  const gpusel::Gpu& first = inventory.gpus[0];
+  EXPECT_EQ(first.nvml_index, 0);
+  EXPECT_EQ(first.uuid, "GPU-f9ee9551-5061-9acc-ea2a-e3926e258ba9");
+  EXPECT_EQ(first.name, "NVIDIA H200");
+  EXPECT_EQ(first.pci_bus_id, "00000000:17:00.0");
+  EXPECT_EQ(first.compute_capability_major, 9);
+  EXPECT_EQ(first.memory_total_bytes, std::uint64_t{143771} << 20);
+  EXPECT_EQ(first.memory_used_bytes, std::uint64_t{1024} << 20);
+  EXPECT_EQ(first.memory_free_bytes, std::uint64_t{143771 - 1024} << 20);
+  EXPECT_EQ(first.utilization_percent, 35);
+  EXPECT_EQ(first.memory_utilization_percent, 12);
+  ASSERT_TRUE(first.processes.has_value());
+  EXPECT_TRUE(first.processes->empty());
+  EXPECT_FALSE(inventory.gpus[1].processes.has_value()) << "NVML could not list them: unknown, not none";
+}
+
+TEST(Inventory, ListsComputeProcessesWithTheirUsers) {
+  FakeNvmlMachine machine("gpu\nprocess gpu=0 pid=" + std::to_string(getpid()) +
+                          " used_mib=512\nprocess gpu=0 pid=999999999 used_mib=na\n");
+  const gpusel::Inventory inventory = gpusel::query_inventory();
+  ASSERT_TRUE(inventory.ok()) << inventory.reason;
+  ASSERT_TRUE(inventory.gpus[0].processes.has_value());
+  const auto& processes = *inventory.gpus[0].processes;
+  ASSERT_EQ(processes.size(), 2u);
+  EXPECT_EQ(processes[0].pid, static_cast<unsigned>(getpid()));
+  EXPECT_EQ(processes[0].used_memory_bytes, std::uint64_t{512} << 20);
+  EXPECT_EQ(processes[0].user, gpusel::detail::process_user(static_cast<unsigned>(getpid())));
+  EXPECT_FALSE(processes[0].user.empty()) << "this process is visible in /proc";
+  EXPECT_FALSE(processes[0].command.empty());
+  EXPECT_EQ(processes[1].used_memory_bytes, std::nullopt) << "NVML_VALUE_NOT_AVAILABLE";
+  EXPECT_EQ(processes[1].user, "") << "a process this PID namespace cannot see has no known user";
+}
+
+TEST(Inventory, ReadsIdentityOnlyWhenUsageIsNotWanted) {
+  FakeNvmlMachine machine(kTwoH200);
+  gpusel::InventoryOptions options;
+  options.usage = false;
+  const gpusel::Inventory inventory = gpusel::query_inventory(options);
+  ASSERT_TRUE(inventory.ok()) << inventory.reason;
+  EXPECT_EQ(inventory.gpus[0].uuid, "GPU-f9ee9551-5061-9acc-ea2a-e3926e258ba9");
+  EXPECT_FALSE(inventory.gpus[0].memory_total_bytes.has_value());
+  EXPECT_FALSE(inventory.gpus[0].processes.has_value());
+}
+
+TEST(Inventory, SeesTheMachineChange) {
+  FakeNvmlMachine machine("gpu\n");
+  EXPECT_EQ(gpusel::query_inventory().gpus.size(), 1u);
+  machine.rewrite("gpu\ngpu\ngpu\n");
+  EXPECT_EQ(gpusel::query_inventory().gpus.size(), 3u);
+}
+
+TEST(Inventory, FindsGpusByUuidAndByPciBusIdInEitherSpelling) {
+  FakeNvmlMachine machine(kTwoH200);
+  const gpusel::Inventory inventory = gpusel::query_inventory();
+  ASSERT_TRUE(inventory.ok()) << inventory.reason;
+  EXPECT_EQ(inventory.find_uuid("GPU-948e02bd-d547-dd13-8fac-9694a9f10034"), &inventory.gpus[1]);
+  EXPECT_EQ(inventory.find_uuid("GPU-948e02bd"), nullptr) << "whole UUIDs only";
+  EXPECT_EQ(inventory.find_pci_bus_id("0000:18:00.0"), &inventory.gpus[1]) << "CUDA's spelling of NVML's address";
+  EXPECT_EQ(inventory.find_pci_bus_id("00000000:19:00.0"), nullptr);
+  EXPECT_EQ(inventory.find_pci_bus_id("garbage"), nullptr);
+}
+
+// --- CUDA's physical order (Note [CUDA's physical order]) ----------------------------
+
+gpusel::Inventory inventory_of(const std::string& config) {
+  FakeNvmlMachine machine(config);
+  gpusel::Inventory inventory = gpusel::query_inventory();
+  EXPECT_TRUE(inventory.ok()) << inventory.reason;
+  return inventory;
+}
+
+TEST(CudaPhysicalOrder, PciBusIdIsAscendingPciAddressAndExact) {
+  const auto inventory = inventory_of("gpu pci=00000000:3B:00.0\ngpu pci=00000000:17:00.0\ngpu pci=00000001:05:00.0\n");
+  const auto order = gpusel::cuda_physical_order(inventory, "PCI_BUS_ID");
+  ASSERT_EQ(order.devices.size(), 3u);
+  EXPECT_EQ(order.devices[0].nvml_index, 1);
+  EXPECT_EQ(order.devices[1].nvml_index, 0);
+  EXPECT_EQ(order.devices[2].nvml_index, 2);
+  EXPECT_EQ(order.devices[2].index, 2);
+  EXPECT_EQ(order.devices[0].pci_bus_id, "00000000:17:00.0");
+  EXPECT_TRUE(order.exact);
+}
+
+TEST(CudaPhysicalOrder, FastestFirstOnOneModelIsPciOrderAndExact) {
+  const auto inventory = inventory_of("gpu\ngpu\n");
+  const auto order = gpusel::cuda_physical_order(inventory, std::nullopt);
+  EXPECT_TRUE(order.exact);
+  EXPECT_EQ(order.caveat, "");
+  EXPECT_EQ(order.devices[0].nvml_index, 0);
+  EXPECT_EQ(order.devices[1].nvml_index, 1);
+}
+
+TEST(CudaPhysicalOrder, FastestFirstOnMixedModelsIsAGuessThatSaysSo) {
+  const auto inventory = inventory_of("gpu name=\"Tesla T4\" cc=7.5\ngpu name=\"NVIDIA H200\" cc=9.0\n");
+  const auto order = gpusel::cuda_physical_order(inventory, "FASTEST_FIRST");
+  EXPECT_FALSE(order.exact);
+  EXPECT_TRUE(contains(order.caveat, "nvidia-smi's numbers may not be CUDA's")) << order.caveat;
+  EXPECT_EQ(order.devices[0].name, "NVIDIA H200") << "newest compute capability first";
+  EXPECT_EQ(order.devices[0].nvml_index, 1);
+  const auto pci = gpusel::cuda_physical_order(inventory, "PCI_BUS_ID");
+  EXPECT_TRUE(pci.exact) << "PCI_BUS_ID makes every tool agree";
+  EXPECT_EQ(pci.devices[0].name, "Tesla T4");
+}
+
+TEST(CudaPhysicalOrder, MigModeIsACaveat) {
+  const auto inventory = inventory_of("gpu mig=1\ngpu\n");
+  EXPECT_TRUE(inventory.gpus[0].mig_enabled);
+  const auto order = gpusel::cuda_physical_order(inventory, std::nullopt);
+  EXPECT_FALSE(order.exact);
+  EXPECT_TRUE(contains(order.caveat, "GPU 0 is in MIG mode")) << order.caveat;
+}
+
+TEST(FormatBytes, ReadsLikeNvidiaSmi) {
+  EXPECT_EQ(gpusel::format_bytes(512ULL << 20), "512 MiB");
+  EXPECT_EQ(gpusel::format_bytes(143771ULL << 20), "140.4 GiB");
+}
+
+}  // namespace

@@ -1,0 +1,302 @@
+// Specification of this process's view of its GPUs (include/gpusel/visibility.hpp)
+// and of what it changes in runtime.hpp: device_count() without starting CUDA, and
+// errors that name the map. Built against the emulated runtime and the real one.
+#include "gpusel/visibility.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "fake_nvml_machine.hpp"
+#include "gpusel/runtime.hpp"
+#include "gpusel_test.hpp"
+
+namespace {
+
+using gpusel_test::FakeNvmlMachine;
+using gpusel_test::ScopedEnvironment;
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+const char* kFourGpus = R"(
+gpu uuid=GPU-00000000-aaaa-0000-0000-000000000000 pci=00000000:17:00.0
+gpu uuid=GPU-11111111-aaaa-0000-0000-000000000000 pci=00000000:18:00.0
+gpu uuid=GPU-22222222-aaaa-0000-0000-000000000000 pci=00000000:3A:00.0
+gpu uuid=GPU-33333333-aaaa-0000-0000-000000000000 pci=00000000:3B:00.0
+)";
+
+// Tests that need CUDA not to have started yet: true on the emulated runtime after a
+// reset, and on a real machine until its first CUDA call.
+std::optional<std::string> need_cuda_not_started() {
+#if GPUSEL_TEST_EMULATED
+  gpusel_emulated::reset(gpusel_emulated::devices(2));
+#endif
+  if (gpusel::cuda_started()) return std::string("CUDA has already started in this test process");
+  return std::nullopt;
+}
+
+// --- with no NVML (no driver) ------------------------------------------------------
+
+TEST(VisibilityWithoutNvml, ExplainSaysTheGpusAreUnknownAndStillReadsTheVariable) {
+  ScopedEnvironment nvml("GPUSEL_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1");
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "1,x");
+  const gpusel::DeviceMap map = gpusel::visible_devices();
+  EXPECT_FALSE(map.known());
+  EXPECT_EQ(map.inventory.status, gpusel::InventoryStatus::library_not_found);
+  const std::string text = gpusel::explain(map);
+  EXPECT_TRUE(contains(text, "CUDA_VISIBLE_DEVICES=1,x")) << text;
+  EXPECT_TRUE(contains(text, "The physical GPUs are unknown")) << text;
+  EXPECT_TRUE(contains(text, "no NVIDIA driver is installed")) << text;
+  EXPECT_TRUE(contains(text, "\"x\"")) << "every token is listed:\n" << text;
+}
+
+TEST(VisibilityWithoutNvml, DeviceCountAsksTheRuntime) {
+  if (auto why = gpusel_test::need_no_driver()) GTEST_SKIP() << *why;
+  ScopedEnvironment nvml("GPUSEL_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1");
+  EXPECT_EQ(gpusel::device_count(), 0);
+  EXPECT_FALSE(gpusel::cuda_started()) << "no driver: the runtime found no libcuda to load";
+  EXPECT_TRUE(contains(gpusel::explain(), "CUDA has not started in this process"));
+}
+
+// --- with NVML, before CUDA starts ----------------------------------------------------
+
+TEST(Visibility, MapsThisProcessFromTheEnvironmentAndNvml) {
+  FakeNvmlMachine machine(kFourGpus);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "GPU-33,1");
+  ScopedEnvironment order("CUDA_DEVICE_ORDER", std::nullopt);
+  const gpusel::DeviceMap map = gpusel::visible_devices();
+  ASSERT_TRUE(map.known()) << map.inventory.reason;
+  ASSERT_EQ(map.visible.count(), 1) << "the UUID list ends at the index";
+  EXPECT_EQ(map.visible.physical(0), 3);
+  ASSERT_NE(map.device(0), nullptr);
+  EXPECT_EQ(map.device(0)->uuid, "GPU-33333333-aaaa-0000-0000-000000000000");
+  EXPECT_EQ(map.device(0)->nvml_index, 3);
+  EXPECT_EQ(map.device(1), nullptr);
+}
+
+TEST(Visibility, ExplainShowsEachVisibleDeviceTheHiddenOnesAndEachToken) {
+  FakeNvmlMachine machine(std::string(kFourGpus) + "driver 580.159.04\ncuda_driver 13000\n");
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "2,0,7,1");
+  ScopedEnvironment order("CUDA_DEVICE_ORDER", std::nullopt);
+  const std::string text = gpusel::explain();
+  EXPECT_TRUE(contains(text, "CUDA_VISIBLE_DEVICES=2,0,7,1  CUDA_DEVICE_ORDER is unset (FASTEST_FIRST)\n")) << text;
+  EXPECT_TRUE(contains(text, "sees 4 GPUs, driver 580.159.04 (CUDA 13.0).\n")) << text;
+  EXPECT_TRUE(contains(text, "2 CUDA devices are visible (cuda:0..cuda:1):\n")) << text;
+  EXPECT_TRUE(contains(text, "  cuda:0  physical 2  nvidia-smi 2  NVIDIA H200  GPU-22222222-aaaa-0000-0000-000000000000  "
+                             "00000000:3A:00.0\n"))
+      << text;
+  EXPECT_TRUE(contains(text, "  cuda:1  physical 0  nvidia-smi 0")) << text;
+  EXPECT_TRUE(contains(text, "Hidden from this process:\n  physical 1  nvidia-smi 1")) << text;
+  EXPECT_TRUE(contains(text, "\"7\"            ignored: ends the list: it is out of range (7; this machine has 4 GPUs, "
+                             "indices 0..3)\n"))
+      << text;
+  EXPECT_TRUE(contains(text, "\"1\"            ignored: after the end of the list\n")) << text;
+}
+
+TEST(Visibility, ExplainWarnsWhenNvidiaSmiNumbersMayNotBeCudas) {
+  FakeNvmlMachine machine("gpu name=\"Tesla T4\" cc=7.5\ngpu name=\"NVIDIA H200\" cc=9.0\n");
+  ScopedEnvironment order("CUDA_DEVICE_ORDER", std::nullopt);
+  const std::string text = gpusel::explain();
+  EXPECT_TRUE(contains(text, "Caution: this machine has GPUs of different models")) << text;
+  EXPECT_TRUE(contains(text, "nvidia-smi's numbers may not be CUDA's")) << text;
+  ScopedEnvironment pci("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+  EXPECT_FALSE(contains(gpusel::explain(), "Caution")) << "PCI_BUS_ID order is exact";
+}
+
+TEST(Visibility, ExplainSaysWhyNoDeviceIsVisible) {
+  FakeNvmlMachine machine(kFourGpus);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "0,0");
+  const std::string text = gpusel::explain();
+  EXPECT_TRUE(contains(text, "No CUDA device is visible: CUDA_VISIBLE_DEVICES=0,0 names physical GPU 0 twice")) << text;
+  EXPECT_TRUE(contains(text, "cudaErrorInvalidDevice")) << text;
+}
+
+TEST(Visibility, DeviceCountBeforeCudaStartsComesFromNvmlAndTheEnvironment) {
+  if (auto why = need_cuda_not_started()) GTEST_SKIP() << *why;
+  FakeNvmlMachine machine(kFourGpus);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "3,1");
+  ScopedEnvironment order("CUDA_DEVICE_ORDER", std::nullopt);
+#if GPUSEL_TEST_EMULATED
+  gpusel_emulated::clear_calls();
+#endif
+  EXPECT_EQ(gpusel::device_count(), 2);
+  EXPECT_TRUE(gpusel::is_available());
+  EXPECT_FALSE(gpusel::cuda_started()) << "counting started nothing";
+#if GPUSEL_TEST_EMULATED
+  EXPECT_TRUE(gpusel_emulated::call_log().empty()) << "the runtime was not asked";
+#endif
+}
+
+TEST(Visibility, DeviceCountIsZeroWhenTheDriverIsOlderThanTheRuntime) {
+  if (auto why = need_cuda_not_started()) GTEST_SKIP() << *why;
+  FakeNvmlMachine machine("gpu\ncuda_driver " + std::to_string((CUDART_VERSION / 1000 - 1) * 1000) + "\n");
+  EXPECT_EQ(gpusel::device_count(), 0) << "the runtime would fail with cudaErrorInsufficientDriver";
+}
+
+// --- set_visible_devices -----------------------------------------------------------------
+
+TEST(SetVisibleDevices, SetsTheVariableBeforeCudaStarts) {
+  if (auto why = need_cuda_not_started()) GTEST_SKIP() << *why;
+  FakeNvmlMachine machine(kFourGpus);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  gpusel::set_visible_devices({2, 0});
+  EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "2,0");
+  EXPECT_EQ(gpusel::visible_devices().visible.physical(0), 2);
+  gpusel::set_visible_devices({"GPU-11111111"});
+  EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "GPU-11111111");
+  gpusel::set_visible_devices(std::vector<int>{});
+  EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "") << "an empty list hides every GPU";
+}
+
+TEST(SetVisibleDevices, RejectsWhatCudaWouldNotShow) {
+  if (auto why = need_cuda_not_started()) GTEST_SKIP() << *why;
+  FakeNvmlMachine machine(kFourGpus);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "3");
+  const auto message = [](auto&& call) -> std::string {
+    try {
+      call();
+    } catch (const gpusel::Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_TRUE(contains(message([] { gpusel::set_visible_devices({0, 0}); }), "physical GPU 0 is named twice"));
+  EXPECT_TRUE(contains(message([] { gpusel::set_visible_devices({-1}); }), "cannot be negative"));
+  EXPECT_TRUE(contains(message([] { gpusel::set_visible_devices({1, 4}); }),
+                       "\"4\" ignored: ends the list: it is out of range (4; this machine has 4 GPUs"));
+  EXPECT_TRUE(contains(message([] { gpusel::set_visible_devices({"GPU-ff"}); }), "a UUID prefix that no GPU has"));
+  EXPECT_TRUE(contains(message([] { gpusel::set_visible_devices({"948e02bd"}); }), "is not a GPU UUID"));
+  EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "3") << "a rejected change changes nothing";
+}
+
+// --- on a real machine: NVML's answer is the runtime's ------------------------------------
+
+#if !GPUSEL_TEST_EMULATED
+TEST(VisibilityOnThisMachine, NvmlMapAgreesWithTheRuntime) {
+  if (gpusel::cuda_started()) GTEST_SKIP() << "CUDA has already started in this test process (run this test alone)";
+  const gpusel::DeviceMap map = gpusel::visible_devices();
+  if (!map.known()) GTEST_SKIP() << "no NVML here: " << map.inventory.reason;
+  const int counted_without_cuda = gpusel::device_count();
+  EXPECT_FALSE(gpusel::cuda_started()) << "device_count() started CUDA";
+  int runtime_count = 0;
+  if (cudaGetDeviceCount(&runtime_count) != cudaSuccess) runtime_count = 0;
+  (void)cudaGetLastError();
+  EXPECT_TRUE(gpusel::cuda_started()) << "the first runtime call loads libcuda.so.1";
+  EXPECT_EQ(counted_without_cuda, runtime_count);
+  EXPECT_EQ(gpusel::device_count(), runtime_count);
+  if (!map.order.exact) GTEST_SKIP() << "the order is a guess here: " << map.order.caveat;
+  for (int logical = 0; logical < runtime_count && logical < map.visible.count(); ++logical) {
+    char pci[64] = {};
+    ASSERT_EQ(cudaDeviceGetPCIBusId(pci, sizeof pci, logical), cudaSuccess);
+    const gpusel::Gpu* gpu = map.inventory.find_pci_bus_id(pci);
+    ASSERT_NE(gpu, nullptr) << "NVML has no GPU at " << pci;
+    EXPECT_EQ(gpu->uuid, map.device(logical)->uuid) << "cuda:" << logical << " is the GPU gpusel's map says";
+  }
+}
+#endif  // !GPUSEL_TEST_EMULATED
+
+#if GPUSEL_TEST_EMULATED
+
+// --- the parser and the map make no CUDA call --------------------------------------------
+
+TEST(VisibilityEmulated, ParsingAndExplainingMakeNoCudaCall) {
+  gpusel_emulated::reset(gpusel_emulated::devices(2));
+  FakeNvmlMachine machine(kFourGpus);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "1,GPU-22,0,0");
+  const std::vector<gpusel::PhysicalDevice> physical = {{0, "GPU-a", "", "", 0}, {1, "GPU-b", "", "", 1}};
+  for (const char* value : {"0", "1,0", "0,0", "GPU-a", "abc", "", "4294967296", " -0,+1"})
+    (void)gpusel::parse_visible_devices(value, physical, "PCI_BUS_ID");
+  (void)gpusel::visible_devices();
+  (void)gpusel::explain();
+  EXPECT_TRUE(gpusel_emulated::call_log().empty());
+  EXPECT_EQ(gpusel_emulated::calls("cudaGetDeviceCount"), 0);
+  EXPECT_FALSE(gpusel::cuda_started());
+}
+
+// --- once CUDA has started ----------------------------------------------------------------
+
+TEST(VisibilityEmulated, CudaStartsWithTheFirstRuntimeCall) {
+  gpusel_emulated::reset(gpusel_emulated::devices(2));
+  EXPECT_FALSE(gpusel::cuda_started());
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  EXPECT_TRUE(gpusel::cuda_started());
+}
+
+TEST(VisibilityEmulated, DeviceCountAfterCudaStartedAsksTheRuntime) {
+  gpusel_emulated::reset(gpusel_emulated::devices(3));
+  FakeNvmlMachine machine(kFourGpus);
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  EXPECT_EQ(gpusel::device_count(), 3) << "the runtime's answer, not NVML's 4";
+}
+
+TEST(VisibilityEmulated, DeviceCountWithAMigGpuAsksTheRuntime) {
+  gpusel_emulated::reset(gpusel_emulated::devices(3));
+  FakeNvmlMachine machine("gpu mig=1\n");
+  EXPECT_EQ(gpusel::device_count(), 3) << "CUDA shows MIG instances, which NVML's GPU list does not count";
+}
+
+TEST(VisibilityEmulated, DeviceCountWithoutNvmlAsksTheRuntime) {
+  gpusel_emulated::reset(gpusel_emulated::devices(2));
+  ScopedEnvironment nvml("GPUSEL_NVML_LIBRARY", "none");
+  EXPECT_EQ(gpusel::device_count(), 2);
+}
+
+TEST(VisibilityEmulated, SetVisibleDevicesAfterCudaStartedThrowsAndChangesNothing) {
+  gpusel_emulated::reset(gpusel_emulated::devices(2));
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "1");
+  gpusel::set_device(0);
+  try {
+    gpusel::set_visible_devices({0});
+    FAIL() << "set_visible_devices succeeded after CUDA started";
+  } catch (const gpusel::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "gpusel::set_visible_devices({0}): CUDA has already started in this process "
+                                   "(libcuda.so.1 is loaded), so CUDA_VISIBLE_DEVICES=0 would have no effect here "
+                                   "(CUDA_VISIBLE_DEVICES=1 stays in force)"))
+        << e.what();
+  }
+  EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "1");
+  EXPECT_TRUE(contains(gpusel::explain(), "CUDA has started in this process"));
+}
+
+TEST(VisibilityEmulated, NoDriverMeansCudaNeverStarts) {
+  if (auto why = gpusel_test::need_no_driver()) GTEST_SKIP() << *why;
+  EXPECT_EQ(gpusel::device_count(), 0);
+  EXPECT_FALSE(gpusel::cuda_started());
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  EXPECT_NO_THROW(gpusel::set_visible_devices({0})) << "without a driver nothing has read the variable yet";
+}
+
+// --- errors about a device that is not there name the map ----------------------------------
+
+TEST(VisibilityEmulated, AskingForCuda1UnderVisibleDevices1SaysCuda0IsPhysicalGpu1) {
+  // The emulation shows the devices a test configures; here the one GPU that
+  // CUDA_VISIBLE_DEVICES=1 leaves a two-GPU machine.
+  gpusel_emulated::reset(gpusel_emulated::devices(1));
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "1");
+  try {
+    gpusel::set_device(1);
+    FAIL() << "set_device(1) succeeded with one visible device";
+  } catch (const gpusel::Error& e) {
+    EXPECT_EQ(e.code(), cudaErrorInvalidDevice);
+    EXPECT_TRUE(contains(e.what(), "cudaSetDevice(cuda:1): invalid device ordinal (cudaErrorInvalidDevice); "
+                                   "1 CUDA device is visible (cuda:0); CUDA_VISIBLE_DEVICES=1: cuda:0 is physical GPU 1"))
+        << e.what();
+  }
+}
+
+TEST(VisibilityEmulated, ErrorsUnderAUuidListNameTheUuids) {
+  gpusel_emulated::reset(gpusel_emulated::devices(2));
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "GPU-948e02bd,GPU-f9ee");
+  try {
+    gpusel::set_device(2);
+    FAIL() << "set_device(2) succeeded with two visible devices";
+  } catch (const gpusel::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "cuda:0 is GPU-948e02bd, cuda:1 is GPU-f9ee")) << e.what();
+  }
+}
+
+#endif  // GPUSEL_TEST_EMULATED
+
+}  // namespace
