@@ -10,5 +10,6 @@
 #include "gpusel/visibility.hpp"
 #include "gpusel/visible_devices.hpp"
 // -- issue 4: guard.hpp --
+#include "gpusel/guard.hpp"
 // -- issue 5: stream.hpp, buffer.hpp, module.hpp --
 // -- issue 6: select.hpp, launcher.hpp --
