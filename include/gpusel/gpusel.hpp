@@ -12,4 +12,8 @@
 // -- issue 4: guard.hpp --
 #include "gpusel/guard.hpp"
 // -- issue 5: stream.hpp, buffer.hpp, module.hpp --
+#include "gpusel/default_device.hpp"
+#include "gpusel/stream.hpp"
+#include "gpusel/buffer.hpp"
+#include "gpusel/module.hpp"
 // -- issue 6: select.hpp, launcher.hpp --

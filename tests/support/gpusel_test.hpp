@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "gpusel/buffer.hpp"  // release_cached_resources
 #include "gpusel/runtime.hpp"
 
 #if GPUSEL_TEST_EMULATED
@@ -22,6 +23,9 @@ inline constexpr bool kEmulated = GPUSEL_TEST_EMULATED != 0;
 //   if (auto why = gpusel_test::need_devices(2)) GTEST_SKIP() << *why;
 inline std::optional<std::string> need_devices(int count) {
 #if GPUSEL_TEST_EMULATED
+  // gpusel's caches (pinned staging chunks, peer access) belong to the old
+  // emulated process: drop them before it ends, as a program would before cudaDeviceReset.
+  gpusel::release_cached_resources();
   gpusel_emulated::reset(gpusel_emulated::devices(count));
   return std::nullopt;
 #else
@@ -37,6 +41,7 @@ inline std::optional<std::string> need_devices(int count) {
 // machine really has none (CI), else the reason to skip.
 inline std::optional<std::string> need_no_driver() {
 #if GPUSEL_TEST_EMULATED
+  gpusel::release_cached_resources();
   gpusel_emulated::Config config;
   config.initialization_error = cudaErrorInsufficientDriver;
   gpusel_emulated::reset(config);

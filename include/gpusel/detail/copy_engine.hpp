@@ -1,0 +1,123 @@
+// The copy engine: moves bytes between any two places (pageable host, pinned
+// host, a GPU) by the fastest path that is correct. See Note [The copy engine].
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+#include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/detail/memory.hpp"
+#include "gpusel/detail/parallel_parts.hpp"
+#include "gpusel/detail/peer_access.hpp"
+#include "gpusel/detail/staged_copy.hpp"
+#include "gpusel/guard.hpp"
+#include "gpusel/stream.hpp"
+
+namespace gpusel::detail {
+
+inline constexpr std::size_t kBytesPerHostCopyWorker = std::size_t{16} << 20;
+inline constexpr std::size_t kMaxHostCopyWorkers = 8;
+
+// "4096 bytes from cpu to cuda:1", for errors.
+inline std::string describe_copy(std::size_t bytes, const MemoryPlace& to, const MemoryPlace& from) {
+  const auto name = [](const MemoryPlace& place) {
+    return place.kind == MemoryKind::pinned_host ? std::string("cpu (pinned)") : place.as_device().str();
+  };
+  return std::to_string(bytes) + " bytes from " + name(from) + " to " + name(to);
+}
+
+inline void check_copy(cudaError_t status, const char* call, std::size_t bytes, const MemoryPlace& to,
+                       const MemoryPlace& from) {
+  if (status != cudaSuccess) throw cuda_error(status, std::string("gpusel copy engine: ") + call, describe_copy(bytes, to, from));
+}
+
+// memcpy, on several threads when the size pays for it (a fresh destination's
+// page faults are then taken in parallel too).
+inline void host_copy(void* destination, const void* source, std::size_t bytes) {
+  const std::size_t workers = worker_count(bytes, kBytesPerHostCopyWorker, kMaxHostCopyWorkers);
+  if (workers == 1) {
+    std::memcpy(destination, source, bytes);
+    return;
+  }
+  run_in_parts(bytes, workers, std::size_t{1} << 20, [&](std::size_t begin, std::size_t end, const std::atomic<bool>&) {
+    std::memcpy(static_cast<char*>(destination) + begin, static_cast<const char*>(source) + begin, end - begin);
+  });
+}
+
+// Copies `bytes` from `source` (in `from`) to `destination` (in `to`); they
+// have all arrived, visible to any later work on any stream, when it returns.
+inline void copy(void* destination, const MemoryPlace& to, const void* source, const MemoryPlace& from, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (to.is_host() && from.is_host()) return host_copy(destination, source, bytes);
+
+  if (from.is_host()) {  // host -> device
+    DeviceGuard guard(to.device);
+    if (from.kind == MemoryKind::pageable_host && bytes > kDirectCopyBytes) {
+      return staged_copy(StagedDirection::host_to_device, static_cast<char*>(const_cast<void*>(source)),
+                         static_cast<char*>(destination), bytes, to.device);
+    }
+    check_copy(cudaMemcpy(destination, source, bytes, cudaMemcpyHostToDevice), "cudaMemcpy", bytes, to, from);
+    // From pageable memory cudaMemcpy may return before the DMA has landed.
+    if (from.kind == MemoryKind::pageable_host)
+      check_copy(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize", bytes, to, from);
+    return;
+  }
+
+  if (to.is_host()) {  // device -> host
+    DeviceGuard guard(from.device);
+    if (to.kind == MemoryKind::pageable_host && bytes > kDirectCopyBytes) {
+      return staged_copy(StagedDirection::device_to_host, static_cast<char*>(destination),
+                         static_cast<char*>(const_cast<void*>(source)), bytes, from.device);
+    }
+    check_copy(cudaMemcpy(destination, source, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy", bytes, to, from);
+    return;
+  }
+
+  // device -> device: cudaMemcpy between device memory returns before it is done.
+  DeviceGuard guard(to.device);
+  if (to.device == from.device) {
+    check_copy(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync",
+               bytes, to, from);
+  } else {
+    (void)PeerAccess::instance().enable(to.device, from.device);  // staged by the driver if not: Note [Peer copies]
+    check_copy(cudaMemcpyPeerAsync(destination, to.device, source, from.device, bytes, nullptr), "cudaMemcpyPeerAsync",
+               bytes, to, from);
+  }
+  check_copy(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize", bytes, to, from);
+}
+
+// Queues the copy on `stream` and returns at once when no pageable memory is
+// involved (pinned host <-> device, device <-> device); the caller keeps both
+// sides alive and synchronizes the stream before reading the destination.
+// With pageable memory on either side it is copy(): done when it returns.
+// The stream must belong to the device the copy involves (either one for a
+// copy between two GPUs).
+inline void copy_async(void* destination, const MemoryPlace& to, const void* source, const MemoryPlace& from,
+                       std::size_t bytes, const Stream& stream) {
+  if (bytes == 0) return;
+  const bool pageable = to.kind == MemoryKind::pageable_host || from.kind == MemoryKind::pageable_host;
+  if (pageable || (to.is_host() && from.is_host())) return copy(destination, to, source, from, bytes);
+  const bool stream_fits = (!to.is_host() && to.device == stream.device_index()) ||
+                           (!from.is_host() && from.device == stream.device_index());
+  if (!stream_fits) {
+    throw Error("gpusel copy engine: copying " + describe_copy(bytes, to, from) + " on a stream of " +
+                stream.device().str() + ": the stream must belong to a device the copy involves");
+  }
+  DeviceGuard guard(stream.device_index());
+  cudaError_t status;
+  if (!to.is_host() && !from.is_host() && to.device != from.device) {
+    (void)PeerAccess::instance().enable(to.device, from.device);
+    status = cudaMemcpyPeerAsync(destination, to.device, source, from.device, bytes, stream.handle());
+  } else {
+    const cudaMemcpyKind kind = to.is_host() ? cudaMemcpyDeviceToHost
+                                             : (from.is_host() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice);
+    status = cudaMemcpyAsync(destination, source, bytes, kind, stream.handle());
+  }
+  check_copy(status, "cudaMemcpyAsync", bytes, to, from);
+}
+
+}  // namespace gpusel::detail

@@ -1,0 +1,175 @@
+// Owned memory of the three kinds a Buffer can hold: ordinary (pageable) host
+// memory, pinned host memory, and device memory, each freed where it belongs.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+#include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/device.hpp"
+#include "gpusel/error.hpp"
+#include "gpusel/guard.hpp"
+#include "gpusel/runtime.hpp"
+
+namespace gpusel::detail {
+
+enum class MemoryKind : std::uint8_t { pageable_host, pinned_host, device };
+
+// Where a range of bytes lives: the kind, and for device memory its device.
+struct MemoryPlace {
+  MemoryKind kind = MemoryKind::pageable_host;
+  int device = -1;
+
+  bool is_host() const noexcept { return kind != MemoryKind::device; }
+  Device as_device() const { return kind == MemoryKind::device ? cuda(device) : cpu(); }
+};
+
+// Note [Fresh host memory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// A new host array of 1 GiB is 262144 untouched 4 KiB pages: the first write
+// to each one faults into the kernel, which zeroes it. That, not the PCIe bus,
+// is why copying a GPU's data into a new array runs at 1.4-1.6 GB/s on the H200
+// (DESIGN.md). gpusel's large host buffers therefore
+//  - are aligned to 2 MiB and advised MADV_HUGEPAGE, so the kernel can back
+//    them with huge pages: 512 times fewer faults, each zeroing 2 MiB at
+//    memory speed; and
+//  - are first written by the copy engine's worker threads, each its own part
+//    (see Note [The copy engine]), so the faults that remain are taken in
+//    parallel rather than by one thread.
+// Nothing is touched at allocation: a pre-fault (MAP_POPULATE, memset) would
+// be done by one thread and then written again by the copy.
+inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
+inline constexpr std::size_t kHugePageWorthwhileBytes = std::size_t{4} << 20;
+inline constexpr std::size_t kHostAlignment = 256;  // what cudaMalloc guarantees, so T may need as much
+
+inline std::size_t round_up(std::size_t value, std::size_t multiple) noexcept {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+// What cudaMemGetInfo says of `device`, for out-of-memory errors; "" when it cannot say.
+inline std::string describe_free_memory(int device) {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return {};
+  }
+  return "cuda:" + std::to_string(device) + " has " + std::to_string(free_bytes >> 20) + " MiB free of " +
+         std::to_string(total_bytes >> 20) + " MiB";
+}
+
+class OwnedMemory {
+ public:
+  OwnedMemory() noexcept = default;
+
+  // `bytes` of `place`'s kind; `what` names the owner for errors
+  // ("gpusel::Buffer(1024 elements, 4096 bytes)"). Zero bytes allocate nothing.
+  static OwnedMemory allocate(std::size_t bytes, MemoryPlace place, const std::string& what) {
+    OwnedMemory memory;
+    memory.place_ = place;
+    memory.bytes_ = bytes;
+    if (bytes == 0) return memory;
+    switch (place.kind) {
+      case MemoryKind::pageable_host: memory.pointer_ = allocate_pageable(bytes, what); break;
+      case MemoryKind::pinned_host: memory.pointer_ = allocate_pinned(bytes, what); break;
+      case MemoryKind::device: memory.pointer_ = allocate_device(bytes, place.device, what); break;
+    }
+    return memory;
+  }
+
+  ~OwnedMemory() { release(); }
+
+  // Copying is deleted: two owners would free the memory twice.
+  OwnedMemory(const OwnedMemory&) = delete;
+  OwnedMemory& operator=(const OwnedMemory&) = delete;
+
+  OwnedMemory(OwnedMemory&& other) noexcept
+      : pointer_(std::exchange(other.pointer_, nullptr)), bytes_(std::exchange(other.bytes_, 0)),
+        place_(std::exchange(other.place_, MemoryPlace{})) {}
+  OwnedMemory& operator=(OwnedMemory&& other) noexcept {
+    if (this != &other) {
+      release();
+      pointer_ = std::exchange(other.pointer_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+      place_ = std::exchange(other.place_, MemoryPlace{});
+    }
+    return *this;
+  }
+
+  void* get() const noexcept { return pointer_; }
+  std::size_t bytes() const noexcept { return bytes_; }
+  const MemoryPlace& place() const noexcept { return place_; }
+
+ private:
+  static void* allocate_pageable(std::size_t bytes, const std::string& what) {
+    const bool large = bytes >= kHugePageWorthwhileBytes;
+    const std::size_t alignment = large ? kHugePageBytes : kHostAlignment;
+    void* pointer = std::aligned_alloc(alignment, round_up(bytes, alignment));
+    if (pointer == nullptr) {
+      throw Error(static_cast<int>(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation",
+                  what + " on cpu: out of host memory (" + std::to_string(bytes) + " bytes)");
+    }
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (large) (void)madvise(pointer, round_up(bytes, alignment), MADV_HUGEPAGE);  // advice; see Note [Fresh host memory]
+#endif
+    return pointer;
+  }
+
+  static void* allocate_pinned(std::size_t bytes, const std::string& what) {
+    void* pointer = nullptr;
+    const cudaError_t status = cudaMallocHost(&pointer, bytes);
+    if (status != cudaSuccess) {
+      throw cuda_error(status, what + " in pinned host memory: cudaMallocHost", std::to_string(bytes) + " bytes",
+                       describe_visible_devices());
+    }
+    return pointer;
+  }
+
+  static void* allocate_device(std::size_t bytes, int device, const std::string& what) {
+    DeviceGuard guard(device);
+    void* pointer = nullptr;
+    const cudaError_t status = cudaMalloc(&pointer, bytes);
+    if (status != cudaSuccess) {
+      const std::string context = status == cudaErrorMemoryAllocation ? describe_free_memory(device)
+                                                                      : describe_visible_devices();
+      throw cuda_error(status, what + ": cudaMalloc", cuda(device), context);
+    }
+    return pointer;
+  }
+
+  // Frees on the memory's own device whatever device is current (as rmm's
+  // device_buffer does): cudaFree acts in the current context and would make
+  // one on a device the program never used. Never throws.
+  void release() noexcept {
+    if (pointer_ == nullptr) return;
+    switch (place_.kind) {
+      case MemoryKind::pageable_host: std::free(pointer_); break;
+      case MemoryKind::pinned_host:
+        if (cudaFreeHost(pointer_) != cudaSuccess) (void)cudaGetLastError();
+        break;
+      case MemoryKind::device:
+        try {
+          DeviceGuard guard(place_.device);
+          if (cudaFree(pointer_) != cudaSuccess) (void)cudaGetLastError();
+        } catch (...) {  // the device cannot be made current: nothing left to free it with
+        }
+        break;
+    }
+    pointer_ = nullptr;
+    bytes_ = 0;
+  }
+
+  void* pointer_ = nullptr;
+  std::size_t bytes_ = 0;
+  MemoryPlace place_;
+};
+
+}  // namespace gpusel::detail

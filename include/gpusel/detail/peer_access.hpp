@@ -1,0 +1,74 @@
+// Peer access between two GPUs: enabled once per pair, remembered per process.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "gpusel/guard.hpp"
+
+namespace gpusel::detail {
+
+// Note [Peer copies]
+// ~~~~~~~~~~~~~~~~~~
+// A copy between two GPUs goes over NVLink or PCIe directly when the
+// destination has mapped the source's memory (cudaDeviceEnablePeerAccess);
+// otherwise the driver stages it through host memory, which cudaMemcpyPeer
+// does by itself. Enabling is a property of the destination's context that
+// lasts until the context is destroyed, so it is done once per ordered pair
+// and the answer is remembered (a mutex guards the table; each pair costs one
+// cudaDeviceCanAccessPeer and at most one cudaDeviceEnablePeerAccess, ever).
+// cudaErrorPeerAccessAlreadyEnabled (someone else enabled it: the user, or
+// another library) means it is enabled. Failure to enable (unsupported
+// topology, too many peers) is not an error: the copy is staged instead.
+// release_cached_resources() forgets the table, for use before cudaDeviceReset.
+class PeerAccess {
+ public:
+  static PeerAccess& instance() {
+    static PeerAccess table;
+    return table;
+  }
+
+  // Whether `destination` can now read `source`'s memory directly. Never throws.
+  bool enable(int destination, int source) noexcept {
+    if (destination == source) return true;
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto pair = std::make_pair(destination, source);
+    if (auto known = enabled_.find(pair); known != enabled_.end()) return known->second;
+    bool enabled = false;
+    int can_access = 0;
+    if (cudaDeviceCanAccessPeer(&can_access, destination, source) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;  // not remembered: asking may work later
+    }
+    if (can_access != 0) {
+      try {
+        DeviceGuard guard(destination);
+        const cudaError_t status = cudaDeviceEnablePeerAccess(source, 0);
+        enabled = status == cudaSuccess || status == cudaErrorPeerAccessAlreadyEnabled;
+        if (status != cudaSuccess) (void)cudaGetLastError();
+      } catch (...) {
+        return false;  // the destination could not be made current: not remembered
+      }
+    }
+    try {
+      enabled_.emplace(pair, enabled);
+    } catch (...) {  // could not remember: ask again next time
+    }
+    return enabled;
+  }
+
+  void forget() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    enabled_.clear();
+  }
+
+ private:
+  PeerAccess() = default;
+  std::mutex mutex_;
+  std::map<std::pair<int, int>, bool> enabled_;
+};
+
+}  // namespace gpusel::detail

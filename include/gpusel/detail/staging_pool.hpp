@@ -1,0 +1,144 @@
+// The pinned staging buffers the copy engine moves pageable data through,
+// kept between copies and shared by all threads.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/runtime.hpp"
+
+namespace gpusel::detail {
+
+// Note [The staging pool]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// The DMA engines read and write only page-locked memory, so a copy from
+// ordinary memory goes through pinned "staging" chunks. Pinning is expensive
+// (cudaMallocHost of a few MiB costs about as much as copying them), so the
+// chunks are allocated once and reused by every later copy, from any thread:
+// a mutex guards the list of idle chunks, and a chunk belongs to exactly one
+// copy between acquire() and give_back(). A copy returns a chunk only once
+// the DMA that used it has finished; when it cannot know that (waiting
+// failed) it frees the chunk instead (cudaFreeHost waits for the device).
+//
+// Idle chunks beyond kMaxIdleChunks are freed, so a burst of parallel copies
+// does not keep its peak forever. The pool lives until the process exits and
+// frees its chunks then, ignoring errors: the CUDA runtime may already have
+// shut down (cudaErrorCudartUnloading), and a destructor must not throw.
+// release_cached_resources() (buffer.hpp) empties it earlier: call it before
+// cudaDeviceReset, which frees pinned memory behind the pool's back.
+inline constexpr std::size_t kStagingChunkBytes = std::size_t{4} << 20;
+inline constexpr std::size_t kMaxIdleChunks = 32;  // 128 MiB
+
+class StagingPool {
+ public:
+  static StagingPool& instance() {
+    static StagingPool pool;
+    return pool;
+  }
+
+  // A chunk of kStagingChunkBytes pinned bytes. Throws Error when pinning fails.
+  void* acquire() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!idle_.empty()) {
+        void* chunk = idle_.back();
+        idle_.pop_back();
+        return chunk;
+      }
+    }
+    void* chunk = nullptr;
+    const cudaError_t status = cudaMallocHost(&chunk, kStagingChunkBytes);
+    if (status != cudaSuccess) {
+      throw cuda_error(status, "gpusel copy engine: cudaMallocHost", std::to_string(kStagingChunkBytes) + " bytes of staging",
+                       describe_visible_devices());
+    }
+    return chunk;
+  }
+
+  // Takes back a chunk whose copies have all finished.
+  void give_back(void* chunk) noexcept {
+    if (chunk == nullptr) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (idle_.size() < kMaxIdleChunks) {
+        try {
+          idle_.push_back(chunk);
+          return;
+        } catch (...) {  // no memory to remember it: free it below
+        }
+      }
+    }
+    discard(chunk);
+  }
+
+  // Frees a chunk that may still be in use by a copy (cudaFreeHost waits for it).
+  static void discard(void* chunk) noexcept {
+    if (chunk != nullptr && cudaFreeHost(chunk) != cudaSuccess) (void)cudaGetLastError();
+  }
+
+  // Frees every idle chunk.
+  void release_idle() noexcept {
+    std::vector<void*> idle;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      idle.swap(idle_);
+    }
+    for (void* chunk : idle) discard(chunk);
+  }
+
+  ~StagingPool() { release_idle(); }
+
+  StagingPool(const StagingPool&) = delete;  // one pool per process
+  StagingPool& operator=(const StagingPool&) = delete;
+
+ private:
+  // Asking the runtime something first makes sure whatever runtime state it
+  // keeps in static storage exists before the pool and so outlives it.
+  StagingPool() {
+    int version = 0;
+    (void)cudaRuntimeGetVersion(&version);
+  }
+
+  std::mutex mutex_;
+  std::vector<void*> idle_;
+};
+
+// One chunk, held for the lifetime of a pipeline slot. Ending the lease gives
+// the chunk back, or discards it when the copy may still be using it.
+class StagingLease {
+ public:
+  StagingLease() = default;
+  explicit StagingLease(void* chunk) noexcept : chunk_(chunk) {}
+  ~StagingLease() { end(true); }
+
+  StagingLease(const StagingLease&) = delete;  // one owner per chunk
+  StagingLease& operator=(const StagingLease&) = delete;
+  StagingLease(StagingLease&& other) noexcept : chunk_(std::exchange(other.chunk_, nullptr)) {}
+  StagingLease& operator=(StagingLease&& other) noexcept {
+    if (this != &other) {
+      end(true);
+      chunk_ = std::exchange(other.chunk_, nullptr);
+    }
+    return *this;
+  }
+
+  char* get() const noexcept { return static_cast<char*>(chunk_); }
+
+  void end(bool copies_finished) noexcept {
+    if (chunk_ == nullptr) return;
+    if (copies_finished) StagingPool::instance().give_back(chunk_);
+    else StagingPool::discard(chunk_);
+    chunk_ = nullptr;
+  }
+
+ private:
+  void* chunk_ = nullptr;
+};
+
+}  // namespace gpusel::detail

@@ -1,0 +1,212 @@
+// gpusel::Module: a base class for objects that own Buffers and move them all
+// at once, in place, like torch.nn.Module.
+//
+//   struct Linear : gpusel::Module {
+//     gpusel::Buffer<float> weight, bias;
+//     Linear(std::size_t in, std::size_t out) : weight(in * out), bias(out) {
+//       register_buffer("weight", weight);
+//       register_buffer("bias", bias);
+//     }
+//   };
+//   Linear layer(4, 2);
+//   layer.to(gpusel::cuda(0));           // layer.to("cuda:0"): the same object, returned
+//   layer.weight.device()                // cuda:0
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "gpusel/buffer.hpp"
+#include "gpusel/detail/module_entries.hpp"
+#include "gpusel/detail/resolve_device.hpp"
+#include "gpusel/device.hpp"
+#include "gpusel/error.hpp"
+
+namespace gpusel {
+
+// Note [Module::to is a transaction]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// nn.Module.to moves parameters one by one; if the 7th allocation runs out of
+// memory, the first six are on the GPU and the rest are not. gpusel promises
+// more: to(device)
+//  1. makes a copy of every buffer (of the module and its children) that is
+//     not yet on `device`, on `device` — the only step that can fail;
+//  2. then, only if every copy succeeded, swaps each copy into its Buffer
+//     (a swap cannot fail), and frees the old memory.
+// If step 1 fails, the copies made so far are freed and every Buffer is
+// exactly as it was; the Error names the buffer ("child.weight") and the
+// device. The price is that, for a moment, both the old and the new memory
+// exist: moving between two GPUs needs room on the target for everything,
+// which a one-by-one move would need too, and host memory for nothing.
+// Buffers are swapped, not replaced, so a reference to `layer.weight` taken
+// before to() sees the moved data after it.
+
+class Module {
+ public:
+  // What named_buffers() reports of one buffer.
+  struct BufferInfo {
+    std::string name;  // "weight", "child.weight"
+    Device device;
+    std::size_t size;  // elements
+    std::size_t bytes;
+    bool pinned;
+    const std::type_info* element_type;
+  };
+
+  Module() = default;
+  virtual ~Module() = default;
+
+  // Copying and moving are deleted: the module keeps pointers to its own
+  // members (registered Buffers and children), which a copy or a move would
+  // leave pointing into the original object.
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  Module(Module&&) = delete;
+  Module& operator=(Module&&) = delete;
+
+  // Moves every buffer of this module and its children to `device`, in place,
+  // as one transaction (Note [Module::to is a transaction]), and returns
+  // *this, so that `&m.to(d) == &m` and calls chain. `cuda` means the current
+  // device. Buffers already there are not copied (pinned host buffers stay
+  // pinned on to(cpu())).
+  Module& to(const Device& device) {
+    const Device target = device.is_cpu() ? cpu() : cuda(detail::resolve_cuda_index(device, "gpusel::Module::to(" + device.str() + ")"));
+    std::vector<Named> entries;
+    collect(std::string(), entries);
+    std::vector<std::unique_ptr<detail::PendingMove>> moves;
+    moves.reserve(entries.size());
+    for (const Named& entry : entries) {
+      if (entry.entry->device() == target) continue;
+      try {
+        moves.push_back(entry.entry->prepare(target));
+      } catch (const Error& error) {
+        throw Error(error.code(), error.code_name(),
+                    "gpusel::Module::to(" + target.str() + "): moving buffer \"" + entry.name + "\" (" +
+                        std::to_string(entry.entry->bytes()) + " bytes on " + entry.entry->device().str() +
+                        ") failed, so no buffer was moved: " + error.what());
+      }
+    }
+    for (auto& move : moves) move->commit();
+    set_last_device(target);
+    return *this;  // the old memory is freed with `moves`
+  }
+
+  // The device every buffer is on. A module without buffers reports the
+  // device of its last to() (cpu before). Throws Error when the buffers are
+  // on different devices (one was moved by hand), naming two of them.
+  Device device() const {
+    std::vector<Named> entries;
+    collect(std::string(), entries);
+    if (entries.empty()) return last_device_;
+    const Device first = entries.front().entry->device();
+    for (const Named& entry : entries) {
+      if (entry.entry->device() != first) {
+        throw Error("gpusel::Module::device(): the buffers are on different devices: \"" + entries.front().name +
+                    "\" on " + first.str() + ", \"" + entry.name + "\" on " + entry.entry->device().str());
+      }
+    }
+    return first;
+  }
+
+  // Every buffer of the module and its children, in registration order, own
+  // buffers first, named like PyTorch's named_buffers(): "weight", "child.weight".
+  std::vector<BufferInfo> named_buffers() const {
+    std::vector<Named> entries;
+    collect(std::string(), entries);
+    std::vector<BufferInfo> infos;
+    infos.reserve(entries.size());
+    for (const Named& entry : entries) {
+      infos.push_back(BufferInfo{entry.name, entry.entry->device(), entry.entry->size(), entry.entry->bytes(),
+                                 entry.entry->is_pinned(), &entry.entry->element_type()});
+    }
+    return infos;
+  }
+
+  // The buffer registered as `name` ("child.weight"). Throws Error when there
+  // is none or its element type is not T.
+  template <class T>
+  Buffer<T>& buffer(std::string_view name) {
+    std::vector<Named> entries;
+    collect(std::string(), entries);
+    for (const Named& entry : entries) {
+      if (entry.name != name) continue;
+      if (entry.entry->element_type() != typeid(T))
+        throw Error("gpusel::Module::buffer(\"" + std::string(name) + "\"): the buffer holds another element type");
+      return *static_cast<Buffer<T>*>(entry.entry->buffer());
+    }
+    throw Error("gpusel::Module::buffer(\"" + std::string(name) + "\"): no buffer has this name");
+  }
+
+ protected:
+  // Registers `buffer` (usually a member of the subclass) under `name`, which
+  // must be non-empty, contain no '.', and be new in this module.
+  template <class T>
+  Buffer<T>& register_buffer(std::string name, Buffer<T>& buffer) {
+    check_new_name(name, &buffer, "register_buffer");
+    buffers_.push_back(Entry{std::move(name), std::make_unique<detail::TypedBufferEntry<T>>(buffer)});
+    return buffer;
+  }
+
+  // Registers a child module (usually a member of the subclass) under `name`;
+  // its buffers are named "<name>.<buffer>" and move with this module.
+  template <class M>
+  M& register_module(std::string name, M& child) {
+    static_assert(std::is_base_of_v<Module, M>, "gpusel::Module::register_module: the child must derive from gpusel::Module");
+    Module& base = child;
+    if (&base == this) throw Error("gpusel::Module::register_module(\"" + name + "\"): a module cannot be its own child");
+    check_new_name(name, &base, "register_module");
+    children_.push_back(Child{std::move(name), &base});
+    return child;
+  }
+
+ private:
+  struct Entry {
+    std::string name;
+    std::unique_ptr<detail::BufferEntry> entry;
+  };
+  struct Child {
+    std::string name;
+    Module* module;
+  };
+  struct Named {
+    std::string name;
+    detail::BufferEntry* entry;
+  };
+
+  void collect(const std::string& prefix, std::vector<Named>& out) const {
+    for (const Entry& entry : buffers_) out.push_back(Named{prefix + entry.name, entry.entry.get()});
+    for (const Child& child : children_) child.module->collect(prefix + child.name + ".", out);
+  }
+
+  void set_last_device(const Device& device) noexcept {
+    last_device_ = device;
+    for (const Child& child : children_) child.module->set_last_device(device);
+  }
+
+  void check_new_name(const std::string& name, const void* object, const char* function) const {
+    const auto reject = [&](const std::string& why) {
+      return Error(std::string("gpusel::Module::") + function + "(\"" + name + "\"): " + why);
+    };
+    if (name.empty()) throw reject("the name is empty");
+    if (name.find('.') != std::string::npos) throw reject("a name cannot contain '.', which separates a child's name");
+    for (const Entry& entry : buffers_) {
+      if (entry.name == name) throw reject("a buffer of this module already has this name");
+      if (entry.entry->address() == object) throw reject("this buffer is already registered as \"" + entry.name + "\"");
+    }
+    for (const Child& child : children_) {
+      if (child.name == name) throw reject("a child module already has this name");
+      if (child.module == object) throw reject("this module is already registered as \"" + child.name + "\"");
+    }
+  }
+
+  std::vector<Entry> buffers_;
+  std::vector<Child> children_;
+  Device last_device_ = cpu();
+};
+
+}  // namespace gpusel

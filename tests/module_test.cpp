@@ -1,0 +1,289 @@
+// Specification of gpusel::Module (include/gpusel/module.hpp): buffers moved
+// in place, together, as one transaction. Built against the emulated and the
+// real runtime (gpusel_test.hpp).
+#include "gpusel/module.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "gpusel/guard.hpp"
+#include "gpusel_test.hpp"
+
+namespace {
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::optional<std::string> machine_with(int devices) {
+  gpusel::release_cached_resources();
+  return gpusel_test::need_devices(devices);
+}
+
+struct Linear : gpusel::Module {
+  gpusel::Buffer<float> weight;
+  gpusel::Buffer<std::int32_t> bias;
+  Linear(std::size_t in, std::size_t out) : weight(in * out, gpusel::cpu()), bias(out, gpusel::cpu()) {
+    for (std::size_t i = 0; i < weight.size(); ++i) weight.data()[i] = static_cast<float>(i) * 0.5f;
+    for (std::size_t i = 0; i < bias.size(); ++i) bias.data()[i] = static_cast<std::int32_t>(i) - 7;
+    register_buffer("weight", weight);
+    register_buffer("bias", bias);
+  }
+};
+
+// Several buffers of different types, one large enough for the staged copy
+// path (more than 1 MiB), and a child module.
+struct Model : gpusel::Module {
+  gpusel::Buffer<double> scale{{0.25, 0.5, 0.75}, gpusel::cpu()};
+  gpusel::Buffer<std::uint8_t> table;
+  Linear head{3, 2};
+  Model() : table((std::size_t{6} << 20) + 3, gpusel::cpu()) {
+    for (std::size_t i = 0; i < table.size(); ++i) {  // no period, so a chunk at the wrong offset shows
+      const std::uint64_t x = i * 0x9E3779B97F4A7C15u;
+      table.data()[i] = static_cast<std::uint8_t>((x ^ (x >> 31)) >> 24);
+    }
+    register_buffer("scale", scale);
+    register_buffer("table", table);
+    register_module("head", head);
+  }
+};
+
+// What the model holds, read back to the host, to compare before and after.
+struct Snapshot {
+  std::vector<double> scale;
+  std::vector<std::uint8_t> table;
+  std::vector<float> weight;
+  std::vector<std::int32_t> bias;
+  bool operator==(const Snapshot& o) const {
+    return scale == o.scale && table == o.table && weight == o.weight && bias == o.bias;
+  }
+};
+Snapshot snapshot(const Model& m) {
+  return {m.scale.to_vector(), m.table.to_vector(), m.head.weight.to_vector(), m.head.bias.to_vector()};
+}
+
+static_assert(!std::is_copy_constructible_v<gpusel::Module>, "a copy would point at the original's buffers");
+static_assert(!std::is_move_constructible_v<gpusel::Module>, "a move would point at the original's buffers");
+
+TEST(ModuleOnCpu, NamesItsBuffersLikeNamedBuffers) {
+  Model m;
+  std::vector<std::string> names;
+  for (const auto& info : m.named_buffers()) names.push_back(info.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"scale", "table", "head.weight", "head.bias"}));
+  const auto infos = m.named_buffers();
+  EXPECT_EQ(infos[2].size, 6u);
+  EXPECT_EQ(infos[2].bytes, 24u);
+  EXPECT_EQ(*infos[2].element_type, typeid(float));
+  EXPECT_EQ(infos[2].device, gpusel::cpu());
+  EXPECT_EQ(m.device(), gpusel::cpu());
+}
+
+TEST(ModuleOnCpu, FindsABufferByNameAndType) {
+  Model m;
+  EXPECT_EQ(&m.buffer<float>("head.weight"), &m.head.weight);
+  EXPECT_THROW(m.buffer<double>("head.weight"), gpusel::Error) << "wrong element type";
+  EXPECT_THROW(m.buffer<float>("head.missing"), gpusel::Error);
+}
+
+TEST(ModuleOnCpu, RejectsBadRegistrations) {
+  struct Bad : gpusel::Module {
+    gpusel::Buffer<int> a, b;
+    Linear child{1, 1};
+    void try_all() {
+      register_buffer("a", a);
+      EXPECT_THROW(register_buffer("", b), gpusel::Error);
+      EXPECT_THROW(register_buffer("x.y", b), gpusel::Error);
+      EXPECT_THROW(register_buffer("a", b), gpusel::Error) << "the name is taken";
+      EXPECT_THROW(register_buffer("again", a), gpusel::Error) << "the buffer is registered";
+      register_module("child", child);
+      EXPECT_THROW(register_module("child", child), gpusel::Error);
+      EXPECT_THROW(register_module("other", child), gpusel::Error);
+      EXPECT_THROW(register_module("me", *this), gpusel::Error);
+    }
+  } bad;
+  bad.try_all();
+  EXPECT_EQ(bad.named_buffers().size(), 3u);
+}
+
+TEST(ModuleOnCpu, ToTheDeviceItIsOnCopiesNothing) {
+  Model m;
+  const void* memory = m.table.data();
+  EXPECT_EQ(&m.to(gpusel::cpu()), &m);
+  EXPECT_EQ(m.table.data(), memory);
+}
+
+TEST(ModuleOnCpu, ReportsMixedDevicesAsAnError) {
+  if (auto why = machine_with(1)) GTEST_SKIP() << *why;
+  Model m;
+  m.head.bias = m.head.bias.to(gpusel::cuda(0));
+  try {
+    (void)m.device();
+    FAIL() << "mixed devices gave one device";
+  } catch (const gpusel::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "\"head.bias\" on cuda:0")) << e.what();
+  }
+}
+
+TEST(ModuleWithoutDriver, ToCudaFailsClearlyAndMovesNothing) {
+  if (auto why = gpusel_test::need_no_driver()) GTEST_SKIP() << *why;
+  Model m;
+  const Snapshot before = snapshot(m);
+  try {
+    m.to(gpusel::cuda());
+    FAIL() << "to(cuda) succeeded without a driver";
+  } catch (const gpusel::Error& e) {
+    EXPECT_EQ(e.code(), cudaErrorInsufficientDriver);
+    EXPECT_TRUE(contains(e.what(), "gpusel::Module::to(cuda)")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "no NVIDIA driver was found")) << e.what();
+  }
+  EXPECT_EQ(m.device(), gpusel::cpu());
+  EXPECT_TRUE(snapshot(m) == before);
+}
+
+TEST(Module, ToMovesEveryBufferInPlaceAndReturnsTheSameObject) {
+  if (auto why = machine_with(1)) GTEST_SKIP() << *why;
+  Model m;
+  const Snapshot before = snapshot(m);
+  gpusel::Buffer<float>& weight = m.head.weight;  // a reference taken before the move
+  gpusel::Module& returned = m.to(gpusel::cuda(0));
+  EXPECT_EQ(&returned, &m) << "module.cuda() returns the module itself";
+  EXPECT_EQ(m.device(), gpusel::cuda(0));
+  for (const auto& info : m.named_buffers()) EXPECT_EQ(info.device, gpusel::cuda(0)) << info.name;
+  EXPECT_EQ(weight.device(), gpusel::cuda(0)) << "the reference sees the moved data";
+  EXPECT_TRUE(snapshot(m) == before);
+  EXPECT_EQ(&m.to(gpusel::cpu()).to(gpusel::cuda(0)), &m) << "calls chain";
+  EXPECT_TRUE(snapshot(m) == before);
+}
+
+TEST(Module, CudaWithoutAnIndexIsTheCurrentDevice) {
+  if (auto why = machine_with(2)) GTEST_SKIP() << *why;
+  Model m;
+  gpusel::DeviceGuard guard(1);
+  m.to(gpusel::cuda());
+  EXPECT_EQ(m.device(), gpusel::cuda(1));
+  EXPECT_EQ(m.head.bias.device(), gpusel::cuda(1));
+}
+
+TEST(Module, MovesBetweenGpus) {
+  if (auto why = machine_with(2)) GTEST_SKIP() << *why;
+  Model m;
+  const Snapshot before = snapshot(m);
+  m.to(gpusel::cuda(0)).to(gpusel::cuda(1));
+  EXPECT_EQ(m.device(), gpusel::cuda(1));
+  EXPECT_TRUE(snapshot(m) == before);
+}
+
+TEST(Module, WithoutBuffersReportsItsLastDevice) {
+  if (auto why = machine_with(1)) GTEST_SKIP() << *why;
+  struct Empty : gpusel::Module {} empty;
+  EXPECT_EQ(empty.device(), gpusel::cpu());
+  empty.to(gpusel::cuda(0));
+  EXPECT_EQ(empty.device(), gpusel::cuda(0));
+}
+
+#if GPUSEL_TEST_EMULATED
+
+TEST(ModuleEmulated, BuffersAlreadyOnTheTargetAreNotCopied) {
+  machine_with(2);
+  Model m;
+  m.to(gpusel::cuda(1));
+  gpusel_emulated::clear_calls();
+  m.to(gpusel::cuda(1));
+  EXPECT_EQ(gpusel_emulated::calls("cudaMalloc"), 0);
+  EXPECT_EQ(gpusel_emulated::bytes_in_use(0), 0u);
+}
+
+TEST(ModuleEmulated, FreesTheOldMemoryOnItsDevice) {
+  machine_with(2);
+  Model m;
+  m.to(gpusel::cuda(0));
+  const std::size_t on_0 = gpusel_emulated::bytes_in_use(0);
+  EXPECT_GT(on_0, std::size_t{6} << 20);
+  m.to(gpusel::cuda(1));
+  EXPECT_EQ(gpusel_emulated::bytes_in_use(0), 0u);
+  EXPECT_EQ(gpusel_emulated::bytes_in_use(1), on_0);
+}
+
+// Note [Module::to is a transaction], proved: every allocation and copy point
+// of every path (host->GPU, GPU->host, GPU->GPU with and without peer access)
+// fails in turn, and each time every buffer is where it was, intact, nothing
+// stays allocated, and the Error says which buffer and device.
+TEST(ModuleEmulated, ToIsATransactionWhereverItFails) {
+  const char* functions[] = {"cudaMalloc",      "cudaMallocHost",          "cudaMemcpy",
+                             "cudaMemcpyAsync", "cudaMemcpyPeerAsync",     "cudaStreamSynchronize",
+                             "cudaEventRecord", "cudaEventSynchronize",    "cudaStreamCreateWithFlags",
+                             "cudaEventCreateWithFlags"};
+  struct Path {
+    gpusel::Device from, to;
+    bool peer;
+  };
+  const Path paths[] = {{gpusel::cpu(), gpusel::cuda(1), true},
+                        {gpusel::cuda(0), gpusel::cpu(), true},
+                        {gpusel::cuda(0), gpusel::cuda(1), true},
+                        {gpusel::cuda(0), gpusel::cuda(1), false}};
+  int failures_seen = 0;
+  for (const Path& path : paths) {
+    for (const char* function : functions) {
+      for (int nth = 1;; ++nth) {
+        gpusel::release_cached_resources();
+        gpusel_emulated::Config config = gpusel_emulated::devices(2);
+        if (!path.peer) config.peer_access = {{false, false}, {false, false}};
+        gpusel_emulated::reset(config);
+        Model m;
+        m.to(path.from);
+        const Snapshot before = snapshot(m);
+        std::vector<const void*> memory;
+        for (const auto* pointer : {static_cast<const void*>(m.scale.data()), static_cast<const void*>(m.table.data()),
+                                    static_cast<const void*>(m.head.weight.data()),
+                                    static_cast<const void*>(m.head.bias.data())})
+          memory.push_back(pointer);
+        gpusel::release_cached_resources();
+        const std::size_t used_before[] = {gpusel_emulated::bytes_in_use(0), gpusel_emulated::bytes_in_use(1),
+                                           gpusel_emulated::pinned_host_bytes_in_use()};
+        const int device_before = gpusel::current_device();
+
+        gpusel_emulated::fail_call(function, nth, cudaErrorMemoryAllocation);
+        bool failed = false;
+        try {
+          m.to(path.to);
+        } catch (const gpusel::Error& e) {
+          failed = true;
+          ++failures_seen;
+          EXPECT_EQ(e.code(), cudaErrorMemoryAllocation) << e.what();
+          EXPECT_TRUE(contains(e.what(), "gpusel::Module::to(" + path.to.str() + "): moving buffer \"")) << e.what();
+          EXPECT_TRUE(contains(e.what(), "no buffer was moved")) << e.what();
+        }
+        gpusel_emulated::clear_failures();
+        const std::string where = std::string(function) + " #" + std::to_string(nth) + " " + path.from.str() + "->" +
+                                  path.to.str() + (path.peer ? "" : " (no peer access)");
+        if (!failed) {
+          EXPECT_EQ(m.device(), path.to) << where;
+          EXPECT_TRUE(snapshot(m) == before) << where;
+          break;
+        }
+        EXPECT_EQ(m.device(), path.from) << where;
+        const void* after[] = {m.scale.data(), m.table.data(), m.head.weight.data(), m.head.bias.data()};
+        EXPECT_TRUE(std::equal(memory.begin(), memory.end(), std::begin(after))) << where;
+        EXPECT_TRUE(snapshot(m) == before) << where;
+        gpusel::release_cached_resources();
+        const std::size_t used_after[] = {gpusel_emulated::bytes_in_use(0), gpusel_emulated::bytes_in_use(1),
+                                          gpusel_emulated::pinned_host_bytes_in_use()};
+        EXPECT_TRUE(std::equal(std::begin(used_before), std::end(used_before), std::begin(used_after))) << where;
+        EXPECT_EQ(gpusel_emulated::live_streams(), 0) << where;
+        EXPECT_EQ(gpusel_emulated::live_events(), 0) << where;
+        EXPECT_EQ(gpusel::current_device(), device_before) << where;
+        ASSERT_LT(nth, 200) << where << ": the failures never stopped";
+      }
+    }
+  }
+  EXPECT_GT(failures_seen, 40);
+}
+
+#endif
+
+}  // namespace
