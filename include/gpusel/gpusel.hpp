@@ -17,3 +17,6 @@
 #include "gpusel/buffer.hpp"
 #include "gpusel/module.hpp"
 // -- issue 6: select.hpp, launcher.hpp --
+#include "gpusel/launcher.hpp"
+#include "gpusel/memory_size.hpp"
+#include "gpusel/select.hpp"

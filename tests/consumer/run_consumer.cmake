@@ -15,7 +15,11 @@ if(MODE STREQUAL "find_package")
   run(${CMAKE_COMMAND} -S ${GPUSEL_SOURCE_DIR} -B ${WORK_DIR}/gpusel-build -G ${CMAKE_GENERATOR}
       -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER} -DGPUSEL_BUILD_TESTS=OFF -DGPUSEL_BUILD_EXAMPLES=OFF
       -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
+  run(${CMAKE_COMMAND} --build ${WORK_DIR}/gpusel-build)  # the gpusel command, installed into bin/
   run(${CMAKE_COMMAND} --install ${WORK_DIR}/gpusel-build)
+  if(NOT EXISTS ${WORK_DIR}/prefix/bin/gpusel)
+    message(FATAL_ERROR "the gpusel command is not installed into bin/")
+  endif()
   if(NOT EXISTS ${WORK_DIR}/prefix/share/gpusel/gpuselConfig.cmake)
     message(FATAL_ERROR "the package config is not under share/gpusel")
   endif()

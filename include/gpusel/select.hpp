@@ -1,0 +1,301 @@
+// Picking free GPUs, like GPUtil, setGPU and nvitop's nvisel do for Python.
+//
+//   gpusel::PickCriteria criteria;
+//   criteria.at_least = 2;                  // Error when fewer fit
+//   criteria.min_free_memory = "8GiB";
+//   criteria.max_utilization = 10;          // percent
+//   auto gpus = gpusel::pick(criteria);     // the best 2, most free memory first
+//   gpusel::use_free_gpus(criteria);        // ... and make them this process's cuda:0, cuda:1
+//
+// Picking reads NVML only (inventory.hpp): it creates no CUDA context and makes
+// no CUDA call, so it can run before CUDA starts, as use_free_gpus must.
+// This header includes no CUDA header.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpusel/error.hpp"
+#include "gpusel/inventory.hpp"
+#include "gpusel/memory_size.hpp"
+#include "gpusel/visibility.hpp"
+
+namespace gpusel {
+
+// Which fitting GPUs come first.
+enum class PickOrder {
+  most_free_memory,  // then least utilized, then CUDA's physical index
+  least_utilized,    // then most free memory, then CUDA's physical index
+  index,             // CUDA's physical index
+};
+
+// What a GPU must be to be picked. The defaults pick one GPU that runs no
+// other user's compute process, among those this process may see.
+struct PickCriteria {
+  // Fewer fitting GPUs than this is an Error.
+  int at_least = 1;
+  // At most this many are picked; nullopt: as many as at_least. PickCriteria::all: every one that fits.
+  std::optional<int> at_most;
+  static constexpr int all = INT_MAX;
+  // Free memory the GPU must have: bytes, or text such as "8GiB" (Note [Memory size grammar]).
+  MemorySize min_free_memory;
+  // Highest utilization (percent of time a kernel ran, NVML's last sample) allowed; nullopt: any.
+  std::optional<int> max_utilization;
+  // Whether a GPU where another user runs a compute process may be picked.
+  // See Note [Whose process is it].
+  bool allow_other_users = false;
+  // GPUs never to pick: nvidia-smi's numbers ("3") or UUIDs, a unique prefix
+  // being enough ("GPU-8d2a"). One that names no GPU is an Error (a typo would
+  // otherwise exclude nothing).
+  std::vector<std::string> exclude;
+  PickOrder order = PickOrder::most_free_memory;
+  // Choose only among the GPUs this process may see already: when
+  // CUDA_VISIBLE_DEVICES is set (Slurm sets it to the job's GPUs), GPUs it
+  // hides are not candidates. false: every GPU of the machine is.
+  bool only_visible = true;
+};
+
+// Note [Whose process is it]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// NVML lists the compute processes on each GPU by pid; the owner comes from
+// /proc/<pid>/status, compared with this process's own real user (read the
+// same way, so names and bare uids compare alike). A process in another
+// container or PID namespace is not visible in /proc: its owner is unknown,
+// and it counts as another user's, since a GPU shared with a job we cannot
+// see is exactly what picking is meant to avoid. When NVML cannot list a
+// GPU's processes at all, the GPU is rejected unless allow_other_users is set.
+
+// One GPU and the verdict on it.
+struct Candidate {
+  Gpu gpu;                 // what NVML said
+  int physical_index = 0;  // CUDA's physical index: what an integer in CUDA_VISIBLE_DEVICES names
+  std::vector<std::string> rejected_because;  // empty when it fits
+
+  bool fits() const noexcept { return rejected_because.empty(); }
+};
+
+namespace detail {
+
+// This process's real user, named as inventory.hpp names processes' owners.
+inline std::string current_user() { return process_user(static_cast<unsigned int>(getpid())); }
+
+inline std::string describe_process(const GpuProcess& process) {
+  std::string text = "pid " + std::to_string(process.pid);
+  if (process.user.empty()) {
+    text += ", owner unknown: not visible from this PID namespace";
+  } else {
+    text += " of " + process.user;
+    if (!process.command.empty()) text += " (" + process.command + ")";
+  }
+  if (process.used_memory_bytes) text += ", " + format_memory_size(*process.used_memory_bytes);
+  return text;
+}
+
+inline bool starts_with_ignoring_case(std::string_view text, std::string_view prefix) {
+  if (prefix.size() > text.size()) return false;
+  for (std::size_t i = 0; i < prefix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(text[i])) != std::tolower(static_cast<unsigned char>(prefix[i])))
+      return false;
+  return true;
+}
+
+// The nvidia-smi numbers of the GPUs `exclude` names; throws Error for a name that matches none or several.
+inline std::vector<int> excluded_gpus(const std::vector<std::string>& exclude, const std::vector<Gpu>& gpus) {
+  std::vector<int> indices;
+  for (const std::string& name : exclude) {
+    const auto reject = [&](const std::string& why) {
+      std::string message = "gpusel::pick: cannot exclude \"" + name + "\": ";
+      message += why;
+      message += "; name a GPU by nvidia-smi's number (0, 1, ...) or by its UUID or a unique prefix (GPU-8d2a)";
+      return Error(message);
+    };
+    const bool digits = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+    std::vector<int> matches;
+    if (digits) {
+      for (const Gpu& gpu : gpus)
+        if (name.size() <= 9 && gpu.nvml_index == std::stoi(name)) matches.push_back(gpu.nvml_index);
+      if (matches.empty()) throw reject("there is no GPU with that number (" + std::to_string(gpus.size()) + " GPUs)");
+    } else if (name.rfind("GPU-", 0) == 0 && name.size() > 4) {
+      for (const Gpu& gpu : gpus)
+        if (starts_with_ignoring_case(gpu.uuid, name)) matches.push_back(gpu.nvml_index);
+      if (matches.empty()) throw reject("no GPU has that UUID");
+      if (matches.size() > 1) throw reject("the prefix matches " + std::to_string(matches.size()) + " GPUs");
+    } else {
+      throw reject("it is neither a number nor a GPU UUID");
+    }
+    indices.push_back(matches.front());
+  }
+  return indices;
+}
+
+inline std::string describe_candidate(const Candidate& candidate) {
+  const Gpu& gpu = candidate.gpu;
+  std::string text = "GPU " + std::to_string(candidate.physical_index) + " (nvidia-smi " +
+                     std::to_string(gpu.nvml_index) + ", " + (gpu.name.empty() ? "unnamed" : gpu.name) + ", " +
+                     gpu.uuid + ")";
+  if (gpu.memory_free_bytes) text += ", " + format_memory_size(*gpu.memory_free_bytes) + " free";
+  if (gpu.utilization_percent) text += ", " + std::to_string(*gpu.utilization_percent) + "% utilized";
+  return text;
+}
+
+inline int wanted_at_most(const PickCriteria& criteria) {
+  return criteria.at_most ? *criteria.at_most : criteria.at_least;
+}
+
+}  // namespace detail
+
+// "at least 2 GPUs (at most 2); at least 8.0 GiB free; at most 10% utilized;
+// no other user's compute process; most free memory first"
+inline std::string describe(const PickCriteria& criteria) {
+  const int at_most = detail::wanted_at_most(criteria);
+  std::string text = "at least " + std::to_string(criteria.at_least) + (criteria.at_least == 1 ? " GPU" : " GPUs");
+  text += at_most == PickCriteria::all ? " (all that fit)" : " (at most " + std::to_string(at_most) + ")";
+  if (criteria.min_free_memory.bytes > 0) text += "; at least " + format_memory_size(criteria.min_free_memory.bytes) + " free";
+  if (criteria.max_utilization) text += "; at most " + std::to_string(*criteria.max_utilization) + "% utilized";
+  if (!criteria.allow_other_users) text += "; no other user's compute process";
+  if (!criteria.exclude.empty()) {
+    text += "; excluding";
+    for (const std::string& name : criteria.exclude) text += " " + name;
+  }
+  if (!criteria.only_visible) text += "; any GPU of the machine, CUDA_VISIBLE_DEVICES aside";
+  text += criteria.order == PickOrder::most_free_memory ? "; most free memory first"
+          : criteria.order == PickOrder::least_utilized ? "; least utilized first"
+                                                        : "; in CUDA's order";
+  return text;
+}
+
+// Every GPU of `map`, in CUDA's physical order, with the reasons it does not
+// fit `criteria`; `user` is whose processes are not another user's. Pure: reads
+// nothing but its arguments. Throws Error for criteria that make no sense.
+inline std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
+  if (criteria.at_least < 0) throw Error("gpusel::pick: at_least cannot be negative, got " + std::to_string(criteria.at_least));
+  if (detail::wanted_at_most(criteria) < criteria.at_least)
+    throw Error("gpusel::pick: at_most (" + std::to_string(detail::wanted_at_most(criteria)) + ") is below at_least (" +
+                std::to_string(criteria.at_least) + ")");
+  if (criteria.max_utilization && (*criteria.max_utilization < 0 || *criteria.max_utilization > 100))
+    throw Error("gpusel::pick: max_utilization is a percentage from 0 to 100, got " +
+                std::to_string(*criteria.max_utilization));
+  const std::vector<int> excluded = detail::excluded_gpus(criteria.exclude, map.inventory.gpus);
+  const bool variable_set = map.visible.variable().has_value();
+
+  std::vector<Candidate> candidates;
+  for (const PhysicalDevice& device : map.order.devices) {
+    const Gpu* gpu = map.inventory.find_uuid(device.uuid);
+    if (gpu == nullptr) continue;  // cannot happen: the order is made from the inventory
+    Candidate candidate{*gpu, device.index, {}};
+    std::vector<std::string>& why = candidate.rejected_because;
+    if (std::find(excluded.begin(), excluded.end(), gpu->nvml_index) != excluded.end()) why.emplace_back("excluded");
+    if (criteria.only_visible && variable_set && !map.visible.logical(device.index))
+      why.push_back("hidden by " + detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable()));
+    if (gpu->mig_enabled)
+      why.emplace_back("MIG mode is enabled: CUDA shows its MIG instances, not the GPU (name an instance by its MIG- UUID "
+                    "from nvidia-smi -L)");
+    if (criteria.min_free_memory.bytes > 0) {
+      if (!gpu->memory_free_bytes) {
+        why.emplace_back("its free memory is unknown (NVML could not tell)");
+      } else if (*gpu->memory_free_bytes < criteria.min_free_memory.bytes) {
+        why.push_back("only " + format_memory_size(*gpu->memory_free_bytes) + " free, " +
+                      format_memory_size(criteria.min_free_memory.bytes) + " needed");
+      }
+    }
+    if (criteria.max_utilization) {
+      if (!gpu->utilization_percent) {
+        why.emplace_back("its utilization is unknown (NVML could not tell)");
+      } else if (*gpu->utilization_percent > *criteria.max_utilization) {
+        why.push_back(std::to_string(*gpu->utilization_percent) + "% utilized, at most " +
+                      std::to_string(*criteria.max_utilization) + "% allowed");
+      }
+    }
+    if (!criteria.allow_other_users) {
+      if (!gpu->processes) {
+        why.emplace_back("its compute processes are unknown (NVML could not list them)");
+      } else {
+        for (const GpuProcess& process : *gpu->processes)
+          if (process.user.empty() || process.user != user)
+            why.push_back("another user's compute process runs on it (" + detail::describe_process(process) + ")");
+      }
+    }
+    candidates.push_back(std::move(candidate));
+  }
+  return candidates;
+}
+
+// The GPUs that fit, best first (criteria.order), at most criteria.at_most of
+// them. Throws Error when fewer than criteria.at_least fit, naming every GPU
+// and why it was rejected. Pure, like assess.
+inline std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
+  if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
+  std::vector<Candidate> all = assess(criteria, map, user);
+  std::vector<Candidate> fitting;
+  for (const Candidate& candidate : all)
+    if (candidate.fits()) fitting.push_back(candidate);
+
+  const auto free_bytes = [](const Candidate& c) { return c.gpu.memory_free_bytes.value_or(0); };
+  const auto utilization = [](const Candidate& c) { return c.gpu.utilization_percent.value_or(101); };
+  std::stable_sort(fitting.begin(), fitting.end(), [&](const Candidate& a, const Candidate& b) {
+    switch (criteria.order) {
+      case PickOrder::most_free_memory:
+        if (free_bytes(a) != free_bytes(b)) return free_bytes(a) > free_bytes(b);
+        if (utilization(a) != utilization(b)) return utilization(a) < utilization(b);
+        break;
+      case PickOrder::least_utilized:
+        if (utilization(a) != utilization(b)) return utilization(a) < utilization(b);
+        if (free_bytes(a) != free_bytes(b)) return free_bytes(a) > free_bytes(b);
+        break;
+      case PickOrder::index:
+        break;
+    }
+    return a.physical_index < b.physical_index;
+  });
+
+  if (static_cast<int>(fitting.size()) < criteria.at_least) {
+    std::string message = "gpusel::pick: " + std::to_string(fitting.size()) + " of " + std::to_string(all.size()) +
+                          (all.size() == 1 ? " GPU fits" : " GPUs fit") + ", " + std::to_string(criteria.at_least) +
+                          (criteria.at_least == 1 ? " is" : " are") + " needed (" + describe(criteria) + "):";
+    for (const Candidate& candidate : all) {
+      message += "\n  " + detail::describe_candidate(candidate) + ": ";
+      if (candidate.fits()) {
+        message += "fits";
+        continue;
+      }
+      for (std::size_t i = 0; i < candidate.rejected_because.size(); ++i)
+        message += (i == 0 ? "" : "; ") + candidate.rejected_because[i];
+    }
+    if (all.empty()) message += "\n  (NVML sees no GPU)";
+    throw Error(message);
+  }
+  const auto keep = static_cast<std::size_t>(std::min<long long>(detail::wanted_at_most(criteria), static_cast<long long>(fitting.size())));
+  fitting.resize(keep);
+  return fitting;
+}
+
+// The GPUs of this machine that fit, read through NVML now; see the pure overload.
+inline std::vector<Candidate> pick(const PickCriteria& criteria = {}) {
+  return pick(criteria, visible_devices(InventoryOptions{{}, true}), detail::current_user());
+}
+
+// Picks GPUs (pick(criteria)) and makes exactly those visible to this process,
+// best first: cuda:0 is the best one. Must run before CUDA starts (see
+// set_visible_devices, which it calls with the GPUs' UUIDs); throws Error, and
+// changes nothing, when CUDA has started or too few GPUs fit.
+inline std::vector<Candidate> use_free_gpus(const PickCriteria& criteria = {}) {
+  if (cuda_started())
+    throw Error("gpusel::use_free_gpus: CUDA has already started in this process, so choosing its GPUs now would have "
+                "no effect (" + detail::describe_variable("CUDA_VISIBLE_DEVICES") + " stays in force); call it before the first CUDA call");
+  std::vector<Candidate> picked = pick(criteria);
+  std::vector<std::string> uuids;
+  uuids.reserve(picked.size());
+  for (const Candidate& candidate : picked) uuids.push_back(candidate.gpu.uuid);
+  set_visible_devices(uuids);
+  return picked;
+}
+
+}  // namespace gpusel

@@ -1,0 +1,290 @@
+// Specification of the launchers' device choice (include/gpusel/launcher.hpp).
+// The decision is pure and checked with made-up environments; local_rank_device()
+// is checked against the process environment on the emulated and the real runtime.
+// tests/mpirun/ checks it under a real `mpirun -np 4`.
+#include "gpusel/launcher.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpusel_test.hpp"
+
+namespace {
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A made-up environment for find_local_rank.
+gpusel::ReadVariable environment(std::map<std::string, std::string> variables) {
+  return [variables = std::move(variables)](const char* name) -> std::optional<std::string> {
+    const auto it = variables.find(name);
+    if (it == variables.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+// The message of the Error that `action` throws ("" if it throws none).
+template <class Action>
+std::string error_from(Action action) {
+  try {
+    action();
+  } catch (const gpusel::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// --- reading the launchers' variables ----------------------------------------
+
+TEST(FindLocalRank, FindsNothingWhenNoLauncherVariableIsSet) {
+  EXPECT_EQ(gpusel::find_local_rank(environment({})), std::nullopt);
+  EXPECT_EQ(gpusel::find_local_rank(environment({{"RANK", "3"}, {"WORLD_SIZE", "8"}})), std::nullopt)
+      << "the global rank is not the rank on the node";
+}
+
+TEST(FindLocalRank, ReadsEachLaunchersRankVariable) {
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"LOCAL_RANK", "torchrun"},
+      {"OMPI_COMM_WORLD_LOCAL_RANK", "Open MPI"},
+      {"MV2_COMM_WORLD_LOCAL_RANK", "MVAPICH"},
+      {"MPI_LOCALRANKID", "MPICH (Hydra)"},
+      {"SLURM_LOCALID", "Slurm"},
+  };
+  for (const auto& [variable, launcher] : expected) {
+    const auto rank = gpusel::find_local_rank(environment({{variable, "3"}}));
+    ASSERT_TRUE(rank.has_value()) << variable;
+    EXPECT_EQ(rank->rank, 3) << variable;
+    EXPECT_EQ(rank->launcher, launcher) << variable;
+    EXPECT_EQ(rank->source, variable + "=3");
+    EXPECT_EQ(rank->size, std::nullopt) << variable;
+  }
+}
+
+TEST(FindLocalRank, ReadsTheNodesProcessCountWhereTheLauncherSetsIt) {
+  const auto torchrun = gpusel::find_local_rank(environment({{"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"}}));
+  ASSERT_TRUE(torchrun.has_value());
+  EXPECT_EQ(torchrun->size, 4);
+  EXPECT_EQ(torchrun->describe(), "local rank 1 of 4 (torchrun: LOCAL_RANK=1, LOCAL_WORLD_SIZE=4)");
+
+  const auto open_mpi = gpusel::find_local_rank(
+      environment({{"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+  ASSERT_TRUE(open_mpi.has_value());
+  EXPECT_EQ(open_mpi->size, 2);
+  const auto mpich = gpusel::find_local_rank(environment({{"MPI_LOCALRANKID", "5"}, {"MPI_LOCALNRANKS", "6"}}));
+  ASSERT_TRUE(mpich.has_value());
+  EXPECT_EQ(mpich->size, 6);
+}
+
+TEST(FindLocalRank, TheInnermostLauncherWins) {
+  // srun torchrun --nproc-per-node 4: every worker inherits SLURM_LOCALID=0.
+  const auto under_srun = gpusel::find_local_rank(environment({{"LOCAL_RANK", "2"}, {"SLURM_LOCALID", "0"}}));
+  ASSERT_TRUE(under_srun.has_value());
+  EXPECT_EQ(under_srun->rank, 2);
+  EXPECT_EQ(under_srun->launcher, "torchrun");
+  EXPECT_EQ(under_srun->overridden, std::vector<std::string>{"SLURM_LOCALID=0"});
+  EXPECT_EQ(under_srun->describe(), "local rank 2 (torchrun: LOCAL_RANK=2; SLURM_LOCALID=0 ignored)");
+
+  // mpirun inside an sbatch script.
+  const auto mpirun = gpusel::find_local_rank(
+      environment({{"SLURM_LOCALID", "0"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "3"}, {"MPI_LOCALRANKID", "1"}}));
+  ASSERT_TRUE(mpirun.has_value());
+  EXPECT_EQ(mpirun->rank, 3);
+  EXPECT_EQ(mpirun->launcher, "Open MPI");
+  EXPECT_EQ(mpirun->overridden, (std::vector<std::string>{"MPI_LOCALRANKID=1", "SLURM_LOCALID=0"}));
+
+  // MVAPICH under Hydra sets both of its variables.
+  const auto mvapich =
+      gpusel::find_local_rank(environment({{"MPI_LOCALRANKID", "1"}, {"MV2_COMM_WORLD_LOCAL_RANK", "1"}}));
+  ASSERT_TRUE(mvapich.has_value());
+  EXPECT_EQ(mvapich->launcher, "MVAPICH");
+}
+
+TEST(FindLocalRank, RejectsMalformedValuesQuotingThem) {
+  for (const std::string value : {"", "-1", "+1", " 1", "1 ", "1a", "0x1", "1.0", "one", "99999999999"}) {
+    const std::string message =
+        error_from([&] { (void)gpusel::find_local_rank(environment({{"OMPI_COMM_WORLD_LOCAL_RANK", value}})); });
+    EXPECT_TRUE(contains(message, "OMPI_COMM_WORLD_LOCAL_RANK=\"" + value + "\"")) << "value [" << value << "]: " << message;
+    EXPECT_TRUE(contains(message, "expected a non-negative decimal integer")) << message;
+  }
+  EXPECT_TRUE(contains(error_from([] { (void)gpusel::find_local_rank(environment({{"LOCAL_RANK", ""}})); }),
+                       "is set but empty"));
+  EXPECT_TRUE(contains(error_from([] { (void)gpusel::find_local_rank(environment({{"LOCAL_RANK", "99999999999"}})); }),
+                       "is out of range"));
+}
+
+TEST(FindLocalRank, AMalformedWinningValueIsAnErrorEvenIfALaterLauncherIsWellFormed) {
+  const std::string message = error_from(
+      [] { (void)gpusel::find_local_rank(environment({{"LOCAL_RANK", "two"}, {"SLURM_LOCALID", "2"}})); });
+  EXPECT_TRUE(contains(message, "LOCAL_RANK=\"two\"")) << message;
+}
+
+TEST(FindLocalRank, IgnoresMalformedValuesOfLauncherVariablesThatLost) {
+  const auto rank = gpusel::find_local_rank(environment({{"LOCAL_RANK", "1"}, {"SLURM_LOCALID", "junk"}}));
+  ASSERT_TRUE(rank.has_value());
+  EXPECT_EQ(rank->rank, 1);
+}
+
+TEST(FindLocalRank, RejectsAMalformedProcessCountAndARankNotBelowIt) {
+  EXPECT_TRUE(contains(
+      error_from([] { (void)gpusel::find_local_rank(environment({{"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "4x"}})); }),
+      "LOCAL_WORLD_SIZE=\"4x\""));
+  const std::string message = error_from([] {
+    (void)gpusel::find_local_rank(environment({{"OMPI_COMM_WORLD_LOCAL_RANK", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}}));
+  });
+  EXPECT_EQ(message,
+            "gpusel::local_rank(): OMPI_COMM_WORLD_LOCAL_RANK=4, OMPI_COMM_WORLD_LOCAL_SIZE=4: the rank must be "
+            "below the number of processes");
+}
+
+// --- from the rank to the device -------------------------------------------
+
+gpusel::LocalRank rank_of(int rank, std::optional<int> size = std::nullopt) {
+  gpusel::LocalRank local;
+  local.rank = rank;
+  local.size = size;
+  local.launcher = "Open MPI";
+  local.source = "OMPI_COMM_WORLD_LOCAL_RANK=" + std::to_string(rank);
+  return local;
+}
+
+TEST(DeviceForLocalRank, GivesEachRankTheDeviceWithItsNumberModuloTheCount) {
+  std::vector<int> devices;
+  for (int rank = 0; rank < 8; ++rank) {
+    devices.push_back(gpusel::device_for_local_rank(rank_of(rank), 4, gpusel::Placement::round_robin).index());
+  }
+  EXPECT_EQ(devices, (std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3}));
+  EXPECT_EQ(gpusel::device_for_local_rank(rank_of(5, 6), 2, gpusel::Placement::round_robin), gpusel::cuda(1));
+}
+
+TEST(DeviceForLocalRank, AProcessStartedAloneGetsTheFirstDevice) {
+  EXPECT_EQ(gpusel::device_for_local_rank(std::nullopt, 3, gpusel::Placement::round_robin), gpusel::cuda(0));
+  EXPECT_EQ(gpusel::device_for_local_rank(std::nullopt, 1, gpusel::Placement::one_gpu_per_rank), gpusel::cuda(0));
+}
+
+TEST(DeviceForLocalRank, FallsBackToTheCpuWhenNoDeviceIsVisibleAndSharingIsAllowed) {
+  EXPECT_EQ(gpusel::device_for_local_rank(rank_of(3), 0, gpusel::Placement::round_robin), gpusel::cpu());
+  EXPECT_EQ(gpusel::device_for_local_rank(std::nullopt, 0, gpusel::Placement::round_robin), gpusel::cpu());
+}
+
+TEST(DeviceForLocalRank, OneGpuPerRankGivesEachRankItsOwnDevice) {
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(gpusel::device_for_local_rank(rank_of(rank, 4), 4, gpusel::Placement::one_gpu_per_rank),
+              gpusel::cuda(rank));
+  }
+}
+
+TEST(DeviceForLocalRank, OneGpuPerRankIsAnErrorWhenThisRankHasNone) {
+  const std::string message = error_from([] {
+    (void)gpusel::device_for_local_rank(rank_of(2), 2, gpusel::Placement::one_gpu_per_rank,
+                                        "2 CUDA devices are visible (cuda:0..cuda:1); CUDA_VISIBLE_DEVICES=0,3");
+  });
+  EXPECT_EQ(message,
+            "gpusel::local_rank_device(one_gpu_per_rank): local rank 2 needs a GPU of its own, but 2 CUDA devices "
+            "are visible (cuda:0..cuda:1); CUDA_VISIBLE_DEVICES=0,3; this process is local rank 2 (Open MPI: "
+            "OMPI_COMM_WORLD_LOCAL_RANK=2)");
+}
+
+TEST(DeviceForLocalRank, OneGpuPerRankFailsInEveryRankWhenTheNodeHasMoreRanksThanGpus) {
+  // Rank 0 would fit, but rank 4 would not: the whole job stops, not a part of it.
+  const std::string message = error_from(
+      [] { (void)gpusel::device_for_local_rank(rank_of(0, 5), 4, gpusel::Placement::one_gpu_per_rank); });
+  EXPECT_TRUE(contains(message, "5 processes on this node each need a GPU of their own, but 4 CUDA devices are visible"))
+      << message;
+}
+
+TEST(DeviceForLocalRank, OneGpuPerRankWithNoGpuIsAnError) {
+  const std::string message =
+      error_from([] { (void)gpusel::device_for_local_rank(std::nullopt, 0, gpusel::Placement::one_gpu_per_rank); });
+  EXPECT_TRUE(contains(message, "but 0 CUDA devices are visible; this process is local rank 0 (no launcher variable is set)"))
+      << message;
+}
+
+TEST(DeviceForLocalRank, RejectsANegativeDeviceCount) {
+  EXPECT_THROW((void)gpusel::device_for_local_rank(std::nullopt, -1, gpusel::Placement::round_robin), gpusel::Error);
+}
+
+// --- from this process's environment -----------------------------------------
+
+// Sets launcher variables for one test and restores the environment after it.
+class LauncherEnvironment {
+ public:
+  explicit LauncherEnvironment(std::initializer_list<std::pair<std::string, std::string>> variables) {
+    for (const gpusel::LauncherVariables& launcher : gpusel::launcher_variables) {
+      for (const char* name : {launcher.rank_variable, launcher.size_variable}) {
+        if (name == nullptr) continue;
+        saved_.emplace_back(name, gpusel::detail::environment_variable(name));
+        unsetenv(name);
+      }
+    }
+    for (const auto& [name, value] : variables) setenv(name.c_str(), value.c_str(), 1);
+  }
+  ~LauncherEnvironment() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        unsetenv(name.c_str());
+      }
+    }
+  }
+  LauncherEnvironment(const LauncherEnvironment&) = delete;
+  LauncherEnvironment& operator=(const LauncherEnvironment&) = delete;
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+TEST(LocalRank, ReadsThisProcesssEnvironment) {
+  const LauncherEnvironment environment({{"SLURM_LOCALID", "1"}, {"LOCAL_RANK", "3"}});
+  const auto rank = gpusel::local_rank();
+  ASSERT_TRUE(rank.has_value());
+  EXPECT_EQ(rank->rank, 3);
+  EXPECT_EQ(rank->overridden, std::vector<std::string>{"SLURM_LOCALID=1"});
+}
+
+TEST(LocalRankDevice, TakesTheRanksVisibleDeviceWithoutCreatingAContext) {
+  if (auto why = gpusel_test::need_devices(4)) GTEST_SKIP() << *why;
+  const int count = gpusel::device_count();
+  const LauncherEnvironment environment({{"OMPI_COMM_WORLD_LOCAL_RANK", "3"}});
+  EXPECT_EQ(gpusel::local_rank_device(), gpusel::cuda(3 % count));
+#if GPUSEL_TEST_EMULATED
+  EXPECT_EQ(gpusel_emulated::primary_context_count(), 0);
+  EXPECT_EQ(gpusel_emulated::calls("cudaSetDevice"), 0);
+#endif
+}
+
+TEST(LocalRankDevice, WrapsAroundWhenRanksOutnumberDevices) {
+  if (auto why = gpusel_test::need_devices(2)) GTEST_SKIP() << *why;
+  const int count = gpusel::device_count();
+  const LauncherEnvironment environment({{"LOCAL_RANK", "5"}, {"LOCAL_WORLD_SIZE", "6"}});
+  EXPECT_EQ(gpusel::local_rank_device(), gpusel::cuda(5 % count));
+  if (count < 6) {
+    const std::string message =
+        error_from([] { (void)gpusel::local_rank_device(gpusel::Placement::one_gpu_per_rank); });
+    EXPECT_TRUE(contains(message, "6 processes on this node each need a GPU of their own")) << message;
+    EXPECT_TRUE(contains(message, "CUDA_VISIBLE_DEVICES")) << "the message says what decided the count: " << message;
+  }
+}
+
+TEST(LocalRankDeviceWithoutDriver, FallsBackToTheCpuOrSaysWhyThereIsNoGpu) {
+  if (auto why = gpusel_test::need_no_driver()) GTEST_SKIP() << *why;
+  const LauncherEnvironment environment({{"MPI_LOCALRANKID", "1"}});
+  EXPECT_EQ(gpusel::local_rank_device(), gpusel::cpu());
+  const std::string message = error_from([] { (void)gpusel::local_rank_device(gpusel::Placement::one_gpu_per_rank); });
+  EXPECT_TRUE(contains(message, "local rank 1 needs a GPU of its own, but no CUDA device is usable")) << message;
+  EXPECT_TRUE(contains(message, "no NVIDIA driver was found")) << message;
+}
+
+TEST(LocalRankDevice, AMalformedRankIsAnErrorNotDeviceZero) {
+  const LauncherEnvironment environment({{"SLURM_LOCALID", "0,1"}});
+  const std::string message = error_from([] { (void)gpusel::local_rank_device(); });
+  EXPECT_TRUE(contains(message, "SLURM_LOCALID=\"0,1\"")) << message;
+}
+
+}  // namespace

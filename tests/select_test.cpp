@@ -1,0 +1,375 @@
+// Specification of picking free GPUs (include/gpusel/select.hpp). The choice is
+// pure and checked on machines written down here; pick() and use_free_gpus() are
+// checked end to end through the fake NVML, on the emulated runtime (which
+// counts CUDA calls: picking makes none) and on the real one.
+#include "gpusel/select.hpp"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fake_nvml_machine.hpp"
+#include "gpusel_test.hpp"
+
+namespace {
+
+using gpusel_test::FakeNvmlMachine;
+using gpusel_test::ScopedEnvironment;
+
+constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+template <class Action>
+std::string error_from(Action action) {
+  try {
+    action();
+  } catch (const gpusel::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A GPU as NVML would describe it: 141 GiB in all, `free_gib` of it free.
+gpusel::Gpu gpu(int nvml_index, std::uint64_t free_gib, int utilization, std::string name = "NVIDIA H200",
+                int compute_capability = 90) {
+  gpusel::Gpu result;
+  result.nvml_index = nvml_index;
+  result.uuid = "GPU-" + std::to_string(nvml_index) + "aaaaaaa-0000-0000-0000-000000000000";
+  result.name = std::move(name);
+  result.pci_bus_id = "00000000:" + std::to_string(17 + nvml_index) + ":00.0";
+  result.compute_capability_major = compute_capability / 10;
+  result.compute_capability_minor = compute_capability % 10;
+  result.memory_total_bytes = 141 * kGiB;
+  result.memory_free_bytes = free_gib * kGiB;
+  result.memory_used_bytes = (141 - free_gib) * kGiB;
+  result.utilization_percent = utilization;
+  result.processes = std::vector<gpusel::GpuProcess>{};
+  return result;
+}
+
+gpusel::GpuProcess process_of(const std::string& user, unsigned pid = 4242) {
+  gpusel::GpuProcess process;
+  process.pid = pid;
+  process.user = user;
+  process.command = user.empty() ? "" : "python3";
+  process.used_memory_bytes = 2 * kGiB;
+  return process;
+}
+
+// This process's view of a machine with `gpus`, under these variables (nullopt: unset).
+gpusel::DeviceMap machine(std::vector<gpusel::Gpu> gpus, std::optional<std::string> visible = std::nullopt,
+                          std::optional<std::string> order = std::nullopt) {
+  gpusel::DeviceMap map;
+  map.inventory.status = gpusel::InventoryStatus::ok;
+  map.inventory.gpus = std::move(gpus);
+  map.order = gpusel::cuda_physical_order(map.inventory, order);
+  map.visible = gpusel::parse_visible_devices(visible, map.order.devices, order);
+  return map;
+}
+
+std::vector<int> indices(const std::vector<gpusel::Candidate>& candidates) {
+  std::vector<int> result;
+  for (const gpusel::Candidate& candidate : candidates) result.push_back(candidate.physical_index);
+  return result;
+}
+
+gpusel::PickCriteria count(int at_least, std::optional<int> at_most = std::nullopt) {
+  gpusel::PickCriteria criteria;
+  criteria.at_least = at_least;
+  criteria.at_most = at_most;
+  return criteria;
+}
+
+// --- choosing among the GPUs that fit ----------------------------------------------
+
+TEST(Pick, TakesTheGpuWithTheMostFreeMemoryByDefault) {
+  const auto map = machine({gpu(0, 20, 0), gpu(1, 120, 50), gpu(2, 80, 0)});
+  EXPECT_EQ(indices(gpusel::pick({}, map, "alice")), std::vector<int>{1});
+  EXPECT_EQ(indices(gpusel::pick(count(3), map, "alice")), (std::vector<int>{1, 2, 0}));
+}
+
+TEST(Pick, OrdersByLeastUtilizationOrByIndexWhenAsked) {
+  const auto map = machine({gpu(0, 20, 30), gpu(1, 120, 50), gpu(2, 80, 0), gpu(3, 90, 30)});
+  gpusel::PickCriteria criteria = count(4);
+  criteria.order = gpusel::PickOrder::least_utilized;
+  EXPECT_EQ(indices(gpusel::pick(criteria, map, "alice")), (std::vector<int>{2, 3, 0, 1}))
+      << "ties in utilization go to the GPU with more free memory";
+  criteria.order = gpusel::PickOrder::index;
+  EXPECT_EQ(indices(gpusel::pick(criteria, map, "alice")), (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(Pick, TiesGoToTheLowerIndex) {
+  const auto map = machine({gpu(0, 100, 0), gpu(1, 100, 0), gpu(2, 100, 0)});
+  EXPECT_EQ(indices(gpusel::pick(count(3), map, "alice")), (std::vector<int>{0, 1, 2}));
+}
+
+TEST(Pick, ReturnsAtMostTheCountAskedFor) {
+  const auto map = machine({gpu(0, 100, 0), gpu(1, 110, 0), gpu(2, 120, 0), gpu(3, 130, 0)});
+  EXPECT_EQ(indices(gpusel::pick(count(2), map, "alice")), (std::vector<int>{3, 2})) << "at_most defaults to at_least";
+  EXPECT_EQ(indices(gpusel::pick(count(1, 3), map, "alice")), (std::vector<int>{3, 2, 1}));
+  EXPECT_EQ(gpusel::pick(count(1, gpusel::PickCriteria::all), map, "alice").size(), 4u);
+  EXPECT_TRUE(gpusel::pick(count(0), map, "alice").empty());
+}
+
+TEST(Pick, RejectsGpusWithTooLittleFreeMemoryWrittenAsBytesOrText) {
+  const auto map = machine({gpu(0, 7, 0), gpu(1, 8, 0), gpu(2, 100, 0)});
+  gpusel::PickCriteria criteria = count(1, gpusel::PickCriteria::all);
+  criteria.min_free_memory = "8GiB";
+  EXPECT_EQ(indices(gpusel::pick(criteria, map, "alice")), (std::vector<int>{2, 1}));
+  criteria.min_free_memory = 9 * kGiB;
+  EXPECT_EQ(indices(gpusel::pick(criteria, map, "alice")), std::vector<int>{2});
+  const auto verdicts = gpusel::assess(criteria, map, "alice");
+  EXPECT_EQ(verdicts[0].rejected_because, std::vector<std::string>{"only 7.0 GiB free, 9.0 GiB needed"});
+}
+
+TEST(Pick, RejectsBusyGpus) {
+  const auto map = machine({gpu(0, 100, 11), gpu(1, 100, 10), gpu(2, 100, 95)});
+  gpusel::PickCriteria criteria = count(1, gpusel::PickCriteria::all);
+  criteria.max_utilization = 10;
+  EXPECT_EQ(indices(gpusel::pick(criteria, map, "alice")), std::vector<int>{1});
+  EXPECT_EQ(gpusel::assess(criteria, map, "alice")[2].rejected_because,
+            std::vector<std::string>{"95% utilized, at most 10% allowed"});
+}
+
+TEST(Pick, RejectsGpusWhereAnotherUserRunsAComputeProcess) {
+  std::vector<gpusel::Gpu> gpus = {gpu(0, 130, 0), gpu(1, 100, 0), gpu(2, 90, 0)};
+  gpus[0].processes->push_back(process_of("bob", 777));
+  gpus[1].processes->push_back(process_of("alice"));
+  const auto map = machine(gpus);
+  EXPECT_EQ(indices(gpusel::pick(count(1, gpusel::PickCriteria::all), map, "alice")), (std::vector<int>{1, 2}))
+      << "alice's own process does not disqualify GPU 1";
+  EXPECT_EQ(gpusel::assess({}, map, "alice")[0].rejected_because,
+            std::vector<std::string>{"another user's compute process runs on it (pid 777 of bob (python3), 2.0 GiB)"});
+
+  gpusel::PickCriteria sharing = count(3);
+  sharing.allow_other_users = true;
+  EXPECT_EQ(indices(gpusel::pick(sharing, map, "alice")), (std::vector<int>{0, 1, 2}));
+}
+
+TEST(Pick, AProcessWhoseOwnerCannotBeSeenCountsAsAnotherUsers) {
+  std::vector<gpusel::Gpu> gpus = {gpu(0, 130, 0), gpu(1, 100, 0)};
+  gpus[0].processes->push_back(process_of("", 31337));  // in another container
+  const auto map = machine(gpus);
+  EXPECT_EQ(indices(gpusel::pick({}, map, "alice")), std::vector<int>{1});
+  EXPECT_EQ(gpusel::assess({}, map, "alice")[0].rejected_because,
+            std::vector<std::string>{
+                "another user's compute process runs on it (pid 31337, owner unknown: not visible from this PID "
+                "namespace, 2.0 GiB)"});
+}
+
+TEST(Pick, RejectsWhatNvmlCouldNotTellOnlyWhenACriterionNeedsIt) {
+  std::vector<gpusel::Gpu> gpus = {gpu(0, 130, 0), gpu(1, 100, 0)};
+  gpus[0].memory_free_bytes.reset();
+  gpus[0].utilization_percent.reset();
+  gpus[0].processes.reset();
+  const auto map = machine(gpus);
+  gpusel::PickCriteria criteria;
+  criteria.min_free_memory = "1GiB";
+  criteria.max_utilization = 50;
+  EXPECT_EQ(gpusel::assess(criteria, map, "alice")[0].rejected_because,
+            (std::vector<std::string>{"its free memory is unknown (NVML could not tell)",
+                                      "its utilization is unknown (NVML could not tell)",
+                                      "its compute processes are unknown (NVML could not list them)"}));
+  gpusel::PickCriteria lenient = count(2);
+  lenient.allow_other_users = true;
+  EXPECT_EQ(indices(gpusel::pick(lenient, map, "alice")), (std::vector<int>{1, 0})) << "unknown free memory sorts last";
+}
+
+TEST(Pick, RejectsGpusInMigMode) {
+  std::vector<gpusel::Gpu> gpus = {gpu(0, 130, 0), gpu(1, 100, 0)};
+  gpus[0].mig_enabled = true;
+  const auto map = machine(gpus);
+  EXPECT_EQ(indices(gpusel::pick({}, map, "alice")), std::vector<int>{1});
+  ASSERT_EQ(gpusel::assess({}, map, "alice")[0].rejected_because.size(), 1u);
+  EXPECT_TRUE(contains(gpusel::assess({}, map, "alice")[0].rejected_because[0], "MIG mode is enabled"));
+}
+
+TEST(Pick, ExcludesGpusByNvidiaSmiNumberOrUuidPrefix) {
+  const auto map = machine({gpu(0, 130, 0), gpu(1, 120, 0), gpu(2, 110, 0), gpu(3, 100, 0)});
+  gpusel::PickCriteria criteria = count(1, gpusel::PickCriteria::all);
+  criteria.exclude = {"0", "GPU-2AAA"};
+  EXPECT_EQ(indices(gpusel::pick(criteria, map, "alice")), (std::vector<int>{1, 3})) << "UUID prefixes ignore case";
+  EXPECT_EQ(gpusel::assess(criteria, map, "alice")[0].rejected_because, std::vector<std::string>{"excluded"});
+}
+
+TEST(Pick, AnExclusionThatNamesNoGpuIsAnError) {
+  const auto map = machine({gpu(0, 130, 0), gpu(1, 120, 0)});
+  gpusel::PickCriteria criteria;
+  for (const std::string name : {"2", "GPU-9", "gpu-0", "", "-1", "GPU-"}) {
+    criteria.exclude = {name};
+    const std::string message = error_from([&] { (void)gpusel::pick(criteria, map, "alice"); });
+    EXPECT_TRUE(contains(message, "gpusel::pick: cannot exclude \"" + name + "\"")) << message;
+  }
+  criteria.exclude = {"2"};
+  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::pick(criteria, map, "alice"); }),
+                       "there is no GPU with that number (2 GPUs)"));
+  criteria.exclude = {"GPU-"};
+  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::pick(criteria, map, "alice"); }),
+                       "neither a number nor a GPU UUID"));
+}
+
+TEST(Pick, AnAmbiguousUuidPrefixIsAnError) {
+  std::vector<gpusel::Gpu> gpus = {gpu(0, 130, 0), gpu(1, 120, 0)};
+  gpus[1].uuid = "GPU-0aaaaaab-0000-0000-0000-000000000000";
+  gpusel::PickCriteria criteria;
+  criteria.exclude = {"GPU-0aaa"};
+  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::pick(criteria, machine(gpus), "alice"); }),
+                       "the prefix matches 2 GPUs"));
+}
+
+TEST(Pick, ChoosesOnlyAmongTheGpusCudaVisibleDevicesShows) {
+  // Slurm gave this job GPUs 1 and 3.
+  const auto map = machine({gpu(0, 140, 0), gpu(1, 100, 0), gpu(2, 140, 0), gpu(3, 120, 0)}, "1,3");
+  EXPECT_EQ(indices(gpusel::pick(count(1, gpusel::PickCriteria::all), map, "alice")), (std::vector<int>{3, 1}));
+  EXPECT_EQ(gpusel::assess({}, map, "alice")[0].rejected_because,
+            std::vector<std::string>{"hidden by CUDA_VISIBLE_DEVICES=1,3"});
+  gpusel::PickCriteria whole_machine = count(1, gpusel::PickCriteria::all);
+  whole_machine.only_visible = false;
+  EXPECT_EQ(indices(gpusel::pick(whole_machine, map, "alice")), (std::vector<int>{0, 2, 3, 1}));
+}
+
+TEST(Pick, ReportsCudasPhysicalIndexWhichOnMixedModelsIsNotNvidiaSmis) {
+  // nvidia-smi (PCI order): 0 is an A100 (8.0), 1 an H200 (9.0). CUDA's default
+  // FASTEST_FIRST order puts the H200 first; with PCI_BUS_ID it is second.
+  const std::vector<gpusel::Gpu> gpus = {gpu(0, 70, 0, "NVIDIA A100-SXM4-80GB", 80), gpu(1, 130, 0)};
+  const auto fastest_first = gpusel::pick({}, machine(gpus), "alice");
+  ASSERT_EQ(fastest_first.size(), 1u);
+  EXPECT_EQ(fastest_first[0].gpu.nvml_index, 1);
+  EXPECT_EQ(fastest_first[0].physical_index, 0);
+  const auto pci_order = gpusel::pick({}, machine(gpus, std::nullopt, "PCI_BUS_ID"), "alice");
+  EXPECT_EQ(pci_order[0].physical_index, 1);
+}
+
+TEST(Pick, TooFewFittingGpusIsAnErrorThatSaysWhyEachWasRejected) {
+  std::vector<gpusel::Gpu> gpus = {gpu(0, 130, 0), gpu(1, 2, 97), gpu(2, 100, 0)};
+  gpus[2].processes->push_back(process_of("bob", 777));
+  gpusel::PickCriteria criteria = count(2);
+  criteria.min_free_memory = "8GiB";
+  criteria.max_utilization = 10;
+  const std::string message = error_from([&] { (void)gpusel::pick(criteria, machine(gpus), "alice"); });
+  EXPECT_EQ(message,
+            "gpusel::pick: 1 of 3 GPUs fit, 2 are needed (at least 2 GPUs (at most 2); at least 8.0 GiB free; at most "
+            "10% utilized; no other user's compute process; most free memory first):\n"
+            "  GPU 0 (nvidia-smi 0, NVIDIA H200, GPU-0aaaaaaa-0000-0000-0000-000000000000), 130.0 GiB free, 0% "
+            "utilized: fits\n"
+            "  GPU 1 (nvidia-smi 1, NVIDIA H200, GPU-1aaaaaaa-0000-0000-0000-000000000000), 2.0 GiB free, 97% "
+            "utilized: only 2.0 GiB free, 8.0 GiB needed; 97% utilized, at most 10% allowed\n"
+            "  GPU 2 (nvidia-smi 2, NVIDIA H200, GPU-2aaaaaaa-0000-0000-0000-000000000000), 100.0 GiB free, 0% "
+            "utilized: another user's compute process runs on it (pid 777 of bob (python3), 2.0 GiB)");
+}
+
+TEST(Pick, RejectsCriteriaThatMakeNoSense) {
+  const auto map = machine({gpu(0, 130, 0)});
+  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::pick(count(2, 1), map, "alice"); }),
+                       "at_most (1) is below at_least (2)"));
+  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::pick(count(-1), map, "alice"); }), "cannot be negative"));
+  gpusel::PickCriteria criteria;
+  criteria.max_utilization = 101;
+  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::pick(criteria, map, "alice"); }),
+                       "a percentage from 0 to 100, got 101"));
+}
+
+TEST(Pick, WithoutNvmlSaysItCannotSeeTheGpus) {
+  gpusel::DeviceMap map;
+  map.inventory.status = gpusel::InventoryStatus::library_not_found;
+  map.inventory.reason = "libnvidia-ml.so.1 was not found";
+  EXPECT_EQ(error_from([&] { (void)gpusel::pick({}, map, "alice"); }),
+            "gpusel::pick: cannot see the GPUs without NVML: libnvidia-ml.so.1 was not found");
+}
+
+TEST(DescribeCriteria, SaysEverythingThatWasAsked) {
+  gpusel::PickCriteria criteria = count(1, gpusel::PickCriteria::all);
+  criteria.exclude = {"3", "GPU-8d2a"};
+  criteria.allow_other_users = true;
+  criteria.only_visible = false;
+  criteria.order = gpusel::PickOrder::index;
+  EXPECT_EQ(gpusel::describe(criteria),
+            "at least 1 GPU (all that fit); excluding 3 GPU-8d2a; any GPU of the machine, CUDA_VISIBLE_DEVICES aside; "
+            "in CUDA's order");
+}
+
+// --- end to end, through NVML ---------------------------------------------------------
+
+// Four H200s: 0 is busy, 1 runs a process of this very test (its own user), 2 a
+// process nobody here can see, 3 is idle with the most free memory.
+std::string four_gpus() {
+  return "gpu uuid=GPU-00000000-aaaa-0000-0000-000000000000 used_mib=100000 utilization=90\n"
+         "gpu uuid=GPU-11111111-aaaa-0000-0000-000000000000 used_mib=4096 utilization=5\n"
+         "gpu uuid=GPU-22222222-aaaa-0000-0000-000000000000 used_mib=0\n"
+         "gpu uuid=GPU-33333333-aaaa-0000-0000-000000000000 used_mib=1024\n"
+         "process gpu=1 pid=" + std::to_string(getpid()) + " used_mib=4000\n" +
+         "process gpu=2 pid=4000000000 used_mib=na\n";
+}
+
+TEST(PickThroughNvml, ReadsTheMachineAndMakesNoCudaCall) {
+#if GPUSEL_TEST_EMULATED
+  gpusel_emulated::reset(gpusel_emulated::devices(4));
+#endif
+  FakeNvmlMachine nvml(four_gpus());
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  gpusel::PickCriteria criteria = count(2);
+  criteria.max_utilization = 10;
+  const auto picked = gpusel::pick(criteria);
+  ASSERT_EQ(picked.size(), 2u);
+  EXPECT_EQ(picked[0].gpu.uuid, "GPU-33333333-aaaa-0000-0000-000000000000") << "the most free memory";
+  EXPECT_EQ(picked[1].gpu.uuid, "GPU-11111111-aaaa-0000-0000-000000000000") << "our own process is no obstacle";
+#if GPUSEL_TEST_EMULATED
+  EXPECT_EQ(gpusel_emulated::call_log(), std::vector<std::string>{}) << "picking makes no CUDA call";
+  EXPECT_EQ(gpusel_emulated::primary_context_count(), 0);
+#endif
+}
+
+TEST(PickThroughNvml, SaysWhyNothingFits) {
+  FakeNvmlMachine nvml(four_gpus());
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  const std::string message = error_from([] { (void)gpusel::pick(count(4)); });
+  EXPECT_TRUE(contains(message, "gpusel::pick: 3 of 4 GPUs fit, 4 are needed")) << message;
+  EXPECT_TRUE(contains(message, "pid 4000000000, owner unknown")) << message;
+}
+
+TEST(PickThroughNvml, UseFreeGpusMakesThePickedGpusVisibleBestFirst) {
+#if GPUSEL_TEST_EMULATED
+  gpusel_emulated::reset(gpusel_emulated::devices(4));
+#endif
+  FakeNvmlMachine nvml(four_gpus());
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  ScopedEnvironment order("CUDA_DEVICE_ORDER", std::nullopt);
+  if (gpusel::cuda_started()) {
+    EXPECT_TRUE(contains(error_from([] { (void)gpusel::use_free_gpus(count(2)); }), "CUDA has already started"));
+    return;
+  }
+  const auto picked = gpusel::use_free_gpus(count(2));
+  ASSERT_EQ(picked.size(), 2u);
+  ASSERT_NE(std::getenv("CUDA_VISIBLE_DEVICES"), nullptr);
+  EXPECT_EQ(std::string(std::getenv("CUDA_VISIBLE_DEVICES")),
+            "GPU-33333333-aaaa-0000-0000-000000000000,GPU-11111111-aaaa-0000-0000-000000000000");
+  const gpusel::DeviceMap map = gpusel::visible_devices();
+  ASSERT_EQ(map.visible.count(), 2);
+  EXPECT_EQ(map.visible.physical(0), 3) << "cuda:0 is the best GPU";
+  EXPECT_EQ(map.visible.physical(1), 1);
+#if GPUSEL_TEST_EMULATED
+  EXPECT_EQ(gpusel_emulated::call_log(), std::vector<std::string>{}) << "choosing makes no CUDA call";
+#endif
+}
+
+TEST(PickThroughNvml, UseFreeGpusChangesNothingWhenTooFewFit) {
+  FakeNvmlMachine nvml(four_gpus());
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "0,1,2,3");
+  EXPECT_THROW((void)gpusel::use_free_gpus(count(4)), gpusel::Error);
+  EXPECT_EQ(std::string(std::getenv("CUDA_VISIBLE_DEVICES")), "0,1,2,3");
+}
+
+TEST(PickThroughNvml, WithoutNvmlIsAnErrorThatSaysSo) {
+  ScopedEnvironment nvml("GPUSEL_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1");
+  const std::string message = error_from([] { (void)gpusel::pick(); });
+  EXPECT_TRUE(contains(message, "gpusel::pick: cannot see the GPUs without NVML")) << message;
+  EXPECT_TRUE(contains(message, "no NVIDIA driver is installed")) << message;
+}
+
+}  // namespace

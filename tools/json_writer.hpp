@@ -1,0 +1,110 @@
+// A small JSON writer for the gpusel command's --json output: objects,
+// arrays, strings (escaped), integers, booleans and null, indented by two
+// spaces. It checks nothing about the order of calls beyond what keeps the
+// output valid: keys only inside objects, a comma between members.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpusel_tool {
+
+// `text` as a JSON string literal, quotes included. Control characters are
+// escaped; bytes >= 0x80 pass through (the text is UTF-8 or ASCII).
+inline std::string json_string(std::string_view text) {
+  std::string quoted = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"': quoted += "\\\""; break;
+      case '\\': quoted += "\\\\"; break;
+      case '\n': quoted += "\\n"; break;
+      case '\r': quoted += "\\r"; break;
+      case '\t': quoted += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+          quoted += escaped;
+        } else {
+          quoted += c;
+        }
+    }
+  }
+  return quoted + "\"";
+}
+
+class JsonWriter {
+ public:
+  JsonWriter& begin_object() { return open('{'); }
+  JsonWriter& end_object() { return close('}'); }
+  JsonWriter& begin_array() { return open('['); }
+  JsonWriter& end_array() { return close(']'); }
+
+  // The next value is the member `name` of the enclosing object.
+  JsonWriter& key(std::string_view name) {
+    separate();
+    text_ += json_string(name) + ": ";
+    after_key_ = true;
+    return *this;
+  }
+
+  JsonWriter& value(std::string_view text) { return raw(json_string(text)); }
+  JsonWriter& value(const char* text) { return raw(json_string(text)); }
+  JsonWriter& value(bool flag) { return raw(flag ? "true" : "false"); }
+  JsonWriter& value(int number) { return raw(std::to_string(number)); }
+  JsonWriter& value(unsigned number) { return raw(std::to_string(number)); }
+  JsonWriter& value(std::int64_t number) { return raw(std::to_string(number)); }
+  JsonWriter& value(std::uint64_t number) { return raw(std::to_string(number)); }
+  JsonWriter& null() { return raw("null"); }
+
+  // The document, with a final newline.
+  std::string str() const { return text_ + "\n"; }
+
+ private:
+  JsonWriter& open(char bracket) {
+    separate();
+    text_ += bracket;
+    members_.push_back(0);
+    return *this;
+  }
+
+  JsonWriter& close(char bracket) {
+    const bool empty = members_.back() == 0;
+    members_.pop_back();
+    if (!empty) newline();
+    text_ += bracket;
+    return *this;
+  }
+
+  JsonWriter& raw(std::string_view literal) {
+    separate();
+    text_ += literal;
+    return *this;
+  }
+
+  // Before a member of an array or object: a comma after the previous one and
+  // a new line; nothing after a key, or at the top level.
+  void separate() {
+    if (after_key_) {
+      after_key_ = false;
+      return;
+    }
+    if (members_.empty()) return;
+    if (members_.back()++ > 0) text_ += ',';
+    newline();
+  }
+
+  void newline() {
+    text_ += '\n';
+    text_.append(2 * members_.size(), ' ');
+  }
+
+  std::string text_;
+  std::vector<int> members_;  // per open bracket: members written so far
+  bool after_key_ = false;
+};
+
+}  // namespace gpusel_tool
