@@ -81,9 +81,10 @@ class Device {
   Index index_;
 };
 
-constexpr Device cpu() noexcept { return Device(DeviceType::CPU); }
+// The constructor's checks cannot fail for cpu and for cuda without an index.
+constexpr Device cpu() noexcept { return Device(DeviceType::CPU); }  // NOLINT(bugprone-exception-escape)
 // The current CUDA device, resolved when used.
-constexpr Device cuda() noexcept { return Device(DeviceType::CUDA); }
+constexpr Device cuda() noexcept { return Device(DeviceType::CUDA); }  // NOLINT(bugprone-exception-escape)
 constexpr Device cuda(Device::Index index) { return Device(DeviceType::CUDA, index); }
 
 inline Device Device::parse(std::string_view text) {
@@ -93,7 +94,7 @@ inline Device Device::parse(std::string_view text) {
   };
   const std::size_t colon = text.find(':');
   const std::string_view type_text = text.substr(0, colon);
-  DeviceType type;
+  DeviceType type = DeviceType::CPU;
   if (type_text == "cpu") {
     type = DeviceType::CPU;
   } else if (type_text == "cuda") {

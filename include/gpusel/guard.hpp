@@ -154,8 +154,10 @@ class DeviceGuard {
   }
 
   // The device current when the guard began; cpu for a cpu guard.
+  // NOLINTNEXTLINE(bugprone-exception-escape): cuda(index) is called only with an index >= 0
   Device original_device() const noexcept { return state_.original >= 0 ? cuda(state_.original) : cpu(); }
   // The device the guard made current; cpu for a cpu guard.
+  // NOLINTNEXTLINE(bugprone-exception-escape): cuda(index) is called only with an index >= 0
   Device current_device() const noexcept { return state_.current >= 0 ? cuda(state_.current) : cpu(); }
 
  private:

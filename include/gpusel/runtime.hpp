@@ -128,7 +128,8 @@ inline void set_device(const Device& device) {
 
 // The current CUDA device when one is usable, else cpu: the C++ spelling of
 // `"cuda:0" if torch.cuda.is_available() else "cpu"`, which follows set_device.
-inline Device preferred_device() noexcept {
+// (Noexcept: the runtime reports an index >= 0, which cuda(index) accepts.)
+inline Device preferred_device() noexcept {  // NOLINT(bugprone-exception-escape)
   if (!is_available()) return cpu();
   int index = 0;
   if (detail::get_current_device(&index) != cudaSuccess) {

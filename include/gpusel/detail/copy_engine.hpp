@@ -108,7 +108,7 @@ inline void copy_async(void* destination, const MemoryPlace& to, const void* sou
                 stream.device().str() + ": the stream must belong to a device the copy involves");
   }
   DeviceGuard guard(stream.device_index());
-  cudaError_t status;
+  cudaError_t status = cudaSuccess;
   if (!to.is_host() && !from.is_host() && to.device != from.device) {
     (void)PeerAccess::instance().enable(to.device, from.device);
     status = cudaMemcpyPeerAsync(destination, to.device, source, from.device, bytes, stream.handle());

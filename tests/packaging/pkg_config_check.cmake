@@ -1,0 +1,58 @@
+# Installs gpusel into a temporary prefix and builds a program with nothing but
+# `pkg-config --cflags --libs gpusel`, as a Makefile user would; then moves the
+# prefix and checks that the .pc file still points into it.
+#
+#   cmake -DGPUSEL_SOURCE_DIR=... -DCONSUMER_SOURCE=main.cpp -DWORK_DIR=... -DEXPECTED_VERSION=...
+#         -DCMAKE_CXX_COMPILER=... -DCMAKE_GENERATOR=... -P pkg_config_check.cmake
+cmake_minimum_required(VERSION 3.21)
+file(REMOVE_RECURSE "${WORK_DIR}")
+
+function(run output_variable)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE errors
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "failed (${result}): ${ARGN}\n${output}\n${errors}")
+  endif()
+  set(${output_variable} "${output}" PARENT_SCOPE)
+endfunction()
+
+if(NOT PKG_CONFIG)
+  find_program(PKG_CONFIG NAMES pkg-config pkgconf REQUIRED)
+endif()
+
+run(ignored ${CMAKE_COMMAND} -S "${GPUSEL_SOURCE_DIR}" -B "${WORK_DIR}/gpusel-build" -G "${CMAKE_GENERATOR}"
+    "-DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}" -DGPUSEL_BUILD_TESTS=OFF -DGPUSEL_BUILD_EXAMPLES=OFF
+    -DGPUSEL_BUILD_BENCHMARKS=OFF -DGPUSEL_BUILD_TOOLS=OFF "-DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix" -DCMAKE_INSTALL_LIBDIR=lib)
+run(ignored ${CMAKE_COMMAND} --install "${WORK_DIR}/gpusel-build")
+
+# Builds and runs the consumer from the prefix `prefix`, with pkg-config alone.
+function(build_with_pkg_config prefix)
+  set(ENV{PKG_CONFIG_PATH} "${prefix}/lib/pkgconfig")
+  set(ENV{PKG_CONFIG_LIBDIR} "${prefix}/lib/pkgconfig")  # nothing else: not a system-wide gpusel.pc
+  run(version ${PKG_CONFIG} --modversion gpusel)
+  if(NOT version STREQUAL EXPECTED_VERSION)
+    message(FATAL_ERROR "pkg-config --modversion gpusel says ${version}, the project is ${EXPECTED_VERSION}")
+  endif()
+  run(flags ${PKG_CONFIG} --cflags --libs gpusel)
+  message(STATUS "pkg-config --cflags --libs gpusel: ${flags}")
+  separate_arguments(flags UNIX_COMMAND "${flags}")
+  set(names_prefix FALSE)
+  foreach(flag IN LISTS flags)
+    if(flag MATCHES "^-I(.+)$")
+      get_filename_component(directory "${CMAKE_MATCH_1}" REALPATH)
+      if(directory STREQUAL "${prefix}/include")
+        set(names_prefix TRUE)
+      endif()
+    endif()
+  endforeach()
+  if(NOT names_prefix)
+    message(FATAL_ERROR "the flags do not name ${prefix}/include: ${flags}")
+  endif()
+  run(ignored ${CMAKE_CXX_COMPILER} -std=c++17 "${CONSUMER_SOURCE}" -o "${WORK_DIR}/consumer" ${flags})
+  run(output "${WORK_DIR}/consumer")
+  message(STATUS "${output}")
+endfunction()
+
+build_with_pkg_config("${WORK_DIR}/prefix")
+file(RENAME "${WORK_DIR}/prefix" "${WORK_DIR}/moved-prefix")
+build_with_pkg_config("${WORK_DIR}/moved-prefix")
