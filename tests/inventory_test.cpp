@@ -182,9 +182,4 @@ TEST(CudaPhysicalOrder, MigModeIsACaveat) {
   EXPECT_TRUE(contains(order.caveat, "GPU 0 is in MIG mode")) << order.caveat;
 }
 
-TEST(FormatBytes, ReadsLikeNvidiaSmi) {
-  EXPECT_EQ(gpusel::format_bytes(512ULL << 20), "512 MiB");
-  EXPECT_EQ(gpusel::format_bytes(143771ULL << 20), "140.4 GiB");
-}
-
 }  // namespace

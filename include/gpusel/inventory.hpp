@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -118,9 +117,6 @@ struct CudaPhysicalOrder {
 // CUDA's physical order for `inventory`'s GPUs under this CUDA_DEVICE_ORDER
 // (nullopt = unset = FASTEST_FIRST). See Note [CUDA's physical order].
 CudaPhysicalOrder cuda_physical_order(const Inventory& inventory, std::optional<std::string_view> cuda_device_order);
-
-// "1 MiB", "79.6 GiB": sizes for people.
-std::string format_bytes(std::uint64_t bytes);
 
 // --- implementation ----------------------------------------------------------
 
@@ -332,14 +328,6 @@ inline CudaPhysicalOrder cuda_physical_order(const Inventory& inventory,
   for (std::size_t i = 0; i < sorted.size(); ++i)
     order.devices.push_back({static_cast<int>(i), sorted[i]->uuid, sorted[i]->name, sorted[i]->pci_bus_id, sorted[i]->nvml_index});
   return order;
-}
-
-inline std::string format_bytes(std::uint64_t bytes) {
-  constexpr std::uint64_t kMiB = std::uint64_t{1} << 20, kGiB = std::uint64_t{1} << 30;
-  char text[32];
-  if (bytes >= kGiB) std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / static_cast<double>(kGiB));
-  else std::snprintf(text, sizeof text, "%llu MiB", static_cast<unsigned long long>(bytes / kMiB));
-  return text;
 }
 
 }  // namespace gpusel
