@@ -18,10 +18,11 @@
 #include "gpusel/guard.hpp"
 #include "gpusel/stream.hpp"
 #include "gpusel_test.hpp"
+#include "text_checks.hpp"
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using gpusel_test::contains;
 
 // Drops the copy engine's cached staging memory and peer table, then prepares
 // the machine: the emulated runtime's reset would otherwise free the cached

@@ -11,10 +11,11 @@
 #include "gpusel/buffer.hpp"
 #include "gpusel/guard.hpp"
 #include "gpusel_test.hpp"
+#include "text_checks.hpp"
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using gpusel_test::contains;
 
 // Every test starts and ends with the default back on the cpu: the default is per process.
 class DefaultDevice : public ::testing::Test {

@@ -15,10 +15,11 @@
 #include <vector>
 
 #include "gpusel_test.hpp"
+#include "text_checks.hpp"
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using gpusel_test::contains;
 
 // Whether `device` has its primary context: the emulation's record, or the driver's answer.
 bool has_context(int device) {

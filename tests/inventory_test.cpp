@@ -8,6 +8,7 @@
 #include <string>
 
 #include "fake_nvml_machine.hpp"
+#include "text_checks.hpp"
 
 namespace {
 
@@ -15,7 +16,7 @@ using gpusel::InventoryStatus;
 using gpusel_test::FakeNvmlMachine;
 using gpusel_test::ScopedEnvironment;
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using gpusel_test::contains;
 
 const char* kTwoH200 = R"(
 driver 580.159.04

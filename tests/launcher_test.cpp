@@ -15,10 +15,11 @@
 #include <vector>
 
 #include "gpusel_test.hpp"
+#include "text_checks.hpp"
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using gpusel_test::contains;
 
 // A made-up environment for find_local_rank.
 gpusel::ReadVariable environment(std::map<std::string, std::string> variables) {
@@ -29,16 +30,7 @@ gpusel::ReadVariable environment(std::map<std::string, std::string> variables) {
   };
 }
 
-// The message of the Error that `action` throws ("" if it throws none).
-template <class Action>
-std::string error_from(Action action) {
-  try {
-    action();
-  } catch (const gpusel::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using gpusel_test::error_from;
 
 // --- reading the launchers' variables ----------------------------------------
 

@@ -15,10 +15,11 @@
 
 #include "gpusel/guard.hpp"
 #include "gpusel_test.hpp"
+#include "text_checks.hpp"
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using gpusel_test::contains;
 
 std::optional<std::string> machine_with(int devices) {
   gpusel::release_cached_resources();

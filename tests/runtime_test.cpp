@@ -8,10 +8,11 @@
 #include <string>
 
 #include "gpusel_test.hpp"
+#include "text_checks.hpp"
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using gpusel_test::contains;
 
 // --- with no driver: the CPU fallback ---------------------------------------
 

@@ -15,6 +15,7 @@
 
 #include "fake_nvml_machine.hpp"
 #include "gpusel_test.hpp"
+#include "text_checks.hpp"
 
 namespace {
 
@@ -23,17 +24,9 @@ using gpusel_test::ScopedEnvironment;
 
 constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using gpusel_test::contains;
 
-template <class Action>
-std::string error_from(Action action) {
-  try {
-    action();
-  } catch (const gpusel::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using gpusel_test::error_from;
 
 // A GPU as NVML would describe it: 141 GiB in all, `free_gib` of it free.
 gpusel::Gpu gpu(int nvml_index, std::uint64_t free_gib, int utilization, std::string name = "NVIDIA H200",

@@ -11,10 +11,11 @@
 #include "gpusel/buffer.hpp"
 #include "gpusel/guard.hpp"
 #include "gpusel_test.hpp"
+#include "text_checks.hpp"
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using gpusel_test::contains;
 
 static_assert(!std::is_copy_constructible_v<gpusel::Stream>, "two owners would destroy one stream twice");
 static_assert(std::is_nothrow_move_constructible_v<gpusel::Stream>);

@@ -10,13 +10,14 @@
 #include "fake_nvml_machine.hpp"
 #include "gpusel/runtime.hpp"
 #include "gpusel_test.hpp"
+#include "text_checks.hpp"
 
 namespace {
 
 using gpusel_test::FakeNvmlMachine;
 using gpusel_test::ScopedEnvironment;
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using gpusel_test::contains;
 
 const char* kFourGpus = R"(
 gpu uuid=GPU-00000000-aaaa-0000-0000-000000000000 pci=00000000:17:00.0

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include "text_checks.hpp"
 
 namespace {
 
@@ -19,7 +20,7 @@ using gpusel::parse_visible_devices;
 using gpusel::PhysicalDevice;
 using gpusel::TokenOutcome;
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using gpusel_test::contains;
 
 std::vector<PhysicalDevice> machine(const std::vector<std::string>& uuids) {
   std::vector<PhysicalDevice> devices;
