@@ -145,8 +145,8 @@ def main():
     lines.append(f"{'all tests':<34} {totals[0]:>6} {totals[1]:>6} {totals[2]:>7}")
 
     # --- benchmarks ----------------------------------------------------------------
-    torch = torch_speeds(read(os.path.join(results, "torch.log")))
     torch_log = read(os.path.join(results, "torch.log"))
+    torch = torch_speeds(torch_log)
     lines.append("")
     table = []  # (label, the rest of the row) or (a whole line, None)
     bench_dir = os.path.join(results, "bench")
