@@ -277,6 +277,7 @@ TEST(ModuleEmulated, ToIsATransactionWhereverItFails) {
         EXPECT_TRUE(std::equal(std::begin(used_before), std::end(used_before), std::begin(used_after))) << where;
         EXPECT_EQ(gpusel_emulated::live_streams(), 0) << where;
         EXPECT_EQ(gpusel_emulated::live_events(), 0) << where;
+        EXPECT_EQ(gpusel_emulated::operations_left_to_stream_destroy(), 0) << where << ": a staging chunk was reused early";
         EXPECT_EQ(gpusel::current_device(), device_before) << where;
         ASSERT_LT(nth, 200) << where << ": the failures never stopped";
       }

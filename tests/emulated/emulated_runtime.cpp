@@ -49,6 +49,10 @@
 //  - cudaMemcpyDefault infers directions from the emulation's own records, and a
 //    copy whose declared direction disagrees with the pointers fails with
 //    cudaErrorInvalidValue (the real runtime is sometimes more forgiving);
+//  - cudaStreamDestroy runs the work still queued on the stream before it
+//    returns, where the real runtime returns at once and finishes the work
+//    later; operations_left_to_stream_destroy() counts such work so tests can
+//    check that gpusel never reuses memory a destroyed stream still uses;
 //  - there are no kernels, and no error ever becomes sticky.
 #include "emulated_runtime.hpp"
 
@@ -120,6 +124,7 @@ struct State {
   std::vector<ArmedFailure> failures;
   int peer_copies = 0;
   int staged_device_copies = 0;
+  int operations_left_to_stream_destroy = 0;
   std::uint64_t generation = 1;
   void* libcuda = nullptr;  // the fake libcuda.so.1, loaded on initialization
 };
@@ -335,6 +340,7 @@ void reset(const Config& config) {
   s.failures.clear();
   s.peer_copies = 0;
   s.staged_device_copies = 0;
+  s.operations_left_to_stream_destroy = 0;
   s.config = config;
   s.devices.clear();
   for (std::size_t i = 0; i < config.devices.size(); ++i) {
@@ -438,6 +444,12 @@ int staged_device_copies() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   return s.staged_device_copies;
+}
+
+int operations_left_to_stream_destroy() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.operations_left_to_stream_destroy;
 }
 
 void fail_call(const std::string& function, int nth, cudaError_t status) {
@@ -854,7 +866,11 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
   auto it = call.s().streams.find(stream);
   if (it == call.s().streams.end()) return call.finish(cudaErrorInvalidResourceHandle);
-  gpusel_emulated::drain(stream);  // queued work still completes, as on a GPU
+  // Queued work still completes, as on a GPU, where it finishes after
+  // cudaStreamDestroy has returned: counted, since memory that work uses must
+  // not be reused before it is done.
+  call.s().operations_left_to_stream_destroy += static_cast<int>(stream->pending.size());
+  gpusel_emulated::drain(stream);
   call.s().streams.erase(it);
   delete stream;
   return cudaSuccess;

@@ -70,6 +70,10 @@ int pending_operations();
 // Copies made between two devices' memory with peer access enabled, and without it.
 int peer_copies();
 int staged_device_copies();
+// Operations still queued on a stream when it was destroyed. The real runtime
+// finishes them after cudaStreamDestroy returns, so whoever queued them must
+// not free or reuse their memory until then.
+int operations_left_to_stream_destroy();
 
 // --- making things fail -----------------------------------------------------
 // The nth call to `function` from now (1 = the next one) fails with `status`,

@@ -216,6 +216,25 @@ TEST_F(EmulatedRuntime, QueuesAsyncCopiesFromPinnedMemoryUntilSomethingWaits) {
   EXPECT_EQ(emu::pinned_host_bytes_in_use(), 0u);
 }
 
+TEST_F(EmulatedRuntime, DestroyingAStreamFinishesItsQueuedCopiesAndCountsThem) {
+  void* pinned = nullptr;
+  void* device = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, 16), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&device, 16), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  std::memset(pinned, 3, 16);
+  ASSERT_EQ(cudaMemcpyAsync(device, pinned, 16, cudaMemcpyHostToDevice, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(device, pinned, 16, cudaMemcpyHostToDevice, stream), cudaSuccess);
+  EXPECT_EQ(emu::operations_left_to_stream_destroy(), 0);
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  EXPECT_EQ(emu::pending_operations(), 0) << "the work of a destroyed stream still completes";
+  EXPECT_EQ(emu::operations_left_to_stream_destroy(), 1) << "only the copy nobody waited for";
+  (void)cudaFree(device);
+  (void)cudaFreeHost(pinned);
+}
+
 TEST_F(EmulatedRuntime, AsyncCopiesFromPageableMemoryHappenAtOnce) {
   std::vector<unsigned char> host(16, 5);
   void* device = nullptr;

@@ -76,9 +76,7 @@ class StagedPipeline {
       Slot& slot = ready_slot(index);
       const std::size_t length = std::min(kStagingChunkBytes, bytes - offset);
       std::memcpy(slot.chunk.get(), host + offset, length);
-      check(cudaMemcpyAsync(device + offset, slot.chunk.get(), length, cudaMemcpyHostToDevice, stream_.handle()),
-            "cudaMemcpyAsync");
-      record(slot);
+      enqueue(slot, device + offset, slot.chunk.get(), length, cudaMemcpyHostToDevice);
     }
     finish();
   }
@@ -88,10 +86,8 @@ class StagedPipeline {
     const auto issue = [&](std::size_t index) {
       Slot& slot = ready_slot(index);
       const std::size_t offset = index * kStagingChunkBytes;
-      check(cudaMemcpyAsync(slot.chunk.get(), device + offset, std::min(kStagingChunkBytes, bytes - offset),
-                            cudaMemcpyDeviceToHost, stream_.handle()),
-            "cudaMemcpyAsync");
-      record(slot);
+      enqueue(slot, slot.chunk.get(), device + offset, std::min(kStagingChunkBytes, bytes - offset),
+              cudaMemcpyDeviceToHost);
     };
     for (std::size_t index = 0; index < std::min(chunks, slots_.size()); ++index) issue(index);
     for (std::size_t index = 0; index < chunks; ++index) {
@@ -124,9 +120,15 @@ class StagedPipeline {
     return slot;
   }
 
-  void record(Slot& slot) {
-    check(cudaEventRecord(slot.event, stream_.handle()), "cudaEventRecord");
+  // Queues the slot's DMA and records its event behind it. The slot is in
+  // flight from the moment the copy is queued: if recording the event fails,
+  // the destructor must still wait for the stream before the chunk goes back
+  // to the pool, or another copy could take the chunk while this DMA still
+  // reads or writes it.
+  void enqueue(Slot& slot, void* destination, const void* source, std::size_t length, cudaMemcpyKind kind) {
+    check(cudaMemcpyAsync(destination, source, length, kind, stream_.handle()), "cudaMemcpyAsync");
     slot.in_flight = true;
+    check(cudaEventRecord(slot.event, stream_.handle()), "cudaEventRecord");
   }
 
   void wait(Slot& slot) {
