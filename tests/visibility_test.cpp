@@ -3,6 +3,7 @@
 // errors that name the map. Built against the emulated runtime and the real one.
 #include "gpusel/visibility.hpp"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -224,6 +225,23 @@ TEST(VisibilityEmulated, CudaStartsWithTheFirstRuntimeCall) {
   EXPECT_TRUE(gpusel::cuda_started());
 }
 
+TEST(VisibilityEmulated, ADriverThatNvmlLoadedButNobodyInitializedHasNotStarted) {
+  gpusel_emulated::reset(gpusel_emulated::devices(2));
+  FakeNvmlMachine machine(kFourGpus);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "3,1");
+  ASSERT_TRUE(gpusel::visible_devices().known());
+  void* driver = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+  ASSERT_NE(driver, nullptr) << "nvmlInit loaded the driver library, as on a GPU";
+  dlclose(driver);
+  EXPECT_FALSE(gpusel::cuda_started()) << "loaded is not initialized: the variables still matter";
+  EXPECT_EQ(gpusel::device_count(), 2);
+  EXPECT_TRUE(gpusel_emulated::call_log().empty()) << "counted from NVML, without the runtime";
+  EXPECT_NO_THROW(gpusel::set_visible_devices({0}));
+  EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "0");
+  gpusel::set_device(0);
+  EXPECT_TRUE(gpusel::cuda_started());
+}
+
 TEST(VisibilityEmulated, DeviceCountAfterCudaStartedAsksTheRuntime) {
   gpusel_emulated::reset(gpusel_emulated::devices(3));
   FakeNvmlMachine machine(kFourGpus);
@@ -253,7 +271,7 @@ TEST(VisibilityEmulated, SetVisibleDevicesAfterCudaStartedThrowsAndChangesNothin
     FAIL() << "set_visible_devices succeeded after CUDA started";
   } catch (const gpusel::Error& e) {
     EXPECT_TRUE(contains(e.what(), "gpusel::set_visible_devices({0}): CUDA has already started in this process "
-                                   "(libcuda.so.1 is loaded), so CUDA_VISIBLE_DEVICES=0 would have no effect here "
+                                   "(the driver is initialized), so CUDA_VISIBLE_DEVICES=0 would have no effect here "
                                    "(CUDA_VISIBLE_DEVICES=1 stays in force)"))
         << e.what();
   }

@@ -28,26 +28,45 @@ namespace gpusel {
 
 // Note [Knowing whether CUDA has started]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The CUDA runtime reads CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER once, when
-// it initializes; changing them afterwards changes nothing in this process.
-// The runtime loads the driver library, libcuda.so.1, on its first call
-// (observed on the H200 with CUDA 13: not loaded before the first runtime call,
-// loaded after it), and so does any other CUDA user (the driver API, PyTorch,
-// another library), so dlopen("libcuda.so.1", RTLD_NOLOAD) -- which finds a
-// loaded library by its SONAME and never loads one -- tells whether anyone has
-// started CUDA here. A program that loaded libcuda without initializing it
-// counts as started: too early to matter, and the safe side to err on.
+// The CUDA driver reads CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER in cuInit,
+// which the runtime's first call makes; once it has succeeded, changing them
+// changes nothing in this process. Whether the driver library, libcuda.so.1,
+// is loaded is not the answer: nvmlInit loads it too, without initializing
+// it, and it stays loaded after nvmlShutdown (measured on the H200, driver
+// 580), so any program that has listed its GPUs has libcuda loaded. gpusel
+// asks the driver itself instead, if it is loaded: before a successful cuInit
+// every driver call but a few (cuInit, cuDriverGetVersion, cuGetProcAddress)
+// returns CUDA_ERROR_NOT_INITIALIZED, and cuDeviceGetCount neither initializes
+// nor changes anything. dlopen("libcuda.so.1", RTLD_NOLOAD) finds a loaded
+// library by its SONAME and never loads one, so asking starts nothing either.
+// Measured on the H200, for the record:
+//  - cudaRuntimeGetVersion loads nothing; cudaDriverGetVersion loads and
+//    initializes the driver, so it counts as starting CUDA;
+//  - a cuInit that failed (CUDA_VISIBLE_DEVICES naming no GPU: 100, or one GPU
+//    twice: 101) leaves the driver uninitialized, and a later cuInit reads the
+//    variables again;
+//  - but the runtime remembers its own failure: after a failed first runtime
+//    call it keeps failing even once the variable is fixed. cuda_started() is
+//    false in that process (the driver is not initialized), and cannot tell.
 namespace detail {
-inline bool cuda_driver_loaded() noexcept {
+inline constexpr int kCudaErrorNotInitialized = 3;  // CUDA_ERROR_NOT_INITIALIZED (cuda.h, not included)
+
+inline bool cuda_driver_initialized() noexcept {
   void* handle = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
   if (handle == nullptr) return false;
+  using DeviceGetCount = int (*)(int*);
+  const auto device_count = reinterpret_cast<DeviceGetCount>(dlsym(handle, "cuDeviceGetCount"));
+  int count = 0;
+  // A libcuda without cuDeviceGetCount is no driver gpusel knows: call it started, the safe side.
+  const bool initialized = device_count == nullptr || device_count(&count) != kCudaErrorNotInitialized;
   dlclose(handle);  // NOLOAD took a reference: give it back
-  return true;
+  return initialized;
 }
 }  // namespace detail
 
-// Whether CUDA has started in this process (Note [Knowing whether CUDA has started]).
-inline bool cuda_started() noexcept { return detail::cuda_driver_loaded(); }
+// Whether CUDA has started in this process, so that CUDA_VISIBLE_DEVICES and
+// CUDA_DEVICE_ORDER no longer matter here (Note [Knowing whether CUDA has started]).
+inline bool cuda_started() noexcept { return detail::cuda_driver_initialized(); }
 
 // This process's view of its GPUs.
 struct DeviceMap {
@@ -85,7 +104,7 @@ namespace detail {
 // its major version shows no device (cudaErrorInsufficientDriver).
 inline std::optional<int> count_devices_without_cuda(int runtime_version) noexcept {
   try {
-    if (cuda_driver_loaded()) return std::nullopt;
+    if (cuda_driver_initialized()) return std::nullopt;
     const DeviceMap map = visible_devices();
     if (!map.known()) return std::nullopt;
     const int driver = map.inventory.cuda_driver_version;
@@ -165,8 +184,8 @@ inline std::string explain() { return explain(visible_devices()); }
 namespace detail {
 
 inline void set_visible_value(const std::string& call, const std::string& value, std::size_t tokens) {
-  if (cuda_driver_loaded())
-    throw Error(call + ": CUDA has already started in this process (libcuda.so.1 is loaded), so CUDA_VISIBLE_DEVICES=" +
+  if (cuda_driver_initialized())
+    throw Error(call + ": CUDA has already started in this process (the driver is initialized), so CUDA_VISIBLE_DEVICES=" +
                 value + " would have no effect here (" + describe_variable("CUDA_VISIBLE_DEVICES") +
                 " stays in force); call it before the first CUDA call, or set the variable in the environment "
                 "that starts the process");

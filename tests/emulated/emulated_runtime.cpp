@@ -30,10 +30,16 @@
 //    runtime (every call but cudaRuntimeGetVersion and cudaDriverGetVersion), as
 //    observed on the H200 (libcuda.so.1 is not loaded before the first runtime
 //    call and is loaded after it), and not at all when there is no driver
-//    (cudaErrorInsufficientDriver). The library loaded is an empty one whose
+//    (cudaErrorInsufficientDriver). cudaDriverGetVersion does not initialize
+//    the runtime but loads and initializes the driver, as measured there. The library loaded is a stand-in whose
 //    SONAME is libcuda.so.1 (tests/emulated/fake_libcuda.cpp), opened by path,
-//    so dlopen("libcuda.so.1", RTLD_NOLOAD) answers as in a real process;
-//    reset() unloads it, as a new process would start without it;
+//    so dlopen("libcuda.so.1", RTLD_NOLOAD) answers as in a real process, and
+//    its cuDeviceGetCount returns CUDA_ERROR_NOT_INITIALIZED until the runtime
+//    has initialized (and for ever when that failed), as the driver's does
+//    before cuInit and after a failed one; reset() unloads it,
+//    as a new process would start without it. (The fake NVML loads it too,
+//    without initializing it, as the real NVML loads the driver: see
+//    tests/support/fake_nvml_machine.hpp.)
 //  - the emulated machine has no NVML: unless GPUSEL_NVML_LIBRARY is already
 //    set (a test pointing at tests/fake_nvml), the emulation sets it to "none"
 //    when the program starts, so the machine that runs the tests cannot leak its
@@ -162,6 +168,25 @@ std::string default_pci_bus_id(int index) {
   return text;
 }
 
+// Calls `name` in the stand-in driver library (tests/emulated/fake_libcuda.cpp).
+template <typename Function, typename... Arguments>
+void fake_libcuda_call(void* library, const char* name, Arguments... arguments) {
+  if (library == nullptr) return;
+  if (auto function = reinterpret_cast<Function>(dlsym(library, name))) function(arguments...);
+}
+
+// What the runtime's first call does to the driver: loads libcuda.so.1 (unless
+// there is none) and runs cuInit, which fails, leaving the driver uninitialized,
+// when the runtime's initialization fails (measured on the H200: after
+// CUDA_VISIBLE_DEVICES=1 on one GPU, cuDeviceGetCount still answers
+// CUDA_ERROR_NOT_INITIALIZED).
+void load_driver(State& s) {
+  if (s.libcuda != nullptr || s.config.initialization_error == cudaErrorInsufficientDriver) return;
+  s.libcuda = dlopen(GPUSEL_EMULATED_LIBCUDA, RTLD_NOW | RTLD_LOCAL);
+  if (s.config.initialization_error == cudaSuccess)
+    fake_libcuda_call<void (*)(int)>(s.libcuda, "gpusel_fake_libcuda_initialize", static_cast<int>(s.config.devices.size()));
+}
+
 // One emulated call: counts it, applies armed failures and the initialization
 // error, and records the outcome as the thread's last error.
 class Call {
@@ -180,9 +205,7 @@ class Call {
       if (!it->persistent) s_.failures.erase(it);
       break;
     }
-    if (counts_as_initialization && s_.libcuda == nullptr &&
-        s_.config.initialization_error != cudaErrorInsufficientDriver)
-      s_.libcuda = dlopen(GPUSEL_EMULATED_LIBCUDA, RTLD_NOW | RTLD_LOCAL);
+    if (counts_as_initialization) load_driver(s_);
     if (counts_as_initialization && s_.config.initialization_error != cudaSuccess && armed_ == cudaSuccess)
       armed_ = s_.config.initialization_error;
   }
@@ -353,7 +376,11 @@ void reset(const Config& config) {
     s.devices.push_back(std::move(device));
   }
   ++s.generation;
-  if (s.libcuda != nullptr) dlclose(s.libcuda);
+  if (s.libcuda != nullptr) {
+    // The fake NVML may hold the library loaded too: a new process starts uninitialized.
+    fake_libcuda_call<void (*)()>(s.libcuda, "gpusel_fake_libcuda_forget");
+    dlclose(s.libcuda);
+  }
   s.libcuda = nullptr;
 }
 
@@ -445,6 +472,8 @@ int staged_device_copies() {
   std::lock_guard<std::mutex> lock(s.mutex);
   return s.staged_device_copies;
 }
+
+std::string fake_libcuda_path() { return GPUSEL_EMULATED_LIBCUDA; }
 
 int operations_left_to_stream_destroy() {
   State& s = state();
@@ -573,6 +602,7 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
 cudaError_t cudaDriverGetVersion(int* version) {
   Call call("cudaDriverGetVersion", false);
   if (version == nullptr) return call.finish(cudaErrorInvalidValue);
+  load_driver(call.s());  // measured on the H200: it loads and initializes the driver
   *version = call.s().config.initialization_error == cudaErrorInsufficientDriver ? 0 : CUDART_VERSION;
   return cudaSuccess;
 }

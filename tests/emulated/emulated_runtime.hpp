@@ -70,6 +70,9 @@ int pending_operations();
 // Copies made between two devices' memory with peer access enabled, and without it.
 int peer_copies();
 int staged_device_copies();
+// The stand-in driver library (SONAME libcuda.so.1) the emulation loads when it
+// initializes (tests/emulated/fake_libcuda.cpp).
+std::string fake_libcuda_path();
 // Operations still queued on a stream when it was destroyed. The real runtime
 // finishes them after cudaStreamDestroy returns, so whoever queued them must
 // not free or reuse their memory until then.

@@ -53,6 +53,41 @@ bool driver_library_loaded() {
   return handle != nullptr;
 }
 
+// What the stand-in driver's cuDeviceGetCount answers: 3 (CUDA_ERROR_NOT_INITIALIZED)
+// before a successful cuInit, -1 when no driver library is loaded.
+int driver_device_count_status() {
+  void* handle = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+  if (handle == nullptr) return -1;
+  const auto device_count = reinterpret_cast<int (*)(int*)>(dlsym(handle, "cuDeviceGetCount"));
+  int count = 0;
+  const int status = device_count != nullptr ? device_count(&count) : -2;
+  dlclose(handle);
+  return status;
+}
+
+TEST_F(EmulatedRuntime, InitializesTheDriverWhenItInitializes) {
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  EXPECT_EQ(driver_device_count_status(), 0);
+}
+
+TEST_F(EmulatedRuntime, DriverGetVersionLoadsAndInitializesTheDriverAsMeasuredOnTheH200) {
+  int version = 0;
+  ASSERT_EQ(cudaDriverGetVersion(&version), cudaSuccess);
+  EXPECT_EQ(driver_device_count_status(), 0);
+  EXPECT_EQ(emu::primary_context_count(), 0);
+}
+
+TEST_F(EmulatedRuntime, AFailedInitializationLeavesTheDriverLoadedButUninitialized) {
+  emu::Config config = emu::devices(1);
+  config.initialization_error = cudaErrorNoDevice;  // CUDA_VISIBLE_DEVICES named no GPU
+  emu::reset(config);
+  int count = 0;
+  EXPECT_EQ(cudaGetDeviceCount(&count), cudaErrorNoDevice);
+  EXPECT_EQ(driver_device_count_status(), 3) << "cuInit failed: CUDA_ERROR_NOT_INITIALIZED";
+  EXPECT_EQ(cudaGetDeviceCount(&count), cudaErrorNoDevice) << "and the runtime remembers its failure";
+}
+
 TEST_F(EmulatedRuntime, LoadsTheDriverLibraryOnItsFirstInitializingCallAsTheRealRuntimeDoes) {
   int version = 0;
   (void)cudaRuntimeGetVersion(&version);

@@ -1,5 +1,29 @@
-// Deliberately empty: a shared library whose SONAME is libcuda.so.1, loaded by
-// the emulated runtime when it initializes so that a process built on the
-// emulation shows the driver library loaded exactly when a real one would.
-// It provides no driver function; nothing calls into it.
-extern "C" int gpusel_fake_libcuda_marker() { return 1; }
+// A stand-in for the driver library: a shared library whose SONAME is
+// libcuda.so.1, loaded by the emulated runtime when it initializes (and by the
+// fake NVML when a test asks it to, as the real NVML loads the driver), so that
+// a process built on the emulation shows the driver library loaded exactly when
+// a real one would. It answers the one driver call gpusel makes itself,
+// cuDeviceGetCount, which tells whether the driver is initialized
+// (Note [Knowing whether CUDA has started] in gpusel/visibility.hpp).
+#include <atomic>
+
+namespace {
+constexpr int kSuccess = 0;                 // CUDA_SUCCESS
+constexpr int kErrorInvalidValue = 1;       // CUDA_ERROR_INVALID_VALUE
+constexpr int kErrorNotInitialized = 3;     // CUDA_ERROR_NOT_INITIALIZED
+std::atomic<int> initialized_device_count{-1};  // -1: cuInit has not run
+}  // namespace
+
+// The emulated runtime's initialization: what cuInit does in a real process.
+extern "C" void gpusel_fake_libcuda_initialize(int device_count) { initialized_device_count = device_count; }
+// The emulated runtime's reset: a new process, whose driver is not initialized.
+extern "C" void gpusel_fake_libcuda_forget() { initialized_device_count = -1; }
+
+// As documented for the driver API: CUDA_ERROR_NOT_INITIALIZED before cuInit.
+extern "C" int cuDeviceGetCount(int* count) {
+  const int devices = initialized_device_count.load();
+  if (devices < 0) return kErrorNotInitialized;
+  if (count == nullptr) return kErrorInvalidValue;
+  *count = devices;
+  return kSuccess;
+}

@@ -10,6 +10,9 @@
 //
 //   driver 580.159.04             # nvmlSystemGetDriverVersion
 //   cuda_driver 13000             # nvmlSystemGetCudaDriverVersion_v2 (13.0)
+//   libcuda /path/to/libcuda.so.1 # nvmlInit_v2 loads it, without initializing it, and it
+//                                 # stays loaded, as the real nvmlInit loads the driver library
+//                                 # (measured on the H200, driver 580); none by default
 //   init_error 9                  # nvmlInit_v2 fails with this NVML status (9: driver not loaded)
 //   gpu name="NVIDIA H200" uuid=GPU-... pci=00000000:17:00.0 memory_mib=143771 used_mib=1024
 //       utilization=35 memory_utilization=12 cc=9.0 mig=1 processes=unsupported
@@ -19,6 +22,8 @@
 // uuid defaults to GPU-fa4e0000-0000-0000-0000-00000000000N, pci to
 // 00000000:(0x10+N):00.0, name to "NVIDIA H200", memory_mib to 143771, cc to 9.0.
 // A line that does not parse makes nvmlInit_v2 fail with NVML_ERROR_UNKNOWN (999).
+#include <dlfcn.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -60,6 +65,7 @@ struct Gpu {
 struct Machine {
   std::string driver = "580.159.04";
   int cuda_driver = 13000;
+  std::string libcuda;
   int init_error = kSuccess;
   std::vector<Gpu> gpus;
 };
@@ -104,6 +110,7 @@ bool read_machine(Machine& result) {
       if (parts.empty()) continue;
       if (parts[0] == "driver" && parts.size() == 2) result.driver = parts[1];
       else if (parts[0] == "cuda_driver" && parts.size() == 2) result.cuda_driver = std::stoi(parts[1]);
+      else if (parts[0] == "libcuda" && parts.size() == 2) result.libcuda = parts[1];
       else if (parts[0] == "init_error" && parts.size() == 2) result.init_error = std::stoi(parts[1]);
       else if (parts[0] == "gpu") {
         Gpu gpu;
@@ -183,6 +190,8 @@ struct ProcessInfo { unsigned pid; unsigned long long used; unsigned gpu_instanc
 extern "C" int nvmlInit_v2() {
   std::lock_guard<std::mutex> lock(mutex);
   if (!read_machine(machine)) return kErrorUnknown;
+  // Loaded and never closed, not initialized: what the real nvmlInit leaves behind.
+  if (!machine.libcuda.empty()) (void)dlopen(machine.libcuda.c_str(), RTLD_NOW | RTLD_LOCAL);
   return machine.init_error;
 }
 

@@ -13,7 +13,8 @@
 #
 # Binaries are discovered, so new ones are picked up: <build>/tests/*_real
 # (GoogleTest) and <build>/tests/bench/* (Google Benchmark; the *_emulated
-# smoke-test builds are left out). Each step has a hard timeout and the whole
+# smoke-test builds are left out). Some tests describe made-up machines to a
+# fake NVML, found in <build>/tests/fake_nvml/: copy it along with the tests. Each step has a hard timeout and the whole
 # check a budget (defaults below: under 5 minutes on one GPU).
 #
 # With no GPU (or --dry-run) it runs the same steps quickly: the tests check
