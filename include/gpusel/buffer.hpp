@@ -21,6 +21,7 @@
 
 #include "gpusel/default_device.hpp"
 #include "gpusel/detail/copy_engine.hpp"
+#include "gpusel/detail/error_context.hpp"
 #include "gpusel/detail/memory.hpp"
 #include "gpusel/detail/peer_access.hpp"
 #include "gpusel/detail/resolve_device.hpp"
@@ -71,13 +72,12 @@ class Buffer {
 
   // `size` elements on `device`, contents unspecified (like torch.empty).
   explicit Buffer(std::size_t size, const Device& device = default_device())
-      : Buffer(allocate(size, place_of(device, describe("gpusel::Buffer", size, device)),
-                        describe("gpusel::Buffer", size, device))) {}
+      : Buffer(allocate(size, device, [&] { return describe("gpusel::Buffer", size, device); })) {}
 
   // A copy of host data, on `device`.
   Buffer(const T* values, std::size_t size, const Device& device = default_device()) : Buffer(size, device) {
     if (size != 0 && values == nullptr) throw Error(describe("gpusel::Buffer", size, device) + ": the data pointer is null");
-    copy_in(values, detail::MemoryPlace{}, describe("gpusel::Buffer", size, device));
+    copy_in(values, detail::MemoryPlace{}, [&] { return describe("gpusel::Buffer", size, device); });
   }
   explicit Buffer(const std::vector<T>& values, const Device& device = default_device())
       : Buffer(values.data(), values.size(), device) {}
@@ -88,7 +88,7 @@ class Buffer {
   // `size` elements of pinned host memory, contents unspecified.
   // Throws Error when no CUDA driver is usable (pinning needs one).
   static Buffer pinned(std::size_t size) {
-    const std::string what = describe("gpusel::Buffer::pinned", size, cpu());
+    const auto what = [&] { return describe("gpusel::Buffer::pinned", size, cpu()); };
     return Buffer(allocate(size, detail::MemoryPlace{detail::MemoryKind::pinned_host, -1}, what));
   }
 
@@ -122,7 +122,7 @@ class Buffer {
   // A new Buffer on `device` with a copy of the elements; *this is untouched
   // (Note [A Buffer never aliases another]). Done when it returns.
   Buffer to(const Device& device) const& {
-    const std::string what = describe_move(device);
+    const auto what = [&] { return describe_move(device); };  // Note [Error context costs nothing until an error]
     Buffer result(allocate(size_, target_place(device, what), what));
     result.copy_in(data(), memory_.place(), what);
     return result;
@@ -131,8 +131,7 @@ class Buffer {
   // Hands this Buffer's memory over, without a copy, when it is already on
   // `device`; otherwise copies it there and frees it here. *this is left empty.
   Buffer to(const Device& device) && {
-    const std::string what = describe_move(device);
-    const detail::MemoryPlace target = target_place(device, what);
+    const detail::MemoryPlace target = target_place(device, [&] { return describe_move(device); });
     if (target.kind == memory_.place().kind && target.device == memory_.place().device) return std::move(*this);
     Buffer result = std::as_const(*this).to(device);
     *this = Buffer();
@@ -150,21 +149,21 @@ class Buffer {
   // stream.synchronize() before reading the result or writing *this.
   // The stream must belong to the GPU involved (either one between two GPUs).
   Buffer to(const Device& device, const Stream& stream) const& {
-    const std::string what = describe_move(device) + " on a stream of " + stream.device().str();
+    const auto what = [&] { return describe_move(device) + " on a stream of " + stream.device().str(); };
     detail::MemoryPlace target = target_place(device, what);
     if (target.is_host() && is_cuda()) target.kind = detail::MemoryKind::pinned_host;
     Buffer result(allocate(size_, target, what));
     try {
       detail::copy_async(result.data(), target, data(), memory_.place(), bytes(), stream);
     } catch (const Error& error) {
-      throw with_context(error, what);
+      throw with_context(error, what());
     }
     return result;
   }
 
   // A pinned host copy, like torch's pin_memory(); from a cuda Buffer too.
   Buffer pin_memory() const {
-    const std::string what = describe_move(cpu()) + " (pin_memory)";
+    const auto what = [&] { return describe_move(cpu()) + " (pin_memory)"; };
     Buffer result(allocate(size_, detail::MemoryPlace{detail::MemoryKind::pinned_host, -1}, what));
     result.copy_in(data(), memory_.place(), what);
     return result;
@@ -172,7 +171,7 @@ class Buffer {
 
   // A copy on the same device (pinned stays pinned).
   Buffer clone() const {
-    const std::string what = describe("gpusel::Buffer::clone", size_, device());
+    const auto what = [&] { return describe("gpusel::Buffer::clone", size_, device()); };
     Buffer result(allocate(size_, memory_.place(), what));
     result.copy_in(data(), memory_.place(), what);
     return result;
@@ -181,9 +180,9 @@ class Buffer {
   // Copies `source`'s elements into this Buffer, wherever each of them lives
   // (like tensor.copy_(source)); the sizes must match. Done when it returns.
   void copy_from(const Buffer& source) {
-    const std::string what = describe("gpusel::Buffer::copy_from", size_, device());
+    const auto what = [&] { return describe("gpusel::Buffer::copy_from", size_, device()); };
     if (source.size_ != size_)
-      throw Error(what + ": the source has " + std::to_string(source.size_) + " elements, this Buffer " + std::to_string(size_));
+      throw Error(what() + ": the source has " + std::to_string(source.size_) + " elements, this Buffer " + std::to_string(size_));
     if (&source != this) copy_in(source.data(), source.memory_.place(), what);
   }
 
@@ -209,7 +208,7 @@ class Buffer {
       std::fill_n(data(), size_, value);
       return;
     }
-    const std::string what = describe("gpusel::Buffer::fill", size_, device());
+    const auto what = [&] { return describe("gpusel::Buffer::fill", size_, device()); };
     const std::size_t seed_size = std::min(size_, std::max<std::size_t>(1, (std::size_t{64} << 10) / sizeof(T)));
     const std::vector<T> seed(seed_size, value);
     try {
@@ -224,30 +223,33 @@ class Buffer {
       detail::check_copy(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize", bytes(), memory_.place(),
                          memory_.place());
     } catch (const Error& error) {
-      throw with_context(error, what);
+      throw with_context(error, what());
     }
   }
 
  private:
   explicit Buffer(detail::OwnedMemory memory) noexcept : memory_(std::move(memory)), size_(memory_.bytes() / sizeof(T)) {}
 
-  static std::size_t checked_bytes(std::size_t size, const std::string& what) {
+  static std::size_t checked_bytes(std::size_t size, detail::ErrorContext what) {
     if (size > std::numeric_limits<std::size_t>::max() / sizeof(T))
-      throw Error(what + ": " + std::to_string(size) + " elements do not fit in memory");
+      throw Error(what() + ": " + std::to_string(size) + " elements do not fit in memory");
     return size * sizeof(T);
   }
 
-  static detail::OwnedMemory allocate(std::size_t size, const detail::MemoryPlace& place, const std::string& what) {
+  static detail::OwnedMemory allocate(std::size_t size, const detail::MemoryPlace& place, detail::ErrorContext what) {
     return detail::OwnedMemory::allocate(checked_bytes(size, what), place, what);
   }
+  static detail::OwnedMemory allocate(std::size_t size, const Device& device, detail::ErrorContext what) {
+    return allocate(size, place_of(device, what), what);
+  }
 
-  static detail::MemoryPlace place_of(const Device& device, const std::string& what) {
+  static detail::MemoryPlace place_of(const Device& device, detail::ErrorContext what) {
     if (device.is_cpu()) return detail::MemoryPlace{};
     return detail::MemoryPlace{detail::MemoryKind::device, detail::resolve_cuda_index(device, what)};
   }
 
   // Where to(device) puts the copy: on the cpu, pinned stays pinned.
-  detail::MemoryPlace target_place(const Device& device, const std::string& what) const {
+  detail::MemoryPlace target_place(const Device& device, detail::ErrorContext what) const {
     if (device.is_cpu()) return is_cpu() ? memory_.place() : detail::MemoryPlace{};
     return place_of(device, what);
   }
@@ -270,11 +272,11 @@ class Buffer {
   }
 
   // Copies bytes() from `source` in `from` into this Buffer, done when it returns.
-  void copy_in(const void* source, const detail::MemoryPlace& from, const std::string& what) {
+  void copy_in(const void* source, const detail::MemoryPlace& from, detail::ErrorContext what) {
     try {
       detail::copy(memory_.get(), memory_.place(), source, from, bytes());
     } catch (const Error& error) {
-      throw with_context(error, what);
+      throw with_context(error, what());
     }
   }
 

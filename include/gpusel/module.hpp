@@ -75,7 +75,9 @@ class Module {
   // device. Buffers already there are not copied (pinned host buffers stay
   // pinned on to(cpu())).
   Module& to(const Device& device) {
-    const Device target = device.is_cpu() ? cpu() : cuda(detail::resolve_cuda_index(device, "gpusel::Module::to(" + device.str() + ")"));
+    const Device target =
+        device.is_cpu() ? cpu()
+                        : cuda(detail::resolve_cuda_index(device, [&] { return "gpusel::Module::to(" + device.str() + ")"; }));
     std::vector<Named> entries;
     collect(std::string(), entries);
     std::vector<std::unique_ptr<detail::PendingMove>> moves;

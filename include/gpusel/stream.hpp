@@ -38,7 +38,8 @@ class Stream {
   // Makes the device's primary context if it has none, as any CUDA work does.
   // Throws Error when the device does not exist or no GPU is usable.
   explicit Stream(const Device& device = cuda(), StreamOrder order = StreamOrder::with_default_stream)
-      : device_index_(detail::resolve_cuda_index(device, "gpusel::Stream(" + device.str() + ")")), order_(order) {
+      : device_index_(detail::resolve_cuda_index(device, [&] { return "gpusel::Stream(" + device.str() + ")"; })),
+        order_(order) {
     DeviceGuard guard(device_index_);
     const unsigned flags = order == StreamOrder::independent ? cudaStreamNonBlocking : cudaStreamDefault;
     const cudaError_t status = cudaStreamCreateWithFlags(&handle_, flags);

@@ -15,6 +15,7 @@
 #endif
 
 #include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/detail/error_context.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/guard.hpp"
@@ -72,7 +73,7 @@ class OwnedMemory {
 
   // `bytes` of `place`'s kind; `what` names the owner for errors
   // ("gpusel::Buffer(1024 elements, 4096 bytes)"). Zero bytes allocate nothing.
-  static OwnedMemory allocate(std::size_t bytes, MemoryPlace place, const std::string& what) {
+  static OwnedMemory allocate(std::size_t bytes, MemoryPlace place, ErrorContext what) {
     OwnedMemory memory;
     memory.place_ = place;
     memory.bytes_ = bytes;
@@ -109,13 +110,13 @@ class OwnedMemory {
   const MemoryPlace& place() const noexcept { return place_; }
 
  private:
-  static void* allocate_pageable(std::size_t bytes, const std::string& what) {
+  static void* allocate_pageable(std::size_t bytes, ErrorContext what) {
     const bool large = bytes >= kHugePageWorthwhileBytes;
     const std::size_t alignment = large ? kHugePageBytes : kHostAlignment;
     void* pointer = std::aligned_alloc(alignment, round_up(bytes, alignment));
     if (pointer == nullptr) {
       throw Error(static_cast<int>(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation",
-                  what + " on cpu: out of host memory (" + std::to_string(bytes) + " bytes)");
+                  what() + " on cpu: out of host memory (" + std::to_string(bytes) + " bytes)");
     }
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     if (large) (void)madvise(pointer, round_up(bytes, alignment), MADV_HUGEPAGE);  // advice; see Note [Fresh host memory]
@@ -123,24 +124,24 @@ class OwnedMemory {
     return pointer;
   }
 
-  static void* allocate_pinned(std::size_t bytes, const std::string& what) {
+  static void* allocate_pinned(std::size_t bytes, ErrorContext what) {
     void* pointer = nullptr;
     const cudaError_t status = cudaMallocHost(&pointer, bytes);
     if (status != cudaSuccess) {
-      throw cuda_error(status, what + " in pinned host memory: cudaMallocHost", std::to_string(bytes) + " bytes",
+      throw cuda_error(status, what() + " in pinned host memory: cudaMallocHost", std::to_string(bytes) + " bytes",
                        describe_visible_devices());
     }
     return pointer;
   }
 
-  static void* allocate_device(std::size_t bytes, int device, const std::string& what) {
+  static void* allocate_device(std::size_t bytes, int device, ErrorContext what) {
     DeviceGuard guard(device);
     void* pointer = nullptr;
     const cudaError_t status = cudaMalloc(&pointer, bytes);
     if (status != cudaSuccess) {
       const std::string context = status == cudaErrorMemoryAllocation ? describe_free_memory(device)
                                                                       : describe_visible_devices();
-      throw cuda_error(status, what + ": cudaMalloc", cuda(device), context);
+      throw cuda_error(status, what() + ": cudaMalloc", cuda(device), context);
     }
     return pointer;
   }

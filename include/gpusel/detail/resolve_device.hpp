@@ -8,6 +8,7 @@
 
 #include "gpusel/detail/cuda_status.hpp"
 #include "gpusel/detail/device_switch.hpp"
+#include "gpusel/detail/error_context.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/runtime.hpp"
@@ -20,23 +21,23 @@ namespace gpusel::detail {
 // 4096 bytes, cuda:3)"), so that the Error reads "<what>: no such device
 // (cudaErrorInvalidDevice); 2 CUDA devices are visible ...; CUDA_VISIBLE_DEVICES=...".
 // Makes no context.
-inline int resolve_cuda_index(const Device& device, const std::string& what) {
-  if (!device.is_cuda()) throw Error(what + ": expected a cuda device, got " + device.str());
+inline int resolve_cuda_index(const Device& device, ErrorContext what) {
+  if (!device.is_cuda()) throw Error(what() + ": expected a cuda device, got " + device.str());
   const DeviceCountResult visible = query_device_count();
   if (visible.status != cudaSuccess) {
     const char* name = cudaGetErrorName(visible.status);
     throw Error(static_cast<int>(visible.status), name != nullptr ? name : "",
-                what + ": " + no_device_reason(visible.status));
+                what() + ": " + no_device_reason(visible.status));
   }
   if (!device.has_index()) {
     int index = 0;
     const cudaError_t status = get_current_device(&index);  // as gpusel reports it (after a deferred restore too)
-    if (status != cudaSuccess) throw cuda_error(status, what + ": cudaGetDevice", "current device");
+    if (status != cudaSuccess) throw cuda_error(status, what() + ": cudaGetDevice", "current device");
     return index;
   }
   if (device.index() >= visible.count) {
     throw Error(static_cast<int>(cudaErrorInvalidDevice), "cudaErrorInvalidDevice",
-                what + ": no such device (cudaErrorInvalidDevice); " + describe_visible_devices());
+                what() + ": no such device (cudaErrorInvalidDevice); " + describe_visible_devices());
   }
   return device.index();
 }
