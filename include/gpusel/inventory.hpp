@@ -17,15 +17,16 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <vector>
 
 #include "gpusel/detail/environment.hpp"
 #include "gpusel/detail/nvml.hpp"
+#include "gpusel/detail/stable_sort.hpp"
 #include "gpusel/visible_devices.hpp"
 
 namespace gpusel {
@@ -122,13 +123,30 @@ CudaPhysicalOrder cuda_physical_order(const Inventory& inventory, std::optional<
 
 namespace detail {
 
-// The PCI address as numbers; (all ones) when it does not parse.
-inline std::tuple<unsigned, unsigned, unsigned, unsigned> pci_address(std::string_view text) {
-  unsigned domain = ~0u, bus = ~0u, device = ~0u, function = ~0u;
+// A PCI address as numbers, ordered as PCI_BUS_ID orders GPUs: domain, bus, device, function.
+struct PciAddress {
+  unsigned domain = ~0u;  // all ones when the text does not parse
+  unsigned bus = ~0u;
+  unsigned device = ~0u;
+  unsigned function = ~0u;
+
+  friend bool operator==(const PciAddress& a, const PciAddress& b) noexcept {
+    return a.domain == b.domain && a.bus == b.bus && a.device == b.device && a.function == b.function;
+  }
+  friend bool operator<(const PciAddress& a, const PciAddress& b) noexcept {
+    if (a.domain != b.domain) return a.domain < b.domain;
+    if (a.bus != b.bus) return a.bus < b.bus;
+    if (a.device != b.device) return a.device < b.device;
+    return a.function < b.function;
+  }
+};
+
+inline PciAddress pci_address(std::string_view text) {
+  PciAddress address;
   const std::string copy(text);
-  if (std::sscanf(copy.c_str(), "%x:%x:%x.%x", &domain, &bus, &device, &function) != 4)
-    return {~0u, ~0u, ~0u, ~0u};
-  return {domain, bus, device, function};
+  if (std::sscanf(copy.c_str(), "%x:%x:%x.%x", &address.domain, &address.bus, &address.device, &address.function) != 4)
+    return {};
+  return address;
 }
 
 inline std::string nvml_library_path(const InventoryOptions& options) {
@@ -170,21 +188,20 @@ inline std::vector<GpuProcess> read_processes(const nvml::Library& library, nvml
   unsigned int count = 0;
   nvml::Return status = library.compute_processes(device, &count, nullptr);
   for (int attempt = 0; attempt < 4 && status == nvml::kErrorInsufficientSize; ++attempt) {
-    infos.resize(count + 8u);  // processes may start between the two calls
+    infos = std::vector<nvml::ProcessInfo>(count + 8u);  // processes may start between the two calls
     count = static_cast<unsigned int>(infos.size());
     status = library.compute_processes(device, &count, infos.data());
   }
   if (status != nvml::kSuccess) return {};
   known = true;
-  infos.resize(std::min<std::size_t>(count, infos.size()));
-  std::vector<GpuProcess> processes;
-  for (const nvml::ProcessInfo& info : infos) {
-    GpuProcess process;
+  std::vector<GpuProcess> processes(std::min<std::size_t>(count, infos.size()));
+  for (std::size_t i = 0; i < processes.size(); ++i) {
+    const nvml::ProcessInfo& info = infos[i];
+    GpuProcess& process = processes[i];
     process.pid = info.pid;
     if (info.used_gpu_memory != nvml::kValueNotAvailable) process.used_memory_bytes = info.used_gpu_memory;
     process.user = process_user(info.pid);
     process.command = read_first_line("/proc/" + std::to_string(info.pid) + "/comm");
-    processes.push_back(std::move(process));
   }
   return processes;
 }
@@ -218,7 +235,7 @@ inline const Gpu* Inventory::find_uuid(std::string_view uuid) const noexcept {
 
 inline const Gpu* Inventory::find_pci_bus_id(std::string_view pci_bus_id) const noexcept {
   const auto wanted = detail::pci_address(pci_bus_id);
-  if (std::get<0>(wanted) == ~0u) return nullptr;
+  if (wanted.domain == ~0u) return nullptr;
   for (const Gpu& gpu : gpus)
     if (detail::pci_address(gpu.pci_bus_id) == wanted) return &gpu;
   return nullptr;
@@ -294,21 +311,22 @@ inline Inventory query_inventory(const InventoryOptions& options) {
 
 inline CudaPhysicalOrder cuda_physical_order(const Inventory& inventory,
                                              std::optional<std::string_view> cuda_device_order) {
-  std::vector<const Gpu*> sorted;
-  for (const Gpu& gpu : inventory.gpus) sorted.push_back(&gpu);
-  const auto by_pci = [](const Gpu* a, const Gpu* b) {
-    return detail::pci_address(a->pci_bus_id) < detail::pci_address(b->pci_bus_id);
+  const auto gpu = [&inventory](int position) -> const Gpu& { return inventory.gpus[static_cast<std::size_t>(position)]; };
+  std::vector<int> sorted;  // positions in inventory.gpus, in CUDA's order once sorted
+  for (std::size_t position = 0; position < inventory.gpus.size(); ++position) sorted.push_back(static_cast<int>(position));
+  const auto by_pci = [&gpu](int a, int b) {
+    return detail::pci_address(gpu(a).pci_bus_id) < detail::pci_address(gpu(b).pci_bus_id);
   };
   CudaPhysicalOrder order;
   const bool pci_order = cuda_device_order && *cuda_device_order == "PCI_BUS_ID";
   bool one_model = true;
-  for (const Gpu* gpu : sorted) one_model = one_model && gpu->name == sorted.front()->name;
+  for (const Gpu& each : inventory.gpus) one_model = one_model && each.name == inventory.gpus.front().name;
   if (pci_order || one_model) {
-    std::stable_sort(sorted.begin(), sorted.end(), by_pci);
+    detail::stable_sort_small(sorted, by_pci);
   } else {
-    std::stable_sort(sorted.begin(), sorted.end(), [&](const Gpu* a, const Gpu* b) {
-      const int capability_a = a->compute_capability_major * 10 + a->compute_capability_minor;
-      const int capability_b = b->compute_capability_major * 10 + b->compute_capability_minor;
+    detail::stable_sort_small(sorted, [&gpu, &by_pci](int a, int b) {
+      const int capability_a = gpu(a).compute_capability_major * 10 + gpu(a).compute_capability_minor;
+      const int capability_b = gpu(b).compute_capability_major * 10 + gpu(b).compute_capability_minor;
       if (capability_a != capability_b) return capability_a > capability_b;
       return by_pci(a, b);
     });
@@ -318,15 +336,18 @@ inline CudaPhysicalOrder cuda_physical_order(const Inventory& inventory,
         "FASTEST_FIRST by a heuristic NVML cannot reproduce exactly, so nvidia-smi's numbers may not be CUDA's "
         "(set CUDA_DEVICE_ORDER=PCI_BUS_ID to make them agree)";
   }
-  for (const Gpu* gpu : sorted) {
-    if (!gpu->mig_enabled) continue;
+  for (const int position : sorted) {
+    if (!gpu(position).mig_enabled) continue;
     order.exact = false;
     if (!order.caveat.empty()) order.caveat += "; ";
-    order.caveat += "GPU " + std::to_string(gpu->nvml_index) +
+    order.caveat += "GPU " + std::to_string(gpu(position).nvml_index) +
                     " is in MIG mode: CUDA shows its MIG instances, which this list does not describe";
   }
-  for (std::size_t i = 0; i < sorted.size(); ++i)
-    order.devices.push_back({static_cast<int>(i), sorted[i]->uuid, sorted[i]->name, sorted[i]->pci_bus_id, sorted[i]->nvml_index});
+  order.devices = std::vector<PhysicalDevice>(sorted.size());
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    const Gpu& each = gpu(sorted[i]);
+    order.devices[i] = {static_cast<int>(i), each.uuid, each.name, each.pci_bus_id, each.nvml_index};
+  }
   return order;
 }
 

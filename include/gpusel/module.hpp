@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -44,7 +45,8 @@ namespace gpusel {
 // exist: moving between two GPUs needs room on the target for everything,
 // which a one-by-one move would need too, and host memory for nothing.
 // Buffers are swapped, not replaced, so a reference to `layer.weight` taken
-// before to() sees the moved data after it.
+// before to() sees the moved data after it. Between the two steps each copy
+// waits in its buffer's entry (detail/module_entries.hpp).
 
 class Module {
  public:
@@ -78,54 +80,53 @@ class Module {
     const Device target =
         device.is_cpu() ? cpu()
                         : cuda(detail::resolve_cuda_index(device, [&] { return "gpusel::Module::to(" + device.str() + ")"; }));
-    std::vector<Named> entries;
-    collect(std::string(), entries);
-    std::vector<std::unique_ptr<detail::PendingMove>> moves;
-    moves.reserve(entries.size());
-    for (const Named& entry : entries) {
-      if (entry.entry->device() == target) continue;
-      try {
-        moves.push_back(entry.entry->prepare(target));
-      } catch (const Error& error) {
-        throw Error(error.code(), error.code_name(),
-                    "gpusel::Module::to(" + target.str() + "): moving buffer \"" + entry.name + "\" (" +
-                        std::to_string(entry.entry->bytes()) + " bytes on " + entry.entry->device().str() +
-                        ") failed, so no buffer was moved: " + error.what());
-      }
+    try {
+      for_each_buffer([&target](const std::string& name, detail::BufferEntry& entry) {
+        if (entry.device() == target) return;
+        try {
+          entry.prepare(target);
+        } catch (const Error& error) {
+          throw Error(error.code(), error.code_name(),
+                      "gpusel::Module::to(" + target.str() + "): moving buffer \"" + name + "\" (" +
+                          std::to_string(entry.bytes()) + " bytes on " + entry.device().str() +
+                          ") failed, so no buffer was moved: " + error.what());
+        }
+      });
+    } catch (...) {
+      for_each_entry([](detail::BufferEntry& entry) noexcept { entry.cancel(); });
+      throw;
     }
-    for (auto& move : moves) move->commit();
+    for_each_entry([](detail::BufferEntry& entry) noexcept { entry.commit(); });  // frees the old memory
     set_last_device(target);
-    return *this;  // the old memory is freed with `moves`
+    return *this;
   }
 
   // The device every buffer is on. A module without buffers reports the
   // device of its last to() (cpu before). Throws Error when the buffers are
   // on different devices (one was moved by hand), naming two of them.
   Device device() const {
-    std::vector<Named> entries;
-    collect(std::string(), entries);
-    if (entries.empty()) return last_device_;
-    const Device first = entries.front().entry->device();
-    for (const Named& entry : entries) {
-      if (entry.entry->device() != first) {
-        throw Error("gpusel::Module::device(): the buffers are on different devices: \"" + entries.front().name +
-                    "\" on " + first.str() + ", \"" + entry.name + "\" on " + entry.entry->device().str());
+    std::optional<Device> first;
+    std::string first_name;
+    for_each_buffer([&](const std::string& name, const detail::BufferEntry& entry) {
+      const Device here = entry.device();
+      if (!first) {
+        first = here;
+        first_name = name;
+      } else if (here != *first) {
+        throw Error("gpusel::Module::device(): the buffers are on different devices: \"" + first_name + "\" on " +
+                    first->str() + ", \"" + name + "\" on " + here.str());
       }
-    }
-    return first;
+    });
+    return first ? *first : last_device_;
   }
 
   // Every buffer of the module and its children, in registration order, own
   // buffers first, named like PyTorch's named_buffers(): "weight", "child.weight".
   std::vector<BufferInfo> named_buffers() const {
-    std::vector<Named> entries;
-    collect(std::string(), entries);
     std::vector<BufferInfo> infos;
-    infos.reserve(entries.size());
-    for (const Named& entry : entries) {
-      infos.push_back(BufferInfo{entry.name, entry.entry->device(), entry.entry->size(), entry.entry->bytes(),
-                                 entry.entry->is_pinned(), &entry.entry->element_type()});
-    }
+    for_each_buffer([&infos](const std::string& name, const detail::BufferEntry& entry) {
+      infos.push_back(BufferInfo{name, entry.device(), entry.size(), entry.bytes(), entry.is_pinned(), &entry.element_type()});
+    });
     return infos;
   }
 
@@ -133,15 +134,14 @@ class Module {
   // is none or its element type is not T.
   template <class T>
   Buffer<T>& buffer(std::string_view name) {
-    std::vector<Named> entries;
-    collect(std::string(), entries);
-    for (const Named& entry : entries) {
-      if (entry.name != name) continue;
-      if (entry.entry->element_type() != typeid(T))
-        throw Error("gpusel::Module::buffer(\"" + std::string(name) + "\"): the buffer holds another element type");
-      return *static_cast<Buffer<T>*>(entry.entry->buffer());
-    }
-    throw Error("gpusel::Module::buffer(\"" + std::string(name) + "\"): no buffer has this name");
+    detail::BufferEntry* found = nullptr;
+    for_each_buffer([&](const std::string& entry_name, detail::BufferEntry& entry) {
+      if (found == nullptr && entry_name == name) found = &entry;
+    });
+    if (found == nullptr) throw Error("gpusel::Module::buffer(\"" + std::string(name) + "\"): no buffer has this name");
+    if (found->element_type() != typeid(T))
+      throw Error("gpusel::Module::buffer(\"" + std::string(name) + "\"): the buffer holds another element type");
+    return *static_cast<Buffer<T>*>(found->buffer());
   }
 
  protected:
@@ -175,14 +175,21 @@ class Module {
     std::string name;
     Module* module;
   };
-  struct Named {
-    std::string name;
-    detail::BufferEntry* entry;
-  };
+  // Calls visit(entry) for every buffer of this module and its children.
+  // Builds no names, so it cannot fail where visit cannot: the commit and
+  // cancel of to() run through it.
+  template <class Visit>
+  void for_each_entry(const Visit& visit) const noexcept {
+    for (const Entry& entry : buffers_) visit(*entry.entry);
+    for (const Child& child : children_) child.module->for_each_entry(visit);
+  }
 
-  void collect(const std::string& prefix, std::vector<Named>& out) const {
-    for (const Entry& entry : buffers_) out.push_back(Named{prefix + entry.name, entry.entry.get()});
-    for (const Child& child : children_) child.module->collect(prefix + child.name + ".", out);
+  // Calls visit(name, entry) for every buffer of this module and its
+  // children, in registration order, own buffers first.
+  template <class Visit>
+  void for_each_buffer(const Visit& visit, const std::string& prefix = std::string()) const {
+    for (const Entry& entry : buffers_) visit(prefix + entry.name, *entry.entry);
+    for (const Child& child : children_) child.module->for_each_buffer(visit, prefix + child.name + ".");
   }
 
   void set_last_device(const Device& device) noexcept {

@@ -21,8 +21,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "gpusel/detail/stable_sort.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/inventory.hpp"
 #include "gpusel/memory_size.hpp"
@@ -117,7 +119,7 @@ inline std::vector<int> excluded_gpus(const std::vector<std::string>& exclude, c
       message += "; name a GPU by nvidia-smi's number (0, 1, ...) or by its UUID or a unique prefix (GPU-8d2a)";
       return Error(message);
     };
-    const bool digits = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool digits = !name.empty() && name.find_first_not_of("0123456789") == std::string::npos;
     std::vector<int> matches;
     if (digits) {
       for (const Gpu& gpu : gpus)
@@ -191,36 +193,37 @@ inline std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceM
     const Gpu* gpu = map.inventory.find_uuid(device.uuid);
     if (gpu == nullptr) continue;  // cannot happen: the order is made from the inventory
     Candidate candidate{*gpu, device.index, {}};
-    std::vector<std::string>& why = candidate.rejected_because;
-    if (std::find(excluded.begin(), excluded.end(), gpu->nvml_index) != excluded.end()) why.emplace_back("excluded");
+    // Every reason as a std::string: one push_back to compile, not an emplace_back per literal's length.
+    const auto reject = [&candidate](std::string why) { candidate.rejected_because.push_back(std::move(why)); };
+    if (std::find(excluded.begin(), excluded.end(), gpu->nvml_index) != excluded.end()) reject("excluded");
     if (criteria.only_visible && variable_set && !map.visible.logical(device.index))
-      why.push_back("hidden by " + detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable()));
+      reject("hidden by " + detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable()));
     if (gpu->mig_enabled)
-      why.emplace_back("MIG mode is enabled: CUDA shows its MIG instances, not the GPU (name an instance by its MIG- UUID "
-                    "from nvidia-smi -L)");
+      reject("MIG mode is enabled: CUDA shows its MIG instances, not the GPU (name an instance by its MIG- UUID "
+             "from nvidia-smi -L)");
     if (criteria.min_free_memory.bytes > 0) {
       if (!gpu->memory_free_bytes) {
-        why.emplace_back("its free memory is unknown (NVML could not tell)");
+        reject("its free memory is unknown (NVML could not tell)");
       } else if (*gpu->memory_free_bytes < criteria.min_free_memory.bytes) {
-        why.push_back("only " + format_memory_size(*gpu->memory_free_bytes) + " free, " +
-                      format_memory_size(criteria.min_free_memory.bytes) + " needed");
+        reject("only " + format_memory_size(*gpu->memory_free_bytes) + " free, " +
+               format_memory_size(criteria.min_free_memory.bytes) + " needed");
       }
     }
     if (criteria.max_utilization) {
       if (!gpu->utilization_percent) {
-        why.emplace_back("its utilization is unknown (NVML could not tell)");
+        reject("its utilization is unknown (NVML could not tell)");
       } else if (*gpu->utilization_percent > *criteria.max_utilization) {
-        why.push_back(std::to_string(*gpu->utilization_percent) + "% utilized, at most " +
-                      std::to_string(*criteria.max_utilization) + "% allowed");
+        reject(std::to_string(*gpu->utilization_percent) + "% utilized, at most " +
+               std::to_string(*criteria.max_utilization) + "% allowed");
       }
     }
     if (!criteria.allow_other_users) {
       if (!gpu->processes) {
-        why.emplace_back("its compute processes are unknown (NVML could not list them)");
+        reject("its compute processes are unknown (NVML could not list them)");
       } else {
         for (const GpuProcess& process : *gpu->processes)
           if (process.user.empty() || process.user != user)
-            why.push_back("another user's compute process runs on it (" + detail::describe_process(process) + ")");
+            reject("another user's compute process runs on it (" + detail::describe_process(process) + ")");
       }
     }
     candidates.push_back(std::move(candidate));
@@ -234,13 +237,14 @@ inline std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceM
 inline std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
   if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
   std::vector<Candidate> all = assess(criteria, map, user);
-  std::vector<Candidate> fitting;
-  for (const Candidate& candidate : all)
-    if (candidate.fits()) fitting.push_back(candidate);
+  std::vector<int> fitting;  // positions in `all`, best first once sorted
+  for (std::size_t position = 0; position < all.size(); ++position)
+    if (all[position].fits()) fitting.push_back(static_cast<int>(position));
 
-  const auto free_bytes = [](const Candidate& c) { return c.gpu.memory_free_bytes.value_or(0); };
-  const auto utilization = [](const Candidate& c) { return c.gpu.utilization_percent.value_or(101); };
-  std::stable_sort(fitting.begin(), fitting.end(), [&](const Candidate& a, const Candidate& b) {
+  const auto candidate_at = [&all](int position) -> Candidate& { return all[static_cast<std::size_t>(position)]; };
+  const auto free_bytes = [&](int c) { return candidate_at(c).gpu.memory_free_bytes.value_or(0); };
+  const auto utilization = [&](int c) { return candidate_at(c).gpu.utilization_percent.value_or(101); };
+  detail::stable_sort_small(fitting, [&](int a, int b) {
     switch (criteria.order) {
       case PickOrder::most_free_memory:
         if (free_bytes(a) != free_bytes(b)) return free_bytes(a) > free_bytes(b);
@@ -253,7 +257,7 @@ inline std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap
       case PickOrder::index:
         break;
     }
-    return a.physical_index < b.physical_index;
+    return candidate_at(a).physical_index < candidate_at(b).physical_index;
   });
 
   if (static_cast<int>(fitting.size()) < criteria.at_least) {
@@ -273,8 +277,9 @@ inline std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap
     throw Error(message);
   }
   const auto keep = static_cast<std::size_t>(std::min<long long>(detail::wanted_at_most(criteria), static_cast<long long>(fitting.size())));
-  fitting.resize(keep);
-  return fitting;
+  std::vector<Candidate> picked;
+  for (std::size_t i = 0; i < keep; ++i) picked.push_back(std::move(candidate_at(fitting[i])));
+  return picked;
 }
 
 // The GPUs of this machine that fit, read through NVML now; see the pure overload.

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "gpusel/detail/environment.hpp"
@@ -86,13 +87,12 @@ struct DeviceMap {
 // The map for this process from CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER and
 // NVML. Starts nothing and throws nothing but std::bad_alloc.
 inline DeviceMap visible_devices(const InventoryOptions& options = InventoryOptions{{}, false}) {
-  DeviceMap map;
-  map.inventory = query_inventory(options);
+  Inventory inventory = query_inventory(options);
   const auto order_variable = detail::environment_variable("CUDA_DEVICE_ORDER");
   const auto visible_variable = detail::environment_variable("CUDA_VISIBLE_DEVICES");
-  map.order = cuda_physical_order(map.inventory, order_variable);
-  map.visible = parse_visible_devices(visible_variable, map.order.devices, order_variable);
-  return map;
+  CudaPhysicalOrder order = cuda_physical_order(inventory, order_variable);
+  VisibleDevices visible = parse_visible_devices(visible_variable, order.devices, order_variable);
+  return DeviceMap{std::move(inventory), std::move(order), std::move(visible)};
 }
 
 namespace detail {

@@ -1,9 +1,8 @@
-// The type-erased view Module keeps of each registered Buffer<T>, and the
-// moves it prepares before committing them. See Note [Module::to is a transaction].
+// The type-erased view Module keeps of each registered Buffer<T>, with room for
+// the copy a move prepares before it is committed. See Note [Module::to is a transaction].
 #pragma once
 
 #include <cstddef>
-#include <memory>
 #include <typeinfo>
 #include <utility>
 
@@ -11,27 +10,6 @@
 #include "gpusel/device.hpp"
 
 namespace gpusel::detail {
-
-// A prepared move: a copy of one buffer, already on the target device, that
-// takes the buffer's place on commit().
-class PendingMove {
- public:
-  virtual ~PendingMove() = default;
-  // Swaps the copy into the registered Buffer; the old memory stays here
-  // and is freed when the PendingMove dies. Cannot fail.
-  virtual void commit() noexcept = 0;
-};
-
-template <class T>
-class TypedPendingMove final : public PendingMove {
- public:
-  TypedPendingMove(Buffer<T>& target, Buffer<T> copy) noexcept : target_(&target), copy_(std::move(copy)) {}
-  void commit() noexcept override { std::swap(*target_, copy_); }
-
- private:
-  Buffer<T>* target_;
-  Buffer<T> copy_;
-};
 
 // One registered Buffer<T>, whatever T.
 class BufferEntry {
@@ -44,8 +22,14 @@ class BufferEntry {
   virtual const std::type_info& element_type() const noexcept = 0;
   virtual const void* address() const noexcept = 0;  // of the Buffer object
   virtual void* buffer() noexcept = 0;                // the Buffer<T>*, for typed access
-  // A copy of the buffer on `device` (a resolved cuda:N or cpu), to commit later.
-  virtual std::unique_ptr<PendingMove> prepare(const Device& device) const = 0;
+  // Makes a copy of the buffer on `device` (a resolved cuda:N or cpu) and
+  // keeps it for commit() or cancel(); the buffer itself is untouched.
+  virtual void prepare(const Device& device) = 0;
+  // Swaps the prepared copy into the buffer and frees the old memory. Cannot
+  // fail; does nothing when no copy is prepared.
+  virtual void commit() noexcept = 0;
+  // Frees the prepared copy, if any. Cannot fail.
+  virtual void cancel() noexcept = 0;
 };
 
 template <class T>
@@ -59,12 +43,25 @@ class TypedBufferEntry final : public BufferEntry {
   const std::type_info& element_type() const noexcept override { return typeid(T); }
   const void* address() const noexcept override { return buffer_; }
   void* buffer() noexcept override { return buffer_; }
-  std::unique_ptr<PendingMove> prepare(const Device& device) const override {
-    return std::make_unique<TypedPendingMove<T>>(*buffer_, buffer_->to(device));
+
+  void prepare(const Device& device) override {
+    prepared_ = buffer_->to(device);
+    has_prepared_ = true;
+  }
+  void commit() noexcept override {
+    if (!has_prepared_) return;
+    std::swap(*buffer_, prepared_);
+    cancel();  // prepared_ now holds the old memory
+  }
+  void cancel() noexcept override {
+    prepared_ = Buffer<T>();
+    has_prepared_ = false;
   }
 
  private:
   Buffer<T>* buffer_;
+  Buffer<T> prepared_;  // the copy prepare() made, until commit() or cancel()
+  bool has_prepared_ = false;
 };
 
 }  // namespace gpusel::detail

@@ -5,7 +5,6 @@
 
 #include <dlfcn.h>
 
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -67,6 +66,7 @@ struct Library {
   Return (*compute_capability)(Device, int*, int*) = nullptr;              // optional
   Return (*driver_version)(char*, unsigned int) = nullptr;                 // optional
   Return (*cuda_driver_version)(int*) = nullptr;                           // optional (_v2)
+  const Library* next = nullptr;  // the library loaded before this one (see load())
 
   std::string describe(Return status) const {
     const char* text = error_string != nullptr ? error_string(status) : nullptr;
@@ -94,17 +94,20 @@ bool bind(void* handle, const char* symbol, Function& function) {
 // thread-safe); a failure is not remembered, so a later call tries again.
 inline LoadResult load(const std::string& path) {
   // Never destroyed: a query from another static object's destructor must still work.
+  // The loaded libraries form a list, newest first: a process loads one NVML, or a
+  // few in tests, so a search by path needs no map.
   static std::mutex& mutex = *new std::mutex;
-  static auto& loaded = *new std::map<std::string, std::unique_ptr<Library>>;
+  static const Library* loaded = nullptr;
   std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = loaded.find(path); it != loaded.end()) return {it->second.get(), LoadStatus::loaded, {}};
+  for (const Library* known = loaded; known != nullptr; known = known->next)
+    if (known->path == path) return {known, LoadStatus::loaded, {}};
 
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* error = dlerror();
     return {nullptr, LoadStatus::not_found, "NVML (" + path + ") could not be loaded: " + (error != nullptr ? error : "")};
   }
-  auto library = std::make_unique<Library>();
+  auto library = std::make_unique<Library>();  // before nvmlInit: no allocation can fail after it
   library->handle = handle;
   library->path = path;
   const char* missing = nullptr;
@@ -133,9 +136,9 @@ inline LoadResult load(const std::string& path) {
     dlclose(handle);
     return failed;
   }
-  const Library* result = library.get();
-  loaded.emplace(path, std::move(library));
-  return {result, LoadStatus::loaded, {}};
+  library->next = loaded;
+  loaded = library.release();  // never freed, as said above
+  return {loaded, LoadStatus::loaded, {}};
 }
 
 }  // namespace gpusel::detail::nvml

@@ -3,9 +3,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include <map>
 #include <mutex>
-#include <utility>
+#include <vector>
 
 #include "gpusel/guard.hpp"
 
@@ -35,8 +34,8 @@ class PeerAccess {
   bool enable(int destination, int source) noexcept {
     if (destination == source) return true;
     std::lock_guard<std::mutex> lock(mutex_);
-    const auto pair = std::make_pair(destination, source);
-    if (auto known = enabled_.find(pair); known != enabled_.end()) return known->second;
+    for (const Pair& known : known_)
+      if (known.destination == destination && known.source == source) return known.enabled;
     bool enabled = false;
     int can_access = 0;
     if (cudaDeviceCanAccessPeer(&can_access, destination, source) != cudaSuccess) {
@@ -54,7 +53,7 @@ class PeerAccess {
       }
     }
     try {
-      enabled_.emplace(pair, enabled);
+      known_.push_back(Pair{destination, source, enabled});
     } catch (...) {  // could not remember: ask again next time
     }
     return enabled;
@@ -62,13 +61,21 @@ class PeerAccess {
 
   void forget() noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
-    enabled_.clear();
+    known_.clear();
   }
 
  private:
   PeerAccess() = default;
+  struct Pair {
+    int destination;
+    int source;
+    bool enabled;
+  };
+
   std::mutex mutex_;
-  std::map<std::pair<int, int>, bool> enabled_;
+  // One entry per ordered pair asked about: a few dozen on an 8-GPU node, so a
+  // list searched in order is all the table needs.
+  std::vector<Pair> known_;
 };
 
 }  // namespace gpusel::detail

@@ -4,11 +4,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <mutex>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "gpusel/detail/cuda_status.hpp"
 #include "gpusel/runtime.hpp"
@@ -46,11 +46,7 @@ class StagingPool {
   void* acquire() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (!idle_.empty()) {
-        void* chunk = idle_.back();
-        idle_.pop_back();
-        return chunk;
-      }
+      if (idle_count_ > 0) return idle_[--idle_count_];
     }
     void* chunk = nullptr;
     const cudaError_t status = cudaMallocHost(&chunk, kStagingChunkBytes);
@@ -66,12 +62,9 @@ class StagingPool {
     if (chunk == nullptr) return;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (idle_.size() < kMaxIdleChunks) {
-        try {
-          idle_.push_back(chunk);
-          return;
-        } catch (...) {  // no memory to remember it: free it below
-        }
+      if (idle_count_ < kMaxIdleChunks) {
+        idle_[idle_count_++] = chunk;
+        return;
       }
     }
     discard(chunk);
@@ -84,12 +77,14 @@ class StagingPool {
 
   // Frees every idle chunk.
   void release_idle() noexcept {
-    std::vector<void*> idle;
+    std::array<void*, kMaxIdleChunks> idle{};
+    std::size_t count = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      idle.swap(idle_);
+      idle = idle_;
+      count = std::exchange(idle_count_, 0);
     }
-    for (void* chunk : idle) discard(chunk);
+    for (std::size_t i = 0; i < count; ++i) discard(idle[i]);
   }
 
   ~StagingPool() { release_idle(); }
@@ -106,7 +101,10 @@ class StagingPool {
   }
 
   std::mutex mutex_;
-  std::vector<void*> idle_;
+  // The idle chunks are idle_[0, idle_count_): never more than kMaxIdleChunks,
+  // so keeping one never allocates (give_back cannot fail).
+  std::array<void*, kMaxIdleChunks> idle_{};
+  std::size_t idle_count_ = 0;
 };
 
 // One chunk, held for the lifetime of a pipeline slot. Ending the lease gives
