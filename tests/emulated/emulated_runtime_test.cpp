@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "emulated_runtime.hpp"
@@ -227,47 +228,57 @@ TEST_F(EmulatedRuntime, CopiesBytesAndChecksDirections) {
   (void)cudaFree(device);
 }
 
-TEST_F(EmulatedRuntime, QueuesAsyncCopiesFromPinnedMemoryUntilSomethingWaits) {
+// 16 pinned host bytes, 16 device bytes and a non-blocking stream to copy
+// between them asynchronously; all freed at the end of the test.
+struct PinnedCopy {
   void* pinned = nullptr;
   void* device = nullptr;
-  ASSERT_EQ(cudaMallocHost(&pinned, 16), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&device, 16), cudaSuccess);
   cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  std::memset(pinned, 7, 16);
-  ASSERT_EQ(cudaMemcpyAsync(device, pinned, 16, cudaMemcpyHostToDevice, stream), cudaSuccess);
-  EXPECT_EQ(emu::pending_operations(), 1);
-  EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady);
-  std::memset(pinned, 9, 16);  // too early: on a GPU the DMA may read either value
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  EXPECT_EQ(emu::pending_operations(), 0);
-  unsigned char back[16];
-  ASSERT_EQ(cudaMemcpy(back, device, 16, cudaMemcpyDeviceToHost), cudaSuccess);
-  EXPECT_EQ(back[0], 9) << "the queued copy read the buffer when it ran, exposing the early reuse";
-  (void)cudaStreamDestroy(stream);
-  (void)cudaFree(device);
-  (void)cudaFreeHost(pinned);
+
+  PinnedCopy() {
+    EXPECT_EQ(cudaMallocHost(&pinned, 16), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&device, 16), cudaSuccess);
+    EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  }
+  ~PinnedCopy() {
+    if (stream != nullptr) (void)cudaStreamDestroy(stream);
+    (void)cudaFree(device);
+    (void)cudaFreeHost(pinned);
+  }
+  PinnedCopy(const PinnedCopy&) = delete;  // frees what it made
+  PinnedCopy& operator=(const PinnedCopy&) = delete;
+
+  cudaError_t queue() const { return cudaMemcpyAsync(device, pinned, 16, cudaMemcpyHostToDevice, stream); }
+  cudaError_t destroy_stream() { return cudaStreamDestroy(std::exchange(stream, nullptr)); }
+};
+
+TEST_F(EmulatedRuntime, QueuesAsyncCopiesFromPinnedMemoryUntilSomethingWaits) {
+  {
+    PinnedCopy copy;
+    std::memset(copy.pinned, 7, 16);
+    ASSERT_EQ(copy.queue(), cudaSuccess);
+    EXPECT_EQ(emu::pending_operations(), 1);
+    EXPECT_EQ(cudaStreamQuery(copy.stream), cudaErrorNotReady);
+    std::memset(copy.pinned, 9, 16);  // too early: on a GPU the DMA may read either value
+    ASSERT_EQ(cudaStreamSynchronize(copy.stream), cudaSuccess);
+    EXPECT_EQ(emu::pending_operations(), 0);
+    unsigned char back[16];
+    ASSERT_EQ(cudaMemcpy(back, copy.device, 16, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(back[0], 9) << "the queued copy read the buffer when it ran, exposing the early reuse";
+  }
   EXPECT_EQ(emu::live_streams(), 0);
   EXPECT_EQ(emu::pinned_host_bytes_in_use(), 0u);
 }
 
 TEST_F(EmulatedRuntime, DestroyingAStreamFinishesItsQueuedCopiesAndCountsThem) {
-  void* pinned = nullptr;
-  void* device = nullptr;
-  ASSERT_EQ(cudaMallocHost(&pinned, 16), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&device, 16), cudaSuccess);
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  std::memset(pinned, 3, 16);
-  ASSERT_EQ(cudaMemcpyAsync(device, pinned, 16, cudaMemcpyHostToDevice, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  ASSERT_EQ(cudaMemcpyAsync(device, pinned, 16, cudaMemcpyHostToDevice, stream), cudaSuccess);
+  PinnedCopy copy;
+  ASSERT_EQ(copy.queue(), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(copy.stream), cudaSuccess);
+  ASSERT_EQ(copy.queue(), cudaSuccess);
   EXPECT_EQ(emu::operations_left_to_stream_destroy(), 0);
-  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  ASSERT_EQ(copy.destroy_stream(), cudaSuccess);
   EXPECT_EQ(emu::pending_operations(), 0) << "the work of a destroyed stream still completes";
   EXPECT_EQ(emu::operations_left_to_stream_destroy(), 1) << "only the copy nobody waited for";
-  (void)cudaFree(device);
-  (void)cudaFreeHost(pinned);
 }
 
 TEST_F(EmulatedRuntime, AsyncCopiesFromPageableMemoryHappenAtOnce) {
