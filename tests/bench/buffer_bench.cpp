@@ -13,13 +13,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "gpusel/buffer.hpp"
 #include "gpusel/runtime.hpp"
+#include "comparison_reporter.hpp"
 
 #if GPUSEL_BENCH_EMULATED
 #include "emulated_runtime.hpp"
@@ -161,15 +161,8 @@ void device_to_device(benchmark::State& state, bool raw) {
 void raw_device_to_device(benchmark::State& s) { device_to_device(s, true); }
 void gpusel_device_to_device(benchmark::State& s) { device_to_device(s, false); }
 
-// One line of the ratio table: a gpusel benchmark, the raw one it replaces, the target speed-up.
-struct Comparison {
-  const char* gpusel;
-  const char* raw;
-  double target;  // 0: reported for information
-};
-
-const std::vector<Comparison>& comparisons() {
-  static const std::vector<Comparison> table = {
+const std::vector<gpusel_bench::Comparison>& comparisons() {
+  static const std::vector<gpusel_bench::Comparison> table = {
       {"gpusel_pageable_to_device", "raw_pageable_to_device", 3.0},
       {"gpusel_pinned_to_device", "raw_pinned_to_device", 0.95},
       {"gpusel_to_cuda", "raw_pageable_to_device", 0.0},
@@ -179,29 +172,19 @@ const std::vector<Comparison>& comparisons() {
   return table;
 }
 
-// The console report, then gpusel/raw speed-ups from the same run, and one
+// gpusel/raw speed-ups (the target is a speed-up, checked at 1 GiB), then one
 // parseable line per benchmark: "transfer <name> <bytes> <GB/s>".
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& run : runs) {
-      if (run.error_occurred || run.run_type != Run::RT_Iteration) continue;
-      const std::string name = run.run_name.function_name;
-      const std::string size = run.run_name.args;
-      seconds_[name][size] = run.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(run.time_unit);
-    }
-  }
-
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    GetOutputStream().flush();  // the table follows the console report, not inside it
+class RatioReporter : public gpusel_bench::ComparisonReporter {
+  void print_table(const gpusel_bench::Seconds& seconds) override {
     std::printf("\n%-27s %-24s %10s %9s %9s %7s %s\n", "gpusel", "raw runtime", "bytes", "gpusel", "raw", "speedup",
                 "target");
-    for (const Comparison& c : comparisons()) {
-      for (const auto& [size, ours] : seconds_[c.gpusel]) {
-        const auto theirs = seconds_[c.raw].find(size);
-        if (theirs == seconds_[c.raw].end()) continue;
+    for (const gpusel_bench::Comparison& c : comparisons()) {
+      const auto ours_by_size = seconds.find(c.gpusel);
+      const auto theirs_by_size = seconds.find(c.raw);
+      if (ours_by_size == seconds.end() || theirs_by_size == seconds.end()) continue;
+      for (const auto& [size, ours] : ours_by_size->second) {
+        const auto theirs = theirs_by_size->second.find(size);
+        if (theirs == theirs_by_size->second.end()) continue;
         const double bytes = std::stod(size);
         const double ratio = theirs->second / ours;
         std::string verdict = "-";
@@ -210,15 +193,9 @@ class RatioReporter : public benchmark::ConsoleReporter {
                     bytes / ours / 1e9, bytes / theirs->second / 1e9, ratio, verdict.c_str());
       }
     }
-    for (auto& [name, sizes] : seconds_)
-      for (const auto& [size, seconds] : sizes) std::printf("transfer %s %s %.3f\n", name.c_str(), size.c_str(), std::stod(size) / seconds / 1e9);
-#if GPUSEL_BENCH_EMULATED
-    std::printf("(emulated CUDA runtime: a smoke test; these ratios say nothing about a GPU)\n");
-#endif
+    for (const auto& [name, sizes] : seconds)
+      for (const auto& [size, time] : sizes) std::printf("transfer %s %s %.3f\n", name.c_str(), size.c_str(), std::stod(size) / time / 1e9);
   }
-
- private:
-  std::map<std::string, std::map<std::string, double>> seconds_;
 };
 
 }  // namespace

@@ -7,13 +7,13 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gpusel/guard.hpp"
 #include "gpusel/runtime.hpp"
+#include "comparison_reporter.hpp"
 
 #if GPUSEL_BENCH_EMULATED
 #include "emulated_runtime.hpp"
@@ -95,15 +95,8 @@ void guard_switching_device(benchmark::State& state) {
   }
 }
 
-// One line of the ratio table: a gpusel benchmark, the raw one it replaces, the target.
-struct Comparison {
-  const char* gpusel;
-  const char* raw;
-  double target;  // 0: no target, reported for information
-};
-
-const std::vector<Comparison>& comparisons() {
-  static const std::vector<Comparison> table = {
+const std::vector<gpusel_bench::Comparison>& comparisons() {
+  static const std::vector<gpusel_bench::Comparison> table = {
       {"guard_on_current_device", "raw_get_device", 1.2},
       {"current_device", "raw_get_device", 0.0},
       {"set_device_same", "raw_set_device_same", 0.0},
@@ -112,41 +105,28 @@ const std::vector<Comparison>& comparisons() {
   return table;
 }
 
-// The console report, then a table of gpusel/raw ratios from the same run.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& run : runs) {
-      if (run.error_occurred || run.run_type != Run::RT_Iteration) continue;
-      nanoseconds_[run.benchmark_name()] = run.GetAdjustedRealTime();  // the default unit is ns
-    }
-  }
-
-  void Finalize() override {
-    ConsoleReporter::Finalize();
+// gpusel/raw time ratios (the target is a most).
+class RatioReporter : public gpusel_bench::ComparisonReporter {
+  void print_table(const gpusel_bench::Seconds& seconds) override {
+    const auto nanoseconds = [&seconds](const char* name) {
+      const auto found = seconds.find(name);
+      return found == seconds.end() || found->second.count("") == 0 ? 0.0 : found->second.at("") * 1e9;
+    };
     std::printf("\n%-26s %-22s %10s %10s %7s %s\n", "gpusel", "raw runtime", "gpusel ns", "raw ns", "ratio",
                 "target");
-    for (const Comparison& c : comparisons()) {
-      const auto ours = nanoseconds_.find(c.gpusel);
-      const auto theirs = nanoseconds_.find(c.raw);
-      if (ours == nanoseconds_.end() || theirs == nanoseconds_.end() || theirs->second <= 0) {
+    for (const gpusel_bench::Comparison& c : comparisons()) {
+      const double ours = nanoseconds(c.gpusel);
+      const double theirs = nanoseconds(c.raw);
+      if (ours <= 0 || theirs <= 0) {
         std::printf("%-26s %-22s %10s %10s %7s skipped\n", c.gpusel, c.raw, "-", "-", "-");
         continue;
       }
-      const double ratio = ours->second / theirs->second;
+      const double ratio = ours / theirs;
       std::string verdict = "-";
       if (c.target > 0) verdict = (ratio <= c.target ? "<= " : "OVER ") + std::to_string(c.target).substr(0, 3);
-      std::printf("%-26s %-22s %10.1f %10.1f %7.2f %s\n", c.gpusel, c.raw, ours->second, theirs->second, ratio,
-                  verdict.c_str());
+      std::printf("%-26s %-22s %10.1f %10.1f %7.2f %s\n", c.gpusel, c.raw, ours, theirs, ratio, verdict.c_str());
     }
-#if GPUSEL_BENCH_EMULATED
-    std::printf("(emulated CUDA runtime: a smoke test; these ratios say nothing about a GPU)\n");
-#endif
   }
-
- private:
-  std::map<std::string, double> nanoseconds_;
 };
 
 }  // namespace
