@@ -123,17 +123,16 @@ class Buffer {
   // (Note [A Buffer never aliases another]). Done when it returns.
   Buffer to(const Device& device) const& {
     const auto what = [&] { return describe_move(device); };  // Note [Error context costs nothing until an error]
-    Buffer result(allocate(size_, target_place(device, what), what));
-    result.copy_in(data(), memory_.place(), what);
-    return result;
+    return copy_to(target_place(device, what), what);
   }
 
   // Hands this Buffer's memory over, without a copy, when it is already on
   // `device`; otherwise copies it there and frees it here. *this is left empty.
   Buffer to(const Device& device) && {
-    const detail::MemoryPlace target = target_place(device, [&] { return describe_move(device); });
+    const auto what = [&] { return describe_move(device); };
+    const detail::MemoryPlace target = target_place(device, what);
     if (target.kind == memory_.place().kind && target.device == memory_.place().device) return std::move(*this);
-    Buffer result = std::as_const(*this).to(device);
+    Buffer result = copy_to(target, what);
     *this = Buffer();
     return result;
   }
@@ -163,18 +162,13 @@ class Buffer {
 
   // A pinned host copy, like torch's pin_memory(); from a cuda Buffer too.
   Buffer pin_memory() const {
-    const auto what = [&] { return describe_move(cpu()) + " (pin_memory)"; };
-    Buffer result(allocate(size_, detail::MemoryPlace{detail::MemoryKind::pinned_host, -1}, what));
-    result.copy_in(data(), memory_.place(), what);
-    return result;
+    return copy_to(detail::MemoryPlace{detail::MemoryKind::pinned_host, -1},
+                   [&] { return describe_move(cpu()) + " (pin_memory)"; });
   }
 
   // A copy on the same device (pinned stays pinned).
   Buffer clone() const {
-    const auto what = [&] { return describe("gpusel::Buffer::clone", size_, device()); };
-    Buffer result(allocate(size_, memory_.place(), what));
-    result.copy_in(data(), memory_.place(), what);
-    return result;
+    return copy_to(memory_.place(), [&] { return describe("gpusel::Buffer::clone", size_, device()); });
   }
 
   // Copies `source`'s elements into this Buffer, wherever each of them lives
@@ -269,6 +263,13 @@ class Buffer {
 
   static Error with_context(const Error& error, const std::string& what) {
     return Error(error.code(), error.code_name(), what + ": " + error.what());
+  }
+
+  // A new Buffer at `target` holding a copy of the elements, done when it returns.
+  Buffer copy_to(const detail::MemoryPlace& target, detail::ErrorContext what) const {
+    Buffer result(allocate(size_, target, what));
+    result.copy_in(data(), memory_.place(), what);
+    return result;
   }
 
   // Copies bytes() from `source` in `from` into this Buffer, done when it returns.
