@@ -21,8 +21,8 @@ int main() {
   }
   gpusel::Buffer<float> x(6);  // torch.FloatTensor(6)
   x.fill(1.5f);
-  std::cout << "made before: " << before.device() << "; made after: " << x.device() << "; x[0] = "
-            << x.to_vector()[0] << "\n";
+  std::cout << "made before: " << before.device() << "; made after: " << x.device() << "; x[0] = " << x.to_vector()[0]
+            << "\n";
 
   gpusel::set_default_device(gpusel::cpu());  // back to the CPU, as torch.set_default_device("cpu")
   return 0;

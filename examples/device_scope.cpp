@@ -25,9 +25,9 @@ void show(const std::string& python, const gpusel::Device& device) {
 }  // namespace
 
 int main() {
-  const gpusel::Device cuda = gpusel::cuda();                 // cuda = torch.device('cuda')
+  const gpusel::Device cuda = gpusel::cuda();                    // cuda = torch.device('cuda')
   const gpusel::Device cuda0 = gpusel::Device::parse("cuda:0");  // cuda0 = torch.device('cuda:0')
-  const gpusel::Device cuda2 = gpusel::cuda(2);               // cuda2 = torch.device('cuda:2')
+  const gpusel::Device cuda2 = gpusel::cuda(2);                  // cuda2 = torch.device('cuda:2')
 
   const int gpus = gpusel::device_count();
   std::cout << gpus << " GPU(s) visible\n";
@@ -50,14 +50,14 @@ int main() {
   show("x = torch.tensor([1., 2.], device=cuda0)", cuda0);
   show("y = torch.tensor([1., 2.]).cuda()", cuda);
   {
-    gpusel::DeviceGuard guard(1);                             // with torch.cuda.device(1):
+    gpusel::DeviceGuard guard(1);  // with torch.cuda.device(1):
     std::cout << "  with torch.cuda.device(1):\n";
-    show("    a = torch.tensor([1., 2.], device=cuda)", cuda);    // a on cuda:1
-    show("    b = torch.tensor([1., 2.]).cuda()", cuda);          // b on cuda:1
+    show("    a = torch.tensor([1., 2.], device=cuda)", cuda);      // a on cuda:1
+    show("    b = torch.tensor([1., 2.]).cuda()", cuda);            // b on cuda:1
     show("    b2 = torch.tensor([1., 2.]).to(device=cuda)", cuda);  // b2 on cuda:1
-    show("    c = a + b", cuda);                                // c on cuda:1
-    show("    z = x + y", cuda0);                               // z stays with x and y, on cuda:0
-    show("    d = torch.randn(2, device=cuda2)", cuda2);        // an explicit index wins: cuda:2
+    show("    c = a + b", cuda);                                    // c on cuda:1
+    show("    z = x + y", cuda0);                                   // z stays with x and y, on cuda:0
+    show("    d = torch.randn(2, device=cuda2)", cuda2);            // an explicit index wins: cuda:2
     show("    e = torch.randn(2).to(cuda2)", cuda2);
     show("    f = torch.randn(2).cuda(cuda2)", cuda2);
   }

@@ -19,7 +19,8 @@ int main() {
   std::cout << "looking for: " << gpusel::describe(criteria) << "\n";
   try {
     for (const gpusel::Candidate& gpu : gpusel::use_free_gpus(criteria))
-      std::cout << "picked physical GPU " << gpu.physical_index << " (" << gpu.gpu.name << ", " << gpu.gpu.uuid << ")\n";
+      std::cout << "picked physical GPU " << gpu.physical_index << " (" << gpu.gpu.name << ", " << gpu.gpu.uuid
+                << ")\n";
   } catch (const gpusel::Error& error) {
     std::cout << "no GPU picked: " << error.what() << "\n";
   }

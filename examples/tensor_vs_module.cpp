@@ -35,6 +35,7 @@ int main() {
             << "        model.to(" << device << ") returned " << &returned << "\n"
             << "        the same object: " << (&returned == &model ? "yes" : "no") << "; its weight is now on "
             << weight.device() << "\n";
-  for (const auto& buffer : model.named_buffers()) std::cout << "        " << buffer.name << " on " << buffer.device << "\n";
+  for (const auto& buffer : model.named_buffers())
+    std::cout << "        " << buffer.name << " on " << buffer.device << "\n";
   return &returned == &model && &x != &y && x.device() == gpusel::cpu() ? 0 : 1;
 }

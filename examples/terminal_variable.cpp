@@ -16,8 +16,8 @@ int main() {
   if (map.known()) {
     for (int logical = 0; logical < map.visible.count(); ++logical) {
       const gpusel::PhysicalDevice& gpu = *map.device(logical);
-      std::cout << "  cuda:" << logical << " is physical GPU " << gpu.index << " (nvidia-smi " << gpu.nvml_index
-                << ", " << gpu.name << ")\n";
+      std::cout << "  cuda:" << logical << " is physical GPU " << gpu.index << " (nvidia-smi " << gpu.nvml_index << ", "
+                << gpu.name << ")\n";
     }
   } else {
     std::cout << "  the physical GPUs are unknown: " << map.inventory.reason << "\n";

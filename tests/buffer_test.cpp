@@ -165,7 +165,8 @@ TEST(BufferWithoutDriver, ToCudaThrowsAnErrorThatSaysWhy) {
       FAIL() << "to(" << device << ") succeeded without a driver";
     } catch (const gpusel::Error& e) {
       EXPECT_EQ(e.code(), cudaErrorInsufficientDriver);
-      EXPECT_TRUE(contains(e.what(), "gpusel::Buffer::to(" + device.str() + ") of 3 elements (12 bytes) on cpu")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "gpusel::Buffer::to(" + device.str() + ") of 3 elements (12 bytes) on cpu"))
+          << e.what();
       EXPECT_TRUE(contains(e.what(), "no NVIDIA driver was found")) << e.what();
     }
   }
@@ -456,7 +457,8 @@ TEST(BufferEmulated, OutOfMemorySaysHowMuchIsFree) {
     FAIL() << "4 MiB fit in 1 MiB";
   } catch (const gpusel::Error& e) {
     EXPECT_EQ(e.code(), cudaErrorMemoryAllocation);
-    EXPECT_TRUE(contains(e.what(), "gpusel::Buffer(1048576 elements, 4194304 bytes, cuda:0): cudaMalloc(cuda:0)")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "gpusel::Buffer(1048576 elements, 4194304 bytes, cuda:0): cudaMalloc(cuda:0)"))
+        << e.what();
     EXPECT_TRUE(contains(e.what(), "cuda:0 has 1 MiB free of 1 MiB")) << e.what();
   }
 }
@@ -464,9 +466,15 @@ TEST(BufferEmulated, OutOfMemorySaysHowMuchIsFree) {
 // Makes `function`'s nth call fail in every copy path, and checks each time
 // that the source is intact and nothing stays allocated.
 TEST(BufferEmulated, NothingLeaksWhenAnyAllocationOrCopyFails) {
-  const char* functions[] = {"cudaMalloc",        "cudaMallocHost",          "cudaMemcpy",
-                             "cudaMemcpyAsync",   "cudaMemcpyPeerAsync",     "cudaStreamSynchronize",
-                             "cudaEventRecord",   "cudaEventSynchronize",    "cudaStreamCreateWithFlags",
+  const char* functions[] = {"cudaMalloc",
+                             "cudaMallocHost",
+                             "cudaMemcpy",
+                             "cudaMemcpyAsync",
+                             "cudaMemcpyPeerAsync",
+                             "cudaStreamSynchronize",
+                             "cudaEventRecord",
+                             "cudaEventSynchronize",
+                             "cudaStreamCreateWithFlags",
                              "cudaEventCreateWithFlags"};
   const auto bytes = pattern((std::size_t{19} << 20) + 5, 9);
   int failures_seen = 0;

@@ -107,24 +107,19 @@ TEST_P(DeviceParseRejects, WithAnErrorThatQuotesTheTextAndSaysWhatWasExpected) {
 
 INSTANTIATE_TEST_SUITE_P(
     EveryMalformedForm, DeviceParseRejects,
-    ::testing::Values(Rejected{"CUDA:1", "unknown device type \"CUDA\""},
-                      Rejected{"Cpu", "unknown device type \"Cpu\""},
-                      Rejected{"gpu:0", "unknown device type \"gpu\""},
-                      Rejected{"cuda:", "the index after ':' is missing"},
-                      Rejected{"cuda:-1", "is not a non-negative decimal number"},
-                      Rejected{"cuda:+1", "is not a non-negative decimal number"},
-                      Rejected{"cuda:01", "has a leading zero"},
-                      Rejected{"cuda:00", "has a leading zero"},
-                      Rejected{"cuda: 1", "is not a non-negative decimal number"},
-                      Rejected{" cuda:1", "unknown device type \" cuda\""},
-                      Rejected{"cuda:1 ", "is not a non-negative decimal number"},
-                      Rejected{"cuda:1:2", "is not a non-negative decimal number"},
-                      Rejected{"cuda:1a", "is not a non-negative decimal number"},
-                      Rejected{"cuda:99999999999", "is out of range (0..2147483647)"},
-                      Rejected{"cuda:2147483648", "is out of range"},
-                      Rejected{"", "the device type is missing"},
-                      Rejected{":0", "the device type is missing"},
-                      Rejected{"cpu:1", "the cpu device has no index other than 0"},
-                      Rejected{"cpu:", "the index after ':' is missing"}));
+    ::testing::Values(
+        Rejected{"CUDA:1", "unknown device type \"CUDA\""}, Rejected{"Cpu", "unknown device type \"Cpu\""},
+        Rejected{"gpu:0", "unknown device type \"gpu\""}, Rejected{"cuda:", "the index after ':' is missing"},
+        Rejected{"cuda:-1", "is not a non-negative decimal number"},
+        Rejected{"cuda:+1", "is not a non-negative decimal number"}, Rejected{"cuda:01", "has a leading zero"},
+        Rejected{"cuda:00", "has a leading zero"}, Rejected{"cuda: 1", "is not a non-negative decimal number"},
+        Rejected{" cuda:1", "unknown device type \" cuda\""},
+        Rejected{"cuda:1 ", "is not a non-negative decimal number"},
+        Rejected{"cuda:1:2", "is not a non-negative decimal number"},
+        Rejected{"cuda:1a", "is not a non-negative decimal number"},
+        Rejected{"cuda:99999999999", "is out of range (0..2147483647)"}, Rejected{"cuda:2147483648", "is out of range"},
+        Rejected{"", "the device type is missing"}, Rejected{":0", "the device type is missing"},
+        Rejected{"cpu:1", "the cpu device has no index other than 0"},
+        Rejected{"cpu:", "the index after ':' is missing"}));
 
 }  // namespace

@@ -64,8 +64,8 @@ TEST(FindLocalRank, ReadsTheNodesProcessCountWhereTheLauncherSetsIt) {
   EXPECT_EQ(torchrun->size, 4);
   EXPECT_EQ(torchrun->describe(), "local rank 1 of 4 (torchrun: LOCAL_RANK=1, LOCAL_WORLD_SIZE=4)");
 
-  const auto open_mpi = gpusel::find_local_rank(
-      environment({{"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+  const auto open_mpi =
+      gpusel::find_local_rank(environment({{"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
   ASSERT_TRUE(open_mpi.has_value());
   EXPECT_EQ(open_mpi->size, 2);
   const auto mpich = gpusel::find_local_rank(environment({{"MPI_LOCALRANKID", "5"}, {"MPI_LOCALNRANKS", "6"}}));
@@ -99,20 +99,27 @@ TEST(FindLocalRank, TheInnermostLauncherWins) {
 
 TEST(FindLocalRank, RejectsMalformedValuesQuotingThem) {
   for (const std::string value : {"", "-1", "+1", " 1", "1 ", "1a", "0x1", "1.0", "one", "99999999999"}) {
-    const std::string message =
-        error_from([&] { (void)gpusel::find_local_rank(environment({{"OMPI_COMM_WORLD_LOCAL_RANK", value}})); });
-    EXPECT_TRUE(contains(message, "OMPI_COMM_WORLD_LOCAL_RANK=\"" + value + "\"")) << "value [" << value << "]: " << message;
+    const std::string message = error_from([&] {
+      (void)gpusel::find_local_rank(environment({{"OMPI_COMM_WORLD_LOCAL_RANK", value}}));
+    });
+    EXPECT_TRUE(contains(message, "OMPI_COMM_WORLD_LOCAL_RANK=\"" + value + "\""))
+        << "value [" << value << "]: " << message;
     EXPECT_TRUE(contains(message, "expected a non-negative decimal integer")) << message;
   }
-  EXPECT_TRUE(contains(error_from([] { (void)gpusel::find_local_rank(environment({{"LOCAL_RANK", ""}})); }),
+  EXPECT_TRUE(contains(error_from([] {
+                         (void)gpusel::find_local_rank(environment({{"LOCAL_RANK", ""}}));
+                       }),
                        "is set but empty"));
-  EXPECT_TRUE(contains(error_from([] { (void)gpusel::find_local_rank(environment({{"LOCAL_RANK", "99999999999"}})); }),
+  EXPECT_TRUE(contains(error_from([] {
+                         (void)gpusel::find_local_rank(environment({{"LOCAL_RANK", "99999999999"}}));
+                       }),
                        "is out of range"));
 }
 
 TEST(FindLocalRank, AMalformedWinningValueIsAnErrorEvenIfALaterLauncherIsWellFormed) {
-  const std::string message = error_from(
-      [] { (void)gpusel::find_local_rank(environment({{"LOCAL_RANK", "two"}, {"SLURM_LOCALID", "2"}})); });
+  const std::string message = error_from([] {
+    (void)gpusel::find_local_rank(environment({{"LOCAL_RANK", "two"}, {"SLURM_LOCALID", "2"}}));
+  });
   EXPECT_TRUE(contains(message, "LOCAL_RANK=\"two\"")) << message;
 }
 
@@ -123,11 +130,13 @@ TEST(FindLocalRank, IgnoresMalformedValuesOfLauncherVariablesThatLost) {
 }
 
 TEST(FindLocalRank, RejectsAMalformedProcessCountAndARankNotBelowIt) {
-  EXPECT_TRUE(contains(
-      error_from([] { (void)gpusel::find_local_rank(environment({{"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "4x"}})); }),
-      "LOCAL_WORLD_SIZE=\"4x\""));
+  EXPECT_TRUE(contains(error_from([] {
+                         (void)gpusel::find_local_rank(environment({{"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "4x"}}));
+                       }),
+                       "LOCAL_WORLD_SIZE=\"4x\""));
   const std::string message = error_from([] {
-    (void)gpusel::find_local_rank(environment({{"OMPI_COMM_WORLD_LOCAL_RANK", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}}));
+    (void)gpusel::find_local_rank(
+        environment({{"OMPI_COMM_WORLD_LOCAL_RANK", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}}));
   });
   EXPECT_EQ(message,
             "gpusel::local_rank(): OMPI_COMM_WORLD_LOCAL_RANK=4, OMPI_COMM_WORLD_LOCAL_SIZE=4: the rank must be "
@@ -184,16 +193,18 @@ TEST(DeviceForLocalRank, OneGpuPerRankIsAnErrorWhenThisRankHasNone) {
 
 TEST(DeviceForLocalRank, OneGpuPerRankFailsInEveryRankWhenTheNodeHasMoreRanksThanGpus) {
   // Rank 0 would fit, but rank 4 would not: the whole job stops, not a part of it.
-  const std::string message = error_from(
-      [] { (void)gpusel::device_for_local_rank(rank_of(0, 5), 4, gpusel::Placement::one_gpu_per_rank); });
-  EXPECT_TRUE(contains(message, "5 processes on this node each need a GPU of their own, but 4 CUDA devices are visible"))
+  const std::string message =
+      error_from([] { (void)gpusel::device_for_local_rank(rank_of(0, 5), 4, gpusel::Placement::one_gpu_per_rank); });
+  EXPECT_TRUE(
+      contains(message, "5 processes on this node each need a GPU of their own, but 4 CUDA devices are visible"))
       << message;
 }
 
 TEST(DeviceForLocalRank, OneGpuPerRankWithNoGpuIsAnError) {
   const std::string message =
       error_from([] { (void)gpusel::device_for_local_rank(std::nullopt, 0, gpusel::Placement::one_gpu_per_rank); });
-  EXPECT_TRUE(contains(message, "but 0 CUDA devices are visible; this process is local rank 0 (no launcher variable is set)"))
+  EXPECT_TRUE(
+      contains(message, "but 0 CUDA devices are visible; this process is local rank 0 (no launcher variable is set)"))
       << message;
 }
 

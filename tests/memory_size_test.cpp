@@ -94,8 +94,6 @@ TEST(FormatMemorySize, UsesTheLargestBinaryUnitWithOneDecimal) {
   EXPECT_EQ(gpusel::format_memory_size(MiB - 1), "1.0 MiB") << "not 1024.0 KiB";
 }
 
-TEST(FormatMemorySize, ReadsBackAsParsed) {
-  EXPECT_EQ(gpusel::parse_memory_size("8.0GiB"), 8 * GiB);
-}
+TEST(FormatMemorySize, ReadsBackAsParsed) { EXPECT_EQ(gpusel::parse_memory_size("8.0GiB"), 8 * GiB); }
 
 }  // namespace

@@ -181,7 +181,8 @@ TEST(Module, MovesBetweenGpus) {
 
 TEST(Module, WithoutBuffersReportsItsLastDevice) {
   if (auto why = machine_with(1)) GTEST_SKIP() << *why;
-  struct Empty : gpusel::Module {} empty;
+  struct Empty : gpusel::Module {
+  } empty;
   EXPECT_EQ(empty.device(), gpusel::cpu());
   empty.to(gpusel::cuda(0));
   EXPECT_EQ(empty.device(), gpusel::cuda(0));
@@ -215,9 +216,15 @@ TEST(ModuleEmulated, FreesTheOldMemoryOnItsDevice) {
 // fails in turn, and each time every buffer is where it was, intact, nothing
 // stays allocated, and the Error says which buffer and device.
 TEST(ModuleEmulated, ToIsATransactionWhereverItFails) {
-  const char* functions[] = {"cudaMalloc",      "cudaMallocHost",          "cudaMemcpy",
-                             "cudaMemcpyAsync", "cudaMemcpyPeerAsync",     "cudaStreamSynchronize",
-                             "cudaEventRecord", "cudaEventSynchronize",    "cudaStreamCreateWithFlags",
+  const char* functions[] = {"cudaMalloc",
+                             "cudaMallocHost",
+                             "cudaMemcpy",
+                             "cudaMemcpyAsync",
+                             "cudaMemcpyPeerAsync",
+                             "cudaStreamSynchronize",
+                             "cudaEventRecord",
+                             "cudaEventSynchronize",
+                             "cudaStreamCreateWithFlags",
                              "cudaEventCreateWithFlags"};
   struct Path {
     gpusel::Device from, to;
@@ -239,9 +246,9 @@ TEST(ModuleEmulated, ToIsATransactionWhereverItFails) {
         m.to(path.from);
         const Snapshot before = snapshot(m);
         std::vector<const void*> memory;
-        for (const auto* pointer : {static_cast<const void*>(m.scale.data()), static_cast<const void*>(m.table.data()),
-                                    static_cast<const void*>(m.head.weight.data()),
-                                    static_cast<const void*>(m.head.bias.data())})
+        for (const auto* pointer :
+             {static_cast<const void*>(m.scale.data()), static_cast<const void*>(m.table.data()),
+              static_cast<const void*>(m.head.weight.data()), static_cast<const void*>(m.head.bias.data())})
           memory.push_back(pointer);
         gpusel::release_cached_resources();
         const std::size_t used_before[] = {gpusel_emulated::bytes_in_use(0), gpusel_emulated::bytes_in_use(1),
@@ -277,7 +284,8 @@ TEST(ModuleEmulated, ToIsATransactionWhereverItFails) {
         EXPECT_TRUE(std::equal(std::begin(used_before), std::end(used_before), std::begin(used_after))) << where;
         EXPECT_EQ(gpusel_emulated::live_streams(), 0) << where;
         EXPECT_EQ(gpusel_emulated::live_events(), 0) << where;
-        EXPECT_EQ(gpusel_emulated::operations_left_to_stream_destroy(), 0) << where << ": a staging chunk was reused early";
+        EXPECT_EQ(gpusel_emulated::operations_left_to_stream_destroy(), 0)
+            << where << ": a staging chunk was reused early";
         EXPECT_EQ(gpusel::current_device(), device_before) << where;
         ASSERT_LT(nth, 200) << where << ": the failures never stopped";
       }

@@ -89,9 +89,7 @@ TEST(Runtime, SetDeviceToCudaWithoutIndexKeepsTheCurrentDevice) {
   gpusel::set_device(0);
 }
 
-TEST(Runtime, SetDeviceRejectsTheCpu) {
-  EXPECT_THROW(gpusel::set_device(gpusel::cpu()), gpusel::Error);
-}
+TEST(Runtime, SetDeviceRejectsTheCpu) { EXPECT_THROW(gpusel::set_device(gpusel::cpu()), gpusel::Error); }
 
 TEST(Runtime, SetDeviceRejectsNegativeIndices) {
   try {
@@ -110,7 +108,8 @@ TEST(Runtime, SetDeviceToAMissingDeviceSaysHowManyAreVisible) {
     FAIL() << "set_device(" << count << ") succeeded with " << count << " devices";
   } catch (const gpusel::Error& e) {
     EXPECT_EQ(e.code(), cudaErrorInvalidDevice);
-    EXPECT_TRUE(contains(e.what(), "cudaSetDevice(cuda:" + std::to_string(count) + "): invalid device ordinal")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "cudaSetDevice(cuda:" + std::to_string(count) + "): invalid device ordinal"))
+        << e.what();
     EXPECT_TRUE(contains(e.what(), std::to_string(count) + " CUDA device")) << e.what();
     EXPECT_TRUE(contains(e.what(), "CUDA_VISIBLE_DEVICES")) << e.what();
   }

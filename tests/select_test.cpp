@@ -203,8 +203,8 @@ TEST(Pick, AnExclusionThatNamesNoGpuIsAnError) {
   EXPECT_TRUE(contains(error_from([&] { (void)gpusel::pick(criteria, map, "alice"); }),
                        "there is no GPU with that number (2 GPUs)"));
   criteria.exclude = {"GPU-"};
-  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::pick(criteria, map, "alice"); }),
-                       "neither a number nor a GPU UUID"));
+  EXPECT_TRUE(
+      contains(error_from([&] { (void)gpusel::pick(criteria, map, "alice"); }), "neither a number nor a GPU UUID"));
 }
 
 TEST(Pick, AnAmbiguousUuidPrefixIsAnError) {
@@ -212,8 +212,8 @@ TEST(Pick, AnAmbiguousUuidPrefixIsAnError) {
   gpus[1].uuid = "GPU-0aaaaaab-0000-0000-0000-000000000000";
   gpusel::PickCriteria criteria;
   criteria.exclude = {"GPU-0aaa"};
-  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::pick(criteria, machine(gpus), "alice"); }),
-                       "the prefix matches 2 GPUs"));
+  EXPECT_TRUE(
+      contains(error_from([&] { (void)gpusel::pick(criteria, machine(gpus), "alice"); }), "the prefix matches 2 GPUs"));
 }
 
 TEST(Pick, ChoosesOnlyAmongTheGpusCudaVisibleDevicesShows) {
@@ -264,8 +264,8 @@ TEST(Pick, RejectsCriteriaThatMakeNoSense) {
   EXPECT_TRUE(contains(error_from([&] { (void)gpusel::pick(count(-1), map, "alice"); }), "cannot be negative"));
   gpusel::PickCriteria criteria;
   criteria.max_utilization = 101;
-  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::pick(criteria, map, "alice"); }),
-                       "a percentage from 0 to 100, got 101"));
+  EXPECT_TRUE(
+      contains(error_from([&] { (void)gpusel::pick(criteria, map, "alice"); }), "a percentage from 0 to 100, got 101"));
 }
 
 TEST(Pick, WithoutNvmlSaysItCannotSeeTheGpus) {
@@ -296,8 +296,8 @@ std::string four_gpus() {
          "gpu uuid=GPU-11111111-aaaa-0000-0000-000000000000 used_mib=4096 utilization=5\n"
          "gpu uuid=GPU-22222222-aaaa-0000-0000-000000000000 used_mib=0\n"
          "gpu uuid=GPU-33333333-aaaa-0000-0000-000000000000 used_mib=1024\n"
-         "process gpu=1 pid=" + std::to_string(getpid()) + " used_mib=4000\n" +
-         "process gpu=2 pid=4000000000 used_mib=na\n";
+         "process gpu=1 pid=" +
+         std::to_string(getpid()) + " used_mib=4000\n" + "process gpu=2 pid=4000000000 used_mib=na\n";
 }
 
 TEST(PickThroughNvml, ReadsTheMachineAndMakesNoCudaCall) {

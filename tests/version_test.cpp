@@ -10,15 +10,16 @@
 namespace {
 
 TEST(Version, StringIsMajorDotMinorDotPatch) {
-  const std::string expected = std::to_string(GPUSEL_VERSION_MAJOR) + "." + std::to_string(GPUSEL_VERSION_MINOR) +
-                               "." + std::to_string(GPUSEL_VERSION_PATCH);
+  const std::string expected = std::to_string(GPUSEL_VERSION_MAJOR) + "." + std::to_string(GPUSEL_VERSION_MINOR) + "." +
+                               std::to_string(GPUSEL_VERSION_PATCH);
   EXPECT_EQ(GPUSEL_VERSION_STRING, expected);
 }
 
 TEST(Version, FunctionReturnsTheMacroString) { EXPECT_STREQ(gpusel::version(), GPUSEL_VERSION_STRING); }
 
 TEST(Version, NumberOrdersLikeTheVersion) {
-  static_assert(GPUSEL_VERSION_MINOR < 100 && GPUSEL_VERSION_PATCH < 100, "GPUSEL_VERSION packs minor and patch in two digits each");
+  static_assert(GPUSEL_VERSION_MINOR < 100 && GPUSEL_VERSION_PATCH < 100,
+                "GPUSEL_VERSION packs minor and patch in two digits each");
   EXPECT_EQ(GPUSEL_VERSION, GPUSEL_VERSION_MAJOR * 10000 + GPUSEL_VERSION_MINOR * 100 + GPUSEL_VERSION_PATCH);
 #if GPUSEL_VERSION < 100
 #error "GPUSEL_VERSION must be usable in #if: this release is 0.1.0 or later"

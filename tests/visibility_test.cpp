@@ -84,13 +84,15 @@ TEST(Visibility, ExplainShowsEachVisibleDeviceTheHiddenOnesAndEachToken) {
   EXPECT_TRUE(contains(text, "CUDA_VISIBLE_DEVICES=2,0,7,1  CUDA_DEVICE_ORDER is unset (FASTEST_FIRST)\n")) << text;
   EXPECT_TRUE(contains(text, "sees 4 GPUs, driver 580.159.04 (CUDA 13.0).\n")) << text;
   EXPECT_TRUE(contains(text, "2 CUDA devices are visible (cuda:0..cuda:1):\n")) << text;
-  EXPECT_TRUE(contains(text, "  cuda:0  physical 2  nvidia-smi 2  NVIDIA H200  GPU-22222222-aaaa-0000-0000-000000000000  "
-                             "00000000:3A:00.0\n"))
+  EXPECT_TRUE(contains(text,
+                       "  cuda:0  physical 2  nvidia-smi 2  NVIDIA H200  GPU-22222222-aaaa-0000-0000-000000000000  "
+                       "00000000:3A:00.0\n"))
       << text;
   EXPECT_TRUE(contains(text, "  cuda:1  physical 0  nvidia-smi 0")) << text;
   EXPECT_TRUE(contains(text, "Hidden from this process:\n  physical 1  nvidia-smi 1")) << text;
-  EXPECT_TRUE(contains(text, "\"7\"            ignored: ends the list: it is out of range (7; this machine has 4 GPUs, "
-                             "indices 0..3)\n"))
+  EXPECT_TRUE(contains(text,
+                       "\"7\"            ignored: ends the list: it is out of range (7; this machine has 4 GPUs, "
+                       "indices 0..3)\n"))
       << text;
   EXPECT_TRUE(contains(text, "\"1\"            ignored: after the end of the list\n")) << text;
 }
@@ -164,7 +166,9 @@ TEST(SetVisibleDevices, RejectsWhatCudaWouldNotShow) {
   };
   EXPECT_TRUE(contains(message([] { gpusel::set_visible_devices({0, 0}); }), "physical GPU 0 is named twice"));
   EXPECT_TRUE(contains(message([] { gpusel::set_visible_devices({-1}); }), "cannot be negative"));
-  EXPECT_TRUE(contains(message([] { gpusel::set_visible_devices({1, 4}); }),
+  EXPECT_TRUE(contains(message([] {
+                         gpusel::set_visible_devices({1, 4});
+                       }),
                        "\"4\" ignored: ends the list: it is out of range (4; this machine has 4 GPUs"));
   EXPECT_TRUE(contains(message([] { gpusel::set_visible_devices({"GPU-ff"}); }), "a UUID prefix that no GPU has"));
   EXPECT_TRUE(contains(message([] { gpusel::set_visible_devices({"948e02bd"}); }), "is not a GPU UUID"));
@@ -270,9 +274,10 @@ TEST(VisibilityEmulated, SetVisibleDevicesAfterCudaStartedThrowsAndChangesNothin
     gpusel::set_visible_devices({0});
     FAIL() << "set_visible_devices succeeded after CUDA started";
   } catch (const gpusel::Error& e) {
-    EXPECT_TRUE(contains(e.what(), "gpusel::set_visible_devices({0}): CUDA has already started in this process "
-                                   "(the driver is initialized), so CUDA_VISIBLE_DEVICES=0 would have no effect here "
-                                   "(CUDA_VISIBLE_DEVICES=1 stays in force)"))
+    EXPECT_TRUE(contains(e.what(),
+                         "gpusel::set_visible_devices({0}): CUDA has already started in this process "
+                         "(the driver is initialized), so CUDA_VISIBLE_DEVICES=0 would have no effect here "
+                         "(CUDA_VISIBLE_DEVICES=1 stays in force)"))
         << e.what();
   }
   EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "1");
@@ -299,8 +304,9 @@ TEST(VisibilityEmulated, AskingForCuda1UnderVisibleDevices1SaysCuda0IsPhysicalGp
     FAIL() << "set_device(1) succeeded with one visible device";
   } catch (const gpusel::Error& e) {
     EXPECT_EQ(e.code(), cudaErrorInvalidDevice);
-    EXPECT_TRUE(contains(e.what(), "cudaSetDevice(cuda:1): invalid device ordinal (cudaErrorInvalidDevice); "
-                                   "1 CUDA device is visible (cuda:0); CUDA_VISIBLE_DEVICES=1: cuda:0 is physical GPU 1"))
+    EXPECT_TRUE(contains(e.what(),
+                         "cudaSetDevice(cuda:1): invalid device ordinal (cudaErrorInvalidDevice); "
+                         "1 CUDA device is visible (cuda:0); CUDA_VISIBLE_DEVICES=1: cuda:0 is physical GPU 1"))
         << e.what();
   }
 }

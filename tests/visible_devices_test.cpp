@@ -30,7 +30,8 @@ std::vector<PhysicalDevice> machine(const std::vector<std::string>& uuids) {
 
 std::vector<PhysicalDevice> gpus(int count) {
   std::vector<std::string> uuids;
-  for (int i = 0; i < count; ++i) uuids.push_back("GPU-" + std::to_string(10000000 + i) + "-0000-0000-0000-000000000000");
+  for (int i = 0; i < count; ++i)
+    uuids.push_back("GPU-" + std::to_string(10000000 + i) + "-0000-0000-0000-000000000000");
   return machine(uuids);
 }
 
@@ -133,7 +134,8 @@ TEST(VisibleDevices, IndicesAreCutTo32BitsAndReadAsSignedInts) {
   EXPECT_EQ(outcome(parse_visible_devices("-4294967296", four)), "0") << "-2^32 is 0 modulo 2^32";
   EXPECT_EQ(outcome(parse_visible_devices("-4294967295", four)), "1");
   EXPECT_EQ(outcome(parse_visible_devices("2147483648", four)), "none") << "2^31 reads as INT_MIN";
-  EXPECT_EQ(outcome(parse_visible_devices("-99999999999999999999", four)), "none") << "overflow saturates, sign dropped";
+  EXPECT_EQ(outcome(parse_visible_devices("-99999999999999999999", four)), "none")
+      << "overflow saturates, sign dropped";
   EXPECT_EQ(outcome(parse_visible_devices("18446744073709551616", four)), "none") << "2^64 overflows to ULONG_MAX";
 }
 
@@ -172,7 +174,8 @@ TEST(VisibleDevices, AskingForAHiddenLogicalDeviceThrowsAnErrorThatNamesTheMap) 
   } catch (const gpusel::Error& e) {
     EXPECT_EQ(e.code_name(), "cudaErrorInvalidDevice");
     EXPECT_TRUE(contains(e.what(), "there is no cuda:1")) << e.what();
-    EXPECT_TRUE(contains(e.what(), "1 CUDA device is visible (cuda:0): cuda:0 is physical GPU 1 (CUDA_VISIBLE_DEVICES=1)"))
+    EXPECT_TRUE(
+        contains(e.what(), "1 CUDA device is visible (cuda:0): cuda:0 is physical GPU 1 (CUDA_VISIBLE_DEVICES=1)"))
         << e.what();
   }
 }
@@ -185,7 +188,8 @@ TEST(VisibleDevicesTokens, SayWhyEachTokenWasKeptOrIgnored) {
   EXPECT_EQ(map.tokens()[0].outcome, TokenOutcome::kept);
   EXPECT_EQ(map.tokens()[0].why(3), "kept: physical GPU 1");
   EXPECT_EQ(map.tokens()[2].outcome, TokenOutcome::out_of_range);
-  EXPECT_EQ(map.tokens()[2].why(3), "ignored: ends the list: it is out of range (7; this machine has 3 GPUs, indices 0..2)");
+  EXPECT_EQ(map.tokens()[2].why(3),
+            "ignored: ends the list: it is out of range (7; this machine has 3 GPUs, indices 0..2)");
   EXPECT_EQ(map.tokens()[3].outcome, TokenOutcome::not_read);
   EXPECT_EQ(map.tokens()[3].why(3), "ignored: after the end of the list");
   EXPECT_EQ(outcome(map), "1,0");
@@ -215,7 +219,7 @@ TEST(VisibleDevicesTokens, ErrorsSayWhyInWords) {
             "CUDA_VISIBLE_DEVICES=\"\" (set but empty) selects no GPU: its first token \"\" is not a number");
   EXPECT_EQ(parse_visible_devices("0", two, "pci_bus_id").reason(),
             "CUDA_DEVICE_ORDER=pci_bus_id is neither FASTEST_FIRST nor PCI_BUS_ID (exactly so: upper case, no blanks)");
-  EXPECT_TRUE(contains(parse_visible_devices("5", two).summary(), "no CUDA device is visible")) ;
+  EXPECT_TRUE(contains(parse_visible_devices("5", two).summary(), "no CUDA device is visible"));
 }
 
 TEST(VisibleDevicesTokens, RuntimeMapIsReadFromTheValueAlone) {
@@ -229,13 +233,15 @@ TEST(VisibleDevicesTokens, RuntimeMapIsReadFromTheValueAlone) {
 
 TEST(VisibleDevices, ThePitfallsTheReadmeNames) {
   const auto four = gpus(4);
-  for (const char* value : {"0,1,5,2", "0,1,x,2", "0,1,-1,2"}) EXPECT_EQ(outcome(parse_visible_devices(value, four)), "0,1") << value;
+  for (const char* value : {"0,1,5,2", "0,1,x,2", "0,1,-1,2"})
+    EXPECT_EQ(outcome(parse_visible_devices(value, four)), "0,1") << value;
   EXPECT_EQ(outcome(parse_visible_devices(",0", four)), "none");
   for (const char* value : {" 1", "+1", "1abc", "1.5", "1 2", "4294967297"})
     EXPECT_EQ(outcome(parse_visible_devices(value, four)), "1") << value;
   for (const char* value : {"0,00", "0,-0", "0,+0"})
     EXPECT_EQ(outcome(parse_visible_devices(value, four)), "error:cudaErrorInvalidDevice") << value;
-  for (const char* value : {"NoDevFiles", "", "all"}) EXPECT_EQ(outcome(parse_visible_devices(value, four)), "none") << value;
+  for (const char* value : {"NoDevFiles", "", "all"})
+    EXPECT_EQ(outcome(parse_visible_devices(value, four)), "none") << value;
   EXPECT_EQ(outcome(parse_visible_devices("0", four, "PCI_BUS_ID ")), "error:cudaErrorInvalidDevice");
 }
 
@@ -292,9 +298,11 @@ TEST(VisibleDevicesPyTorchCases, PartialUuidResolver) {
   EXPECT_EQ(outcome(parse_visible_devices("GPU-9e8d35e3", eight)), "1");
   EXPECT_EQ(outcome(parse_visible_devices("GPU-e4,GPU-9e8d35e3", eight)), "2,1");
   EXPECT_EQ(outcome(parse_visible_devices("GPU-9e8d35e3,GPU-1,GPU-47", eight)), "1,7,5");
-  EXPECT_EQ(outcome(parse_visible_devices("GPU-123,GPU-9e8d35e3", eight)), "none") << "the first unknown UUID ends the list";
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-123,GPU-9e8d35e3", eight)), "none")
+      << "the first unknown UUID ends the list";
   EXPECT_EQ(outcome(parse_visible_devices("GPU-9e8d35e3,GPU-123,GPU-47", eight)), "1");
-  EXPECT_EQ(outcome(parse_visible_devices("GPU-9e8d35e3,GPU-e,GPU-47", eight)), "1") << "an ambiguous prefix ends the list";
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-9e8d35e3,GPU-e,GPU-47", eight)), "1")
+      << "an ambiguous prefix ends the list";
   // PyTorch: [] (no device). The driver fails with cudaErrorInvalidDevice: "GPU-9e8" names
   // GPU 1 again (observed: a UUID and a prefix of it, "GPU-948e02bd,GPU-948e").
   EXPECT_EQ(outcome(parse_visible_devices("GPU-9e8d35e3,GPU-47,GPU-9e8", eight)), "error:cudaErrorInvalidDevice");

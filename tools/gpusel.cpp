@@ -84,8 +84,7 @@ class UsageError : public std::runtime_error {
 };
 
 int parse_count(std::string_view option, const std::string& text, int smallest) {
-  const bool digits = !text.empty() && text.size() <= 6 &&
-                      text.find_first_not_of("0123456789") == std::string::npos;
+  const bool digits = !text.empty() && text.size() <= 6 && text.find_first_not_of("0123456789") == std::string::npos;
   if (!digits || std::stoi(text) < smallest)
     throw UsageError(std::string(option) + " expects a whole number of at least " + std::to_string(smallest) +
                      ", got \"" + text + "\"");
@@ -169,10 +168,14 @@ Options parse_arguments(const std::vector<std::string>& arguments) {
     } else if (argument == "--order") {
       pick_only();
       const std::string order = value();
-      if (order == "free") options.criteria.order = gpusel::PickOrder::most_free_memory;
-      else if (order == "util") options.criteria.order = gpusel::PickOrder::least_utilized;
-      else if (order == "index") options.criteria.order = gpusel::PickOrder::index;
-      else throw UsageError("--order expects free, util or index, got \"" + order + "\"");
+      if (order == "free")
+        options.criteria.order = gpusel::PickOrder::most_free_memory;
+      else if (order == "util")
+        options.criteria.order = gpusel::PickOrder::least_utilized;
+      else if (order == "index")
+        options.criteria.order = gpusel::PickOrder::index;
+      else
+        throw UsageError("--order expects free, util or index, got \"" + order + "\"");
     } else if (argument == "--format") {
       pick_only();
       const std::string format = value();
@@ -231,14 +234,18 @@ std::string memory(const gpusel::Gpu& gpu) {
 template <class Number>
 void optional_value(JsonWriter& json, const char* key, const std::optional<Number>& value) {
   json.key(key);
-  if (value) json.value(*value);
-  else json.null();
+  if (value)
+    json.value(*value);
+  else
+    json.null();
 }
 
 void optional_text(JsonWriter& json, const char* key, const std::optional<std::string>& value) {
   json.key(key);
-  if (value) json.value(*value);
-  else json.null();
+  if (value)
+    json.value(*value);
+  else
+    json.null();
 }
 
 // The members of one GPU's object.
@@ -319,8 +326,8 @@ int run_list(const Options& options, const gpusel::DeviceMap& map) {
     const auto logical = map.visible.logical(device.index);
     std::cout << column(logical ? "cuda:" + std::to_string(*logical) : "hidden", 8)
               << column(std::to_string(device.index), 6) << column(std::to_string(gpu.nvml_index), 5)
-              << column(gpu.name, name_width + 2) << column(gpu.uuid, uuid_width + 2)
-              << column(gpu.pci_bus_id, 18) << column(memory(gpu), 24) << column(percent(gpu.utilization_percent), 6)
+              << column(gpu.name, name_width + 2) << column(gpu.uuid, uuid_width + 2) << column(gpu.pci_bus_id, 18)
+              << column(memory(gpu), 24) << column(percent(gpu.utilization_percent), 6)
               << (gpu.mig_enabled ? "MIG mode; " : "") << describe_processes(gpu) << "\n";
   }
   if (map.inventory.gpus.empty()) std::cout << "(NVML sees no GPU)\n";
@@ -366,7 +373,8 @@ int run_explain(const Options& options, const gpusel::DeviceMap& map) {
   } else {
     std::cout << gpusel::explain(map);
   }
-  if (!map.known()) return map.inventory.status == gpusel::InventoryStatus::query_failed ? kExitNvmlFailed : kExitNoDriver;
+  if (!map.known())
+    return map.inventory.status == gpusel::InventoryStatus::query_failed ? kExitNvmlFailed : kExitNoDriver;
   return kExitOk;
 }
 

@@ -62,7 +62,8 @@ namespace gpusel {
 template <class T>
 class Buffer {
   static_assert(std::is_trivially_copyable_v<T>, "gpusel::Buffer<T> holds raw bytes: T must be trivially copyable");
-  static_assert(alignof(T) <= detail::kHostAlignment, "gpusel::Buffer<T>: T needs more alignment than cudaMalloc gives");
+  static_assert(alignof(T) <= detail::kHostAlignment,
+                "gpusel::Buffer<T>: T needs more alignment than cudaMalloc gives");
 
  public:
   using value_type = T;
@@ -76,7 +77,8 @@ class Buffer {
 
   // A copy of host data, on `device`.
   Buffer(const T* values, std::size_t size, const Device& device = default_device()) : Buffer(size, device) {
-    if (size != 0 && values == nullptr) throw Error(describe("gpusel::Buffer", size, device) + ": the data pointer is null");
+    if (size != 0 && values == nullptr)
+      throw Error(describe("gpusel::Buffer", size, device) + ": the data pointer is null");
     copy_in(values, detail::MemoryPlace{}, [&] { return describe("gpusel::Buffer", size, device); });
   }
   explicit Buffer(const std::vector<T>& values, const Device& device = default_device())
@@ -176,7 +178,8 @@ class Buffer {
   void copy_from(const Buffer& source) {
     const auto what = [&] { return describe("gpusel::Buffer::copy_from", size_, device()); };
     if (source.size_ != size_)
-      throw Error(what() + ": the source has " + std::to_string(source.size_) + " elements, this Buffer " + std::to_string(size_));
+      throw Error(what() + ": the source has " + std::to_string(source.size_) + " elements, this Buffer " +
+                  std::to_string(size_));
     if (&source != this) copy_in(source.data(), source.memory_.place(), what);
   }
 
@@ -210,8 +213,9 @@ class Buffer {
       DeviceGuard guard(memory_.place().device);
       for (std::size_t filled = seed_size; filled < size_;) {
         const std::size_t count = std::min(filled, size_ - filled);
-        detail::check_copy(cudaMemcpyAsync(data() + filled, data(), count * sizeof(T), cudaMemcpyDeviceToDevice, nullptr),
-                           "cudaMemcpyAsync", count * sizeof(T), memory_.place(), memory_.place());
+        detail::check_copy(
+            cudaMemcpyAsync(data() + filled, data(), count * sizeof(T), cudaMemcpyDeviceToDevice, nullptr),
+            "cudaMemcpyAsync", count * sizeof(T), memory_.place(), memory_.place());
         filled += count;
       }
       detail::check_copy(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize", bytes(), memory_.place(),
@@ -222,7 +226,8 @@ class Buffer {
   }
 
  private:
-  explicit Buffer(detail::OwnedMemory memory) noexcept : memory_(std::move(memory)), size_(memory_.bytes() / sizeof(T)) {}
+  explicit Buffer(detail::OwnedMemory memory) noexcept
+      : memory_(std::move(memory)), size_(memory_.bytes() / sizeof(T)) {}
 
   static std::size_t checked_bytes(std::size_t size, detail::ErrorContext what) {
     if (size > std::numeric_limits<std::size_t>::max() / sizeof(T))
@@ -251,7 +256,8 @@ class Buffer {
   // "gpusel::Buffer(1024 elements, 4096 bytes, cuda:1)"
   static std::string describe(const char* function, std::size_t size, const Device& device) {
     return std::string(function) + "(" + std::to_string(size) + " elements, " +
-           (size <= std::numeric_limits<std::size_t>::max() / sizeof(T) ? std::to_string(size * sizeof(T)) : "too many") +
+           (size <= std::numeric_limits<std::size_t>::max() / sizeof(T) ? std::to_string(size * sizeof(T))
+                                                                        : "too many") +
            " bytes, " + device.str() + ")";
   }
 

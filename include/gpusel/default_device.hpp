@@ -51,8 +51,8 @@ inline std::atomic<int>& default_device_code() noexcept {
 // (Note [The default device is per process]). `gpusel::cuda()` means "the
 // current device of whichever thread makes the Buffer".
 inline void set_default_device(const Device& device) noexcept {
-  const int code = device.is_cpu() ? detail::kDefaultIsCpu
-                                   : (device.has_index() ? device.index() : detail::kDefaultIsCurrentCuda);
+  const int code =
+      device.is_cpu() ? detail::kDefaultIsCpu : (device.has_index() ? device.index() : detail::kDefaultIsCurrentCuda);
   detail::default_device_code().store(code, std::memory_order_relaxed);
 }
 

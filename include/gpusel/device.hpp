@@ -47,7 +47,8 @@ class Device {
 
   // Throws Error for a negative index other than kNoIndex, or cpu with an index other than 0.
   constexpr Device(DeviceType type, Index index = kNoIndex) : type_(type), index_(index) {
-    if (index < kNoIndex) throw Error("gpusel::Device: a device index cannot be negative, got " + std::to_string(index));
+    if (index < kNoIndex)
+      throw Error("gpusel::Device: a device index cannot be negative, got " + std::to_string(index));
     if (type == DeviceType::CPU && index > 0)
       throw Error("gpusel::Device: the cpu device has no index other than 0, got cpu:" + std::to_string(index));
   }
@@ -109,13 +110,16 @@ inline Device Device::parse(std::string_view text) {
   const std::string_view digits = text.substr(colon + 1);
   if (digits.empty()) throw reject("the index after ':' is missing");
   for (const char c : digits) {
-    if (c < '0' || c > '9') throw reject("the index \"" + std::string(digits) + "\" is not a non-negative decimal number");
+    if (c < '0' || c > '9')
+      throw reject("the index \"" + std::string(digits) + "\" is not a non-negative decimal number");
   }
-  if (digits.size() > 1 && digits[0] == '0') throw reject("the index \"" + std::string(digits) + "\" has a leading zero");
+  if (digits.size() > 1 && digits[0] == '0')
+    throw reject("the index \"" + std::string(digits) + "\" has a leading zero");
   long long index = 0;
   for (const char c : digits) {
     index = index * 10 + (c - '0');
-    if (index > kMaxIndex) throw reject("the index " + std::string(digits) + " is out of range (0.." + std::to_string(kMaxIndex) + ")");
+    if (index > kMaxIndex)
+      throw reject("the index " + std::string(digits) + " is out of range (0.." + std::to_string(kMaxIndex) + ")");
   }
   if (type == DeviceType::CPU && index != 0) throw reject("the cpu device has no index other than 0");
   return Device(type, static_cast<Index>(index));

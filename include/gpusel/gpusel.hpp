@@ -12,10 +12,10 @@
 // Scoped devices
 #include "gpusel/guard.hpp"
 // Data that knows its device
-#include "gpusel/default_device.hpp"
-#include "gpusel/stream.hpp"
 #include "gpusel/buffer.hpp"
+#include "gpusel/default_device.hpp"
 #include "gpusel/module.hpp"
+#include "gpusel/stream.hpp"
 // Choosing GPUs, and one per rank
 #include "gpusel/launcher.hpp"
 #include "gpusel/memory_size.hpp"

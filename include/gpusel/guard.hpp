@@ -64,8 +64,7 @@ struct GuardState {
   static int checked_enter(int index, const char* who) {
     const EnterResult entered = enter_device(index);
     if (entered.status != cudaSuccess) {
-      throw cuda_error(entered.status, std::string(who) + ": " + entered.call, cuda(index),
-                       describe_visible_devices());
+      throw cuda_error(entered.status, std::string(who) + ": " + entered.call, cuda(index), describe_visible_devices());
     }
     return entered.original;
   }
@@ -88,7 +87,8 @@ inline int guard_index(const Device& device, const char* who) {
   if (device.has_index()) return device.index();
   int index = 0;
   const cudaError_t status = get_current_device(&index);
-  if (status != cudaSuccess) throw cuda_error(status, std::string(who) + ": cudaGetDevice", "current device", describe_visible_devices());
+  if (status != cudaSuccess)
+    throw cuda_error(status, std::string(who) + ": cudaGetDevice", "current device", describe_visible_devices());
   return index;
 }
 

@@ -41,10 +41,10 @@ struct GpuProcess {
 
 // One physical GPU.
 struct Gpu {
-  int nvml_index = 0;       // nvidia-smi's number: PCI bus order
-  std::string uuid;         // "GPU-f9ee9551-5061-9acc-ea2a-e3926e258ba9"
-  std::string name;         // "NVIDIA H200"
-  std::string pci_bus_id;   // "00000000:17:00.0"
+  int nvml_index = 0;                // nvidia-smi's number: PCI bus order
+  std::string uuid;                  // "GPU-f9ee9551-5061-9acc-ea2a-e3926e258ba9"
+  std::string name;                  // "NVIDIA H200"
+  std::string pci_bus_id;            // "00000000:17:00.0"
   int compute_capability_major = 0;  // 0 when NVML cannot tell
   int compute_capability_minor = 0;
   bool mig_enabled = false;  // CUDA then shows MIG instances, not this GPU
@@ -52,8 +52,8 @@ struct Gpu {
   std::optional<std::uint64_t> memory_total_bytes;
   std::optional<std::uint64_t> memory_used_bytes;
   std::optional<std::uint64_t> memory_free_bytes;
-  std::optional<int> utilization_percent;         // of time a kernel ran, over NVML's last sample period
-  std::optional<int> memory_utilization_percent;  // of time memory was read or written
+  std::optional<int> utilization_percent;            // of time a kernel ran, over NVML's last sample period
+  std::optional<int> memory_utilization_percent;     // of time memory was read or written
   std::optional<std::vector<GpuProcess>> processes;  // compute processes; nullopt when NVML could not list them
 };
 
@@ -73,11 +73,11 @@ struct InventoryOptions {
 
 struct Inventory {
   InventoryStatus status = InventoryStatus::library_not_found;
-  std::string reason;          // why not ok(), in words
-  std::string nvml_library;    // the library asked for
-  std::string driver_version;  // "580.159.04", "" when unknown
+  std::string reason;           // why not ok(), in words
+  std::string nvml_library;     // the library asked for
+  std::string driver_version;   // "580.159.04", "" when unknown
   int cuda_driver_version = 0;  // the CUDA version the driver supports, 13000 for 13.0; 0 when unknown
-  std::vector<Gpu> gpus;       // in nvidia-smi's order
+  std::vector<Gpu> gpus;        // in nvidia-smi's order
 
   bool ok() const noexcept { return status == InventoryStatus::ok; }
   const Gpu* find_uuid(std::string_view uuid) const noexcept;
@@ -251,9 +251,9 @@ inline Inventory query_inventory(const InventoryOptions& options) {
   }
   const detail::nvml::LoadResult load = detail::nvml::load(inventory.nvml_library);
   if (load.library == nullptr) {
-    inventory.status = load.status == detail::nvml::LoadStatus::not_found ? InventoryStatus::library_not_found
+    inventory.status = load.status == detail::nvml::LoadStatus::not_found  ? InventoryStatus::library_not_found
                        : load.status == detail::nvml::LoadStatus::unusable ? InventoryStatus::library_unusable
-                                                                             : InventoryStatus::init_failed;
+                                                                           : InventoryStatus::init_failed;
     inventory.reason = load.reason;
     if (load.status == detail::nvml::LoadStatus::not_found)
       inventory.reason += " (no NVIDIA driver is installed, or it is not exposed to this container)";
@@ -311,9 +311,12 @@ inline Inventory query_inventory(const InventoryOptions& options) {
 
 inline CudaPhysicalOrder cuda_physical_order(const Inventory& inventory,
                                              std::optional<std::string_view> cuda_device_order) {
-  const auto gpu = [&inventory](int position) -> const Gpu& { return inventory.gpus[static_cast<std::size_t>(position)]; };
+  const auto gpu = [&inventory](int position) -> const Gpu& {
+    return inventory.gpus[static_cast<std::size_t>(position)];
+  };
   std::vector<int> sorted;  // positions in inventory.gpus, in CUDA's order once sorted
-  for (std::size_t position = 0; position < inventory.gpus.size(); ++position) sorted.push_back(static_cast<int>(position));
+  for (std::size_t position = 0; position < inventory.gpus.size(); ++position)
+    sorted.push_back(static_cast<int>(position));
   const auto by_pci = [&gpu](int a, int b) {
     return detail::pci_address(gpu(a).pci_bus_id) < detail::pci_address(gpu(b).pci_bus_id);
   };

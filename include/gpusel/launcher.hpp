@@ -169,8 +169,8 @@ inline Device device_for_local_rank(const std::optional<LocalRank>& rank, int vi
   }
   const auto too_few = [&](const std::string& need) {
     const std::string visible = !why_this_many.empty() ? std::string(why_this_many)
-                                : std::to_string(visible_devices) + " CUDA device" +
-                                      (visible_devices == 1 ? " is visible" : "s are visible");
+                                                       : std::to_string(visible_devices) + " CUDA device" +
+                                                             (visible_devices == 1 ? " is visible" : "s are visible");
     return Error("gpusel::local_rank_device(one_gpu_per_rank): " + need + ", but " + visible + "; this process is " +
                  process.describe());
   };

@@ -40,10 +40,14 @@ struct MemoryUnit {
 
 inline constexpr MemoryUnit memory_units[] = {
     {"B", 1},
-    {"KiB", std::uint64_t{1} << 10}, {"MiB", std::uint64_t{1} << 20},
-    {"GiB", std::uint64_t{1} << 30}, {"TiB", std::uint64_t{1} << 40},
-    {"KB", 1000},                    {"MB", std::uint64_t{1000} * 1000},
-    {"GB", std::uint64_t{1000} * 1000 * 1000}, {"TB", std::uint64_t{1000} * 1000 * 1000 * 1000},
+    {"KiB", std::uint64_t{1} << 10},
+    {"MiB", std::uint64_t{1} << 20},
+    {"GiB", std::uint64_t{1} << 30},
+    {"TiB", std::uint64_t{1} << 40},
+    {"KB", 1000},
+    {"MB", std::uint64_t{1000} * 1000},
+    {"GB", std::uint64_t{1000} * 1000 * 1000},
+    {"TB", std::uint64_t{1000} * 1000 * 1000 * 1000},
 };
 
 }  // namespace detail
@@ -82,7 +86,8 @@ inline std::uint64_t parse_memory_size(std::string_view text) {
   if (unit == nullptr) {
     if (unit_text.size() == 1 && std::string_view("kKmMgGtT").find(unit_text[0]) != std::string_view::npos) {
       throw reject("the unit \"" + std::string(unit_text) + "\" is ambiguous (write " + std::string(unit_text) +
-                   "iB for powers of 1024 or " + std::string(unit_text) + "B for powers of 1000; units are case-sensitive)");
+                   "iB for powers of 1024 or " + std::string(unit_text) +
+                   "B for powers of 1000; units are case-sensitive)");
     }
     if (unit_text[0] == ' ' || unit_text[0] == '\t') throw reject("a blank separates the number from the unit");
     throw reject("unknown unit \"" + std::string(unit_text) + "\"");

@@ -77,9 +77,9 @@ class Module {
   // device. Buffers already there are not copied (pinned host buffers stay
   // pinned on to(cpu())).
   Module& to(const Device& device) {
-    const Device target =
-        device.is_cpu() ? cpu()
-                        : cuda(detail::resolve_cuda_index(device, [&] { return "gpusel::Module::to(" + device.str() + ")"; }));
+    const Device target = device.is_cpu() ? cpu() : cuda(detail::resolve_cuda_index(device, [&] {
+      return "gpusel::Module::to(" + device.str() + ")";
+    }));
     try {
       for_each_buffer([&target](const std::string& name, detail::BufferEntry& entry) {
         if (entry.device() == target) return;
@@ -125,7 +125,8 @@ class Module {
   std::vector<BufferInfo> named_buffers() const {
     std::vector<BufferInfo> infos;
     for_each_buffer([&infos](const std::string& name, const detail::BufferEntry& entry) {
-      infos.push_back(BufferInfo{name, entry.device(), entry.size(), entry.bytes(), entry.is_pinned(), &entry.element_type()});
+      infos.push_back(
+          BufferInfo{name, entry.device(), entry.size(), entry.bytes(), entry.is_pinned(), &entry.element_type()});
     });
     return infos;
   }
@@ -158,9 +159,11 @@ class Module {
   // its buffers are named "<name>.<buffer>" and move with this module.
   template <class M>
   M& register_module(std::string name, M& child) {
-    static_assert(std::is_base_of_v<Module, M>, "gpusel::Module::register_module: the child must derive from gpusel::Module");
+    static_assert(std::is_base_of_v<Module, M>,
+                  "gpusel::Module::register_module: the child must derive from gpusel::Module");
     Module& base = child;
-    if (&base == this) throw Error("gpusel::Module::register_module(\"" + name + "\"): a module cannot be its own child");
+    if (&base == this)
+      throw Error("gpusel::Module::register_module(\"" + name + "\"): a module cannot be its own child");
     check_new_name(name, &base, "register_module");
     children_.push_back(Child{std::move(name), &base});
     return child;

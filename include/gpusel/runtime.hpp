@@ -66,14 +66,15 @@ inline std::string describe_visible_devices() {
   if (result.status != cudaSuccess) return no_device_reason(result.status);
   const std::string devices =
       result.count == 1 ? "1 CUDA device is visible (cuda:0)"
-                        : std::to_string(result.count) + " CUDA devices are visible (cuda:0..cuda:" +
-                              std::to_string(result.count - 1) + ")";
+                        : std::to_string(result.count) +
+                              " CUDA devices are visible (cuda:0..cuda:" + std::to_string(result.count - 1) + ")";
   // The map read from the variable alone: no NVML, nothing slow (see describe_runtime_map).
   const std::string map = describe_runtime_map(environment_variable("CUDA_VISIBLE_DEVICES"), result.count);
   return devices + "; " + describe_variable("CUDA_VISIBLE_DEVICES") + (map.empty() ? "" : ": " + map);
 }
 
-static_assert(VisibleDevices::kNoDevice == cudaErrorNoDevice && VisibleDevices::kInvalidDevice == cudaErrorInvalidDevice,
+static_assert(VisibleDevices::kNoDevice == cudaErrorNoDevice &&
+                  VisibleDevices::kInvalidDevice == cudaErrorInvalidDevice,
               "visible_devices.hpp spells these cudaError_t values without a CUDA header");
 
 [[noreturn]] inline void throw_not_cuda(const char* function, const Device& device) {

@@ -77,8 +77,8 @@ struct PickCriteria {
 
 // One GPU and the verdict on it.
 struct Candidate {
-  Gpu gpu;                 // what NVML said
-  int physical_index = 0;  // CUDA's physical index: what an integer in CUDA_VISIBLE_DEVICES names
+  Gpu gpu;                                    // what NVML said
+  int physical_index = 0;                     // CUDA's physical index: what an integer in CUDA_VISIBLE_DEVICES names
   std::vector<std::string> rejected_because;  // empty when it fits
 
   bool fits() const noexcept { return rejected_because.empty(); }
@@ -160,7 +160,8 @@ inline std::string describe(const PickCriteria& criteria) {
   const int at_most = detail::wanted_at_most(criteria);
   std::string text = "at least " + std::to_string(criteria.at_least) + (criteria.at_least == 1 ? " GPU" : " GPUs");
   text += at_most == PickCriteria::all ? " (all that fit)" : " (at most " + std::to_string(at_most) + ")";
-  if (criteria.min_free_memory.bytes > 0) text += "; at least " + format_memory_size(criteria.min_free_memory.bytes) + " free";
+  if (criteria.min_free_memory.bytes > 0)
+    text += "; at least " + format_memory_size(criteria.min_free_memory.bytes) + " free";
   if (criteria.max_utilization) text += "; at most " + std::to_string(*criteria.max_utilization) + "% utilized";
   if (!criteria.allow_other_users) text += "; no other user's compute process";
   if (!criteria.exclude.empty()) {
@@ -178,7 +179,8 @@ inline std::string describe(const PickCriteria& criteria) {
 // fit `criteria`; `user` is whose processes are not another user's. Pure: reads
 // nothing but its arguments. Throws Error for criteria that make no sense.
 inline std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
-  if (criteria.at_least < 0) throw Error("gpusel::pick: at_least cannot be negative, got " + std::to_string(criteria.at_least));
+  if (criteria.at_least < 0)
+    throw Error("gpusel::pick: at_least cannot be negative, got " + std::to_string(criteria.at_least));
   if (detail::wanted_at_most(criteria) < criteria.at_least)
     throw Error("gpusel::pick: at_most (" + std::to_string(detail::wanted_at_most(criteria)) + ") is below at_least (" +
                 std::to_string(criteria.at_least) + ")");
@@ -199,8 +201,9 @@ inline std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceM
     if (criteria.only_visible && variable_set && !map.visible.logical(device.index))
       reject("hidden by " + detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable()));
     if (gpu->mig_enabled)
-      reject("MIG mode is enabled: CUDA shows its MIG instances, not the GPU (name an instance by its MIG- UUID "
-             "from nvidia-smi -L)");
+      reject(
+          "MIG mode is enabled: CUDA shows its MIG instances, not the GPU (name an instance by its MIG- UUID "
+          "from nvidia-smi -L)");
     if (criteria.min_free_memory.bytes > 0) {
       if (!gpu->memory_free_bytes) {
         reject("its free memory is unknown (NVML could not tell)");
@@ -276,7 +279,8 @@ inline std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap
     if (all.empty()) message += "\n  (NVML sees no GPU)";
     throw Error(message);
   }
-  const auto keep = static_cast<std::size_t>(std::min<long long>(detail::wanted_at_most(criteria), static_cast<long long>(fitting.size())));
+  const auto keep = static_cast<std::size_t>(
+      std::min<long long>(detail::wanted_at_most(criteria), static_cast<long long>(fitting.size())));
   std::vector<Candidate> picked;
   for (std::size_t i = 0; i < keep; ++i) picked.push_back(std::move(candidate_at(fitting[i])));
   return picked;
@@ -293,8 +297,10 @@ inline std::vector<Candidate> pick(const PickCriteria& criteria = {}) {
 // changes nothing, when CUDA has started or too few GPUs fit.
 inline std::vector<Candidate> use_free_gpus(const PickCriteria& criteria = {}) {
   if (cuda_started())
-    throw Error("gpusel::use_free_gpus: CUDA has already started in this process, so choosing its GPUs now would have "
-                "no effect (" + detail::describe_variable("CUDA_VISIBLE_DEVICES") + " stays in force); call it before the first CUDA call");
+    throw Error(
+        "gpusel::use_free_gpus: CUDA has already started in this process, so choosing its GPUs now would have "
+        "no effect (" +
+        detail::describe_variable("CUDA_VISIBLE_DEVICES") + " stays in force); call it before the first CUDA call");
   std::vector<Candidate> picked = pick(criteria);
   std::vector<std::string> uuids;
   uuids.reserve(picked.size());

@@ -82,7 +82,8 @@ class Stream {
   // Waits until everything queued on the stream has finished.
   void synchronize() const {
     const cudaError_t status = cudaStreamSynchronize(checked_handle("synchronize"));
-    if (status != cudaSuccess) throw detail::cuda_error(status, "gpusel::Stream::synchronize: cudaStreamSynchronize", device());
+    if (status != cudaSuccess)
+      throw detail::cuda_error(status, "gpusel::Stream::synchronize: cudaStreamSynchronize", device());
   }
 
   // Whether everything queued on the stream has finished, without waiting.

@@ -145,7 +145,8 @@ inline std::string explain(const DeviceMap& map) {
                          : "CUDA has not started in this process: the variables can still be changed.\n";
   if (!map.known()) {
     text += "The physical GPUs are unknown: " + map.inventory.reason +
-            ".\nWithout NVML gpusel cannot list them without starting CUDA; gpusel::device_count() asks the CUDA runtime.\n";
+            ".\nWithout NVML gpusel cannot list them without starting CUDA; gpusel::device_count() asks the CUDA "
+            "runtime.\n";
   } else {
     const Inventory& inventory = map.inventory;
     text += "NVML (" + inventory.nvml_library + ") sees " + std::to_string(inventory.gpus.size()) +
@@ -161,7 +162,8 @@ inline std::string explain(const DeviceMap& map) {
     } else {
       text += detail::visible_count_text(visible.count()) + ":\n";
       for (int logical = 0; logical < visible.count(); ++logical)
-        text += "  " + detail::pad("cuda:" + std::to_string(logical), 8) + detail::describe_gpu(*map.device(logical)) + "\n";
+        text += "  " + detail::pad("cuda:" + std::to_string(logical), 8) + detail::describe_gpu(*map.device(logical)) +
+                "\n";
     }
     std::string hidden;
     for (const PhysicalDevice& device : map.order.devices)
@@ -185,7 +187,8 @@ namespace detail {
 
 inline void set_visible_value(const std::string& call, const std::string& value, std::size_t tokens) {
   if (cuda_driver_initialized())
-    throw Error(call + ": CUDA has already started in this process (the driver is initialized), so CUDA_VISIBLE_DEVICES=" +
+    throw Error(call +
+                ": CUDA has already started in this process (the driver is initialized), so CUDA_VISIBLE_DEVICES=" +
                 value + " would have no effect here (" + describe_variable("CUDA_VISIBLE_DEVICES") +
                 " stays in force); call it before the first CUDA call, or set the variable in the environment "
                 "that starts the process");
@@ -236,8 +239,9 @@ inline void set_visible_devices(const std::vector<std::string>& uuids) {
   const std::string call = "gpusel::set_visible_devices({" + value + "})";
   for (const std::string& uuid : uuids) {
     if (!detail::is_uuid_token(uuid) || uuid.size() == 4 || uuid.find(',') != std::string::npos)
-      throw Error(call + ": " + detail::quote(uuid) +
-                  " is not a GPU UUID: expected \"GPU-\" or \"MIG-\" and (a prefix of) the hex UUID, as nvidia-smi -L shows");
+      throw Error(
+          call + ": " + detail::quote(uuid) +
+          " is not a GPU UUID: expected \"GPU-\" or \"MIG-\" and (a prefix of) the hex UUID, as nvidia-smi -L shows");
   }
   detail::set_visible_value(call, value, uuids.size());
 }

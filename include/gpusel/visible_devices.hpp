@@ -92,8 +92,8 @@ enum class TokenOutcome : std::uint8_t {
 struct VisibleToken {
   std::string text;
   TokenOutcome outcome = TokenOutcome::not_read;
-  int physical = -1;       // the GPU it named (kept, duplicate), else -1
-  long long value = 0;     // for index tokens read: the int the driver saw
+  int physical = -1;    // the GPU it named (kept, duplicate), else -1
+  long long value = 0;  // for index tokens read: the int the driver saw
 
   bool kept() const noexcept { return outcome == TokenOutcome::kept; }
   // "kept: physical GPU 1", "ignored: ends the list: it is out of range (5; this machine has 1 GPU: 0)".
@@ -112,7 +112,9 @@ class VisibleDevices {
   bool ok() const noexcept { return error_code_ == 0; }
   // "cudaErrorNoDevice", "cudaErrorInvalidDevice", or "" when ok().
   const char* error_name() const noexcept {
-    return error_code_ == kNoDevice ? "cudaErrorNoDevice" : error_code_ == kInvalidDevice ? "cudaErrorInvalidDevice" : "";
+    return error_code_ == kNoDevice        ? "cudaErrorNoDevice"
+           : error_code_ == kInvalidDevice ? "cudaErrorInvalidDevice"
+                                           : "";
   }
   // The cudaError_t value the runtime would return (0 when ok()).
   int error_code() const noexcept { return error_code_; }
@@ -188,12 +190,16 @@ inline std::optional<int> read_index_token(std::string_view token) noexcept {
   for (; at < token.size() && token[at] >= '0' && token[at] <= '9'; ++at) {
     digits = true;
     const auto digit = static_cast<std::uint64_t>(token[at] - '0');
-    if (value > (UINT64_MAX - digit) / 10) overflow = true;
-    else if (!overflow) value = value * 10 + digit;
+    if (value > (UINT64_MAX - digit) / 10)
+      overflow = true;
+    else if (!overflow)
+      value = value * 10 + digit;
   }
   if (!digits) return std::nullopt;
-  if (overflow) value = UINT64_MAX;  // strtoul saturates and does not apply the sign
-  else if (negative) value = 0 - value;
+  if (overflow)
+    value = UINT64_MAX;  // strtoul saturates and does not apply the sign
+  else if (negative)
+    value = 0 - value;
   const auto low = static_cast<std::uint32_t>(value);
   // The low 32 bits as a two's complement int, without implementation-defined conversions.
   return low <= 0x7fffffffu ? static_cast<int>(low) : -static_cast<int>(~low) - 1;
@@ -214,10 +220,14 @@ inline bool uuid_selects(std::string_view rest, std::string_view uuid) noexcept 
 inline std::string quote(std::string_view text) {
   std::string quoted = "\"";
   for (const char c : text) {
-    if (c == '\n') quoted += "\\n";
-    else if (c == '\t') quoted += "\\t";
-    else if (c == '"' || c == '\\') quoted += std::string("\\") + c;
-    else quoted += c;
+    if (c == '\n')
+      quoted += "\\n";
+    else if (c == '\t')
+      quoted += "\\t";
+    else if (c == '"' || c == '\\')
+      quoted += std::string("\\") + c;
+    else
+      quoted += c;
   }
   return quoted + "\"";
 }
@@ -283,34 +293,45 @@ namespace detail {
 // What is wrong with a token that ended the list, phrased to follow "it is".
 inline std::string token_problem(const VisibleToken& token, int physical_count) {
   switch (token.outcome) {
-    case TokenOutcome::no_digits: return "not a number";
-    case TokenOutcome::negative: return "a negative index (it reads as " + std::to_string(token.value) + ")";
+    case TokenOutcome::no_digits:
+      return "not a number";
+    case TokenOutcome::negative:
+      return "a negative index (it reads as " + std::to_string(token.value) + ")";
     case TokenOutcome::out_of_range:
-      return "out of range (" + std::to_string(token.value) + "; this machine has " + gpu_count_text(physical_count) + ")";
-    case TokenOutcome::unknown_uuid: return "a UUID prefix that no GPU has";
-    case TokenOutcome::ambiguous_uuid: return "a UUID prefix that several GPUs share";
-    case TokenOutcome::other_kind: return "of the other kind (the list's first token decided it holds " +
-                                          std::string(is_uuid_token(token.text) ? "indices" : "UUIDs") + ")";
-    default: return {};
+      return "out of range (" + std::to_string(token.value) + "; this machine has " + gpu_count_text(physical_count) +
+             ")";
+    case TokenOutcome::unknown_uuid:
+      return "a UUID prefix that no GPU has";
+    case TokenOutcome::ambiguous_uuid:
+      return "a UUID prefix that several GPUs share";
+    case TokenOutcome::other_kind:
+      return "of the other kind (the list's first token decided it holds " +
+             std::string(is_uuid_token(token.text) ? "indices" : "UUIDs") + ")";
+    default:
+      return {};
   }
 }
 }  // namespace detail
 
 inline std::string VisibleToken::why(int physical_count) const {
   switch (outcome) {
-    case TokenOutcome::kept: return "kept: physical GPU " + std::to_string(physical);
+    case TokenOutcome::kept:
+      return "kept: physical GPU " + std::to_string(physical);
     case TokenOutcome::duplicate:
       return "error: names physical GPU " + std::to_string(physical) + " again (cudaErrorInvalidDevice)";
-    case TokenOutcome::not_read: return "ignored: after the end of the list";
-    default: return "ignored: ends the list: it is " + detail::token_problem(*this, physical_count);
+    case TokenOutcome::not_read:
+      return "ignored: after the end of the list";
+    default:
+      return "ignored: ends the list: it is " + detail::token_problem(*this, physical_count);
   }
 }
 
 inline int VisibleDevices::physical(int logical) const {
   if (logical < 0 || logical >= count())
-    throw Error(error_code_ == 0 ? kInvalidDevice : error_code_, error_code_ == 0 ? "cudaErrorInvalidDevice" : error_name(),
-                "gpusel::VisibleDevices::physical(" + std::to_string(logical) + "): there is no cuda:" +
-                    std::to_string(logical) + "; " + summary());
+    throw Error(error_code_ == 0 ? kInvalidDevice : error_code_,
+                error_code_ == 0 ? "cudaErrorInvalidDevice" : error_name(),
+                "gpusel::VisibleDevices::physical(" + std::to_string(logical) +
+                    "): there is no cuda:" + std::to_string(logical) + "; " + summary());
   return physical_[static_cast<std::size_t>(logical)];
 }
 
@@ -340,8 +361,9 @@ inline VisibleDevices parse_visible_devices(std::optional<std::string_view> cuda
     std::size_t start = 0;
     while (true) {
       const std::size_t comma = value.find(',', start);
-      result.tokens_.push_back({std::string(value.substr(start, comma == std::string_view::npos ? comma : comma - start)),
-                                TokenOutcome::not_read, -1, 0});
+      result.tokens_.push_back(
+          {std::string(value.substr(start, comma == std::string_view::npos ? comma : comma - start)),
+           TokenOutcome::not_read, -1, 0});
       if (comma == std::string_view::npos) break;
       start = comma + 1;
     }
@@ -365,15 +387,18 @@ inline VisibleDevices parse_visible_devices(std::optional<std::string_view> cuda
             selected = index;
           }
         }
-        token.outcome = matches == 0 ? TokenOutcome::unknown_uuid
+        token.outcome = matches == 0  ? TokenOutcome::unknown_uuid
                         : matches > 1 ? TokenOutcome::ambiguous_uuid
                                       : TokenOutcome::kept;
       } else {
         const std::optional<int> index = detail::read_index_token(token.text);
         if (index) token.value = *index;
-        if (!index) token.outcome = TokenOutcome::no_digits;
-        else if (*index < 0) token.outcome = TokenOutcome::negative;
-        else if (*index >= physical_count) token.outcome = TokenOutcome::out_of_range;
+        if (!index)
+          token.outcome = TokenOutcome::no_digits;
+        else if (*index < 0)
+          token.outcome = TokenOutcome::negative;
+        else if (*index >= physical_count)
+          token.outcome = TokenOutcome::out_of_range;
         else {
           token.outcome = TokenOutcome::kept;
           selected = *index;

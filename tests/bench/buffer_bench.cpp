@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "comparison_reporter.hpp"
 #include "gpusel/buffer.hpp"
 #include "gpusel/runtime.hpp"
-#include "comparison_reporter.hpp"
 
 #if GPUSEL_BENCH_EMULATED
 #include "emulated_runtime.hpp"
@@ -74,9 +74,7 @@ void check_device(benchmark::State& state, const Bytes& on_gpu, const Bytes& exp
   check(state, on_gpu.to_vector().data(), expected.data(), expected.size());
 }
 
-void count(benchmark::State& state) {
-  state.SetBytesProcessed(state.iterations() * state.range(0));
-}
+void count(benchmark::State& state) { state.SetBytesProcessed(state.iterations() * state.range(0)); }
 
 // --- host -> device -----------------------------------------------------------------
 void host_to_device(benchmark::State& state, bool pinned, bool raw) {
@@ -188,13 +186,15 @@ class RatioReporter : public gpusel_bench::ComparisonReporter {
         const double bytes = std::stod(size);
         const double ratio = theirs->second / ours;
         std::string verdict = "-";
-        if (c.target > 0 && bytes >= 1 << 30) verdict = (ratio >= c.target ? ">= " : "UNDER ") + std::to_string(c.target).substr(0, 4);
+        if (c.target > 0 && bytes >= 1 << 30)
+          verdict = (ratio >= c.target ? ">= " : "UNDER ") + std::to_string(c.target).substr(0, 4);
         std::printf("%-27s %-24s %10s %7.2f GB/s %7.2f GB/s %6.2fx %s\n", c.gpusel, c.raw, size.c_str(),
                     bytes / ours / 1e9, bytes / theirs->second / 1e9, ratio, verdict.c_str());
       }
     }
     for (const auto& [name, sizes] : seconds)
-      for (const auto& [size, time] : sizes) std::printf("transfer %s %s %.3f\n", name.c_str(), size.c_str(), std::stod(size) / time / 1e9);
+      for (const auto& [size, time] : sizes)
+        std::printf("transfer %s %s %.3f\n", name.c_str(), size.c_str(), std::stod(size) / time / 1e9);
   }
 };
 

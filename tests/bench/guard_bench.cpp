@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "comparison_reporter.hpp"
 #include "gpusel/guard.hpp"
 #include "gpusel/runtime.hpp"
-#include "comparison_reporter.hpp"
 
 #if GPUSEL_BENCH_EMULATED
 #include "emulated_runtime.hpp"
@@ -112,8 +112,7 @@ class RatioReporter : public gpusel_bench::ComparisonReporter {
       const auto found = seconds.find(name);
       return found == seconds.end() || found->second.count("") == 0 ? 0.0 : found->second.at("") * 1e9;
     };
-    std::printf("\n%-26s %-22s %10s %10s %7s %s\n", "gpusel", "raw runtime", "gpusel ns", "raw ns", "ratio",
-                "target");
+    std::printf("\n%-26s %-22s %10s %10s %7s %s\n", "gpusel", "raw runtime", "gpusel ns", "raw ns", "ratio", "target");
     for (const gpusel_bench::Comparison& c : comparisons()) {
       const double ours = nanoseconds(c.gpusel);
       const double theirs = nanoseconds(c.raw);
@@ -136,9 +135,12 @@ int main(int argc, char** argv) {
   gpusel_emulated::reset(gpusel_emulated::devices(2));
 #endif
   const std::vector<std::pair<const char*, void (*)(benchmark::State&)>> benchmarks = {
-      {"raw_get_device", raw_get_device},           {"guard_on_current_device", guard_on_current_device},
-      {"current_device", current_device},           {"raw_set_device_same", raw_set_device_same},
-      {"set_device_same", set_device_same},         {"raw_get_set_set", raw_get_set_set},
+      {"raw_get_device", raw_get_device},
+      {"guard_on_current_device", guard_on_current_device},
+      {"current_device", current_device},
+      {"raw_set_device_same", raw_set_device_same},
+      {"set_device_same", set_device_same},
+      {"raw_get_set_set", raw_get_set_set},
       {"guard_switching_device", guard_switching_device},
   };
   for (const auto& [name, function] : benchmarks) benchmark::RegisterBenchmark(name, function);

@@ -62,13 +62,13 @@
 //  - there are no kernels, and no error ever becomes sticky.
 #include "emulated_runtime.hpp"
 
+#include <dlfcn.h>
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <dlfcn.h>
 #include <functional>
 #include <map>
 #include <memory>
@@ -121,8 +121,8 @@ struct State {
   std::mutex mutex;
   Config config;
   std::vector<DeviceState> devices;
-  std::map<std::uintptr_t, Allocation> allocations;           // by start address
-  std::map<std::uintptr_t, RegisteredRange> registered;        // cudaHostRegister'd ranges
+  std::map<std::uintptr_t, Allocation> allocations;      // by start address
+  std::map<std::uintptr_t, RegisteredRange> registered;  // cudaHostRegister'd ranges
   std::set<CUstream_st*> streams;
   std::set<CUevent_st*> events;
   std::map<std::string, int> call_counts;
@@ -184,7 +184,8 @@ void load_driver(State& s) {
   if (s.libcuda != nullptr || s.config.initialization_error == cudaErrorInsufficientDriver) return;
   s.libcuda = dlopen(GPUSEL_EMULATED_LIBCUDA, RTLD_NOW | RTLD_LOCAL);
   if (s.config.initialization_error == cudaSuccess)
-    fake_libcuda_call<void (*)(int)>(s.libcuda, "gpusel_fake_libcuda_initialize", static_cast<int>(s.config.devices.size()));
+    fake_libcuda_call<void (*)(int)>(s.libcuda, "gpusel_fake_libcuda_initialize",
+                                     static_cast<int>(s.config.devices.size()));
 }
 
 // One emulated call: counts it, applies armed failures and the initialization
@@ -267,11 +268,16 @@ Location locate(State& s, const void* pointer, std::size_t bytes) {
 
 bool direction_matches(cudaMemcpyKind kind, const Location& destination, const Location& source) {
   switch (kind) {
-    case cudaMemcpyHostToHost: return !destination.device && !source.device;
-    case cudaMemcpyHostToDevice: return destination.device && !source.device;
-    case cudaMemcpyDeviceToHost: return !destination.device && source.device;
-    case cudaMemcpyDeviceToDevice: return destination.device && source.device;
-    case cudaMemcpyDefault: return true;
+    case cudaMemcpyHostToHost:
+      return !destination.device && !source.device;
+    case cudaMemcpyHostToDevice:
+      return destination.device && !source.device;
+    case cudaMemcpyDeviceToHost:
+      return !destination.device && source.device;
+    case cudaMemcpyDeviceToDevice:
+      return destination.device && source.device;
+    case cudaMemcpyDefault:
+      return true;
   }
   return false;
 }
@@ -302,7 +308,8 @@ CUstream_st* resolve_stream(Call& call, cudaStream_t stream) {
 }
 
 bool known_stream(State& s, cudaStream_t stream) {
-  return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread || s.streams.count(stream) != 0;
+  return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread ||
+         s.streams.count(stream) != 0;
 }
 
 // The shared body of every copy. `stream` is null for synchronous copies.
@@ -316,10 +323,13 @@ cudaError_t copy(Call& call, void* destination, const void* source, std::size_t 
   if (!direction_matches(kind, to, from)) return cudaErrorInvalidValue;
   if (to.device && from.device && to.device_index != from.device_index) {
     const auto& peers = s.devices[static_cast<std::size_t>(to.device_index)].peers_enabled;
-    if (peers.count(from.device_index) != 0) ++s.peer_copies;
-    else ++s.staged_device_copies;
+    if (peers.count(from.device_index) != 0)
+      ++s.peer_copies;
+    else
+      ++s.staged_device_copies;
   }
-  const int acting_device = to.device ? to.device_index : (from.device ? from.device_index : call.thread().current_device);
+  const int acting_device =
+      to.device ? to.device_index : (from.device ? from.device_index : call.thread().current_device);
   call.ensure_context(call.thread().current_device);
   call.ensure_context(acting_device);
   auto operation = [destination, source, bytes] { std::memmove(destination, source, bytes); };
@@ -414,8 +424,8 @@ bool has_primary_context(int device) {
 int primary_context_count() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  return static_cast<int>(std::count_if(s.devices.begin(), s.devices.end(),
-                                        [](const DeviceState& d) { return d.primary_context; }));
+  return static_cast<int>(
+      std::count_if(s.devices.begin(), s.devices.end(), [](const DeviceState& d) { return d.primary_context; }));
 }
 
 std::size_t bytes_in_use(int device) {
@@ -532,46 +542,81 @@ extern "C" {
 
 const char* cudaGetErrorName(cudaError_t status) {
   switch (status) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInitializationError: return "cudaErrorInitializationError";
-    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-    case cudaErrorPeerAccessAlreadyEnabled: return "cudaErrorPeerAccessAlreadyEnabled";
-    case cudaErrorPeerAccessNotEnabled: return "cudaErrorPeerAccessNotEnabled";
-    case cudaErrorPeerAccessUnsupported: return "cudaErrorPeerAccessUnsupported";
-    case cudaErrorHostMemoryAlreadyRegistered: return "cudaErrorHostMemoryAlreadyRegistered";
-    case cudaErrorHostMemoryNotRegistered: return "cudaErrorHostMemoryNotRegistered";
-    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
-    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
-    case cudaErrorNotSupported: return "cudaErrorNotSupported";
-    case cudaErrorUnknown: return "cudaErrorUnknown";
-    default: return "cudaErrorUnknown";
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInitializationError:
+      return "cudaErrorInitializationError";
+    case cudaErrorInsufficientDriver:
+      return "cudaErrorInsufficientDriver";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case cudaErrorPeerAccessAlreadyEnabled:
+      return "cudaErrorPeerAccessAlreadyEnabled";
+    case cudaErrorPeerAccessNotEnabled:
+      return "cudaErrorPeerAccessNotEnabled";
+    case cudaErrorPeerAccessUnsupported:
+      return "cudaErrorPeerAccessUnsupported";
+    case cudaErrorHostMemoryAlreadyRegistered:
+      return "cudaErrorHostMemoryAlreadyRegistered";
+    case cudaErrorHostMemoryNotRegistered:
+      return "cudaErrorHostMemoryNotRegistered";
+    case cudaErrorLaunchFailure:
+      return "cudaErrorLaunchFailure";
+    case cudaErrorIllegalAddress:
+      return "cudaErrorIllegalAddress";
+    case cudaErrorNotSupported:
+      return "cudaErrorNotSupported";
+    case cudaErrorUnknown:
+      return "cudaErrorUnknown";
+    default:
+      return "cudaErrorUnknown";
   }
 }
 
 const char* cudaGetErrorString(cudaError_t status) {
   switch (status) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInitializationError: return "initialization error";
-    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    case cudaErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
-    case cudaErrorPeerAccessNotEnabled: return "peer access has not been enabled";
-    case cudaErrorPeerAccessUnsupported: return "peer access is not supported between these two devices";
-    case cudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
-    case cudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
-    case cudaErrorLaunchFailure: return "unspecified launch failure";
-    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
-    case cudaErrorNotSupported: return "operation not supported";
-    default: return "unknown error";
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInitializationError:
+      return "initialization error";
+    case cudaErrorInsufficientDriver:
+      return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    case cudaErrorPeerAccessAlreadyEnabled:
+      return "peer access is already enabled";
+    case cudaErrorPeerAccessNotEnabled:
+      return "peer access has not been enabled";
+    case cudaErrorPeerAccessUnsupported:
+      return "peer access is not supported between these two devices";
+    case cudaErrorHostMemoryAlreadyRegistered:
+      return "part or all of the requested memory range is already mapped";
+    case cudaErrorHostMemoryNotRegistered:
+      return "pointer does not correspond to a registered memory region";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure";
+    case cudaErrorIllegalAddress:
+      return "an illegal memory access was encountered";
+    case cudaErrorNotSupported:
+      return "operation not supported";
+    default:
+      return "unknown error";
   }
 }
 
@@ -675,11 +720,21 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
   if (value == nullptr) return call.finish(cudaErrorInvalidValue);
   if (!call.valid_device(device)) return call.finish(cudaErrorInvalidDevice);
   switch (attribute) {
-    case cudaDevAttrUnifiedAddressing: *value = 1; break;
-    case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
-    case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
-    case cudaDevAttrMultiProcessorCount: *value = 132; break;
-    default: *value = 0; break;
+    case cudaDevAttrUnifiedAddressing:
+      *value = 1;
+      break;
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = 9;
+      break;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = 0;
+      break;
+    case cudaDevAttrMultiProcessorCount:
+      *value = 132;
+      break;
+    default:
+      *value = 0;
+      break;
   }
   return cudaSuccess;
 }
@@ -813,10 +868,13 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
   std::memset(attributes, 0, sizeof *attributes);
   attributes->device = -1;
   if (const auto* allocation = gpusel_emulated::find_allocation(call.s(), pointer)) {
-    attributes->type = allocation->kind == gpusel_emulated::MemoryKind::Device ? cudaMemoryTypeDevice : cudaMemoryTypeHost;
+    attributes->type =
+        allocation->kind == gpusel_emulated::MemoryKind::Device ? cudaMemoryTypeDevice : cudaMemoryTypeHost;
     attributes->device = allocation->device;
-    if (allocation->kind == gpusel_emulated::MemoryKind::Device) attributes->devicePointer = const_cast<void*>(pointer);
-    else attributes->hostPointer = const_cast<void*>(pointer);
+    if (allocation->kind == gpusel_emulated::MemoryKind::Device)
+      attributes->devicePointer = const_cast<void*>(pointer);
+    else
+      attributes->hostPointer = const_cast<void*>(pointer);
   } else if (gpusel_emulated::is_registered(call.s(), pointer, 1)) {
     attributes->type = cudaMemoryTypeHost;
     attributes->hostPointer = const_cast<void*>(pointer);
@@ -839,8 +897,8 @@ cudaError_t cudaMemcpyAsync(void* destination, const void* source, size_t bytes,
   if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
   if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
   if (!gpusel_emulated::known_stream(call.s(), stream)) return call.finish(cudaErrorInvalidResourceHandle);
-  return call.finish(gpusel_emulated::copy(call, destination, source, bytes, kind,
-                                           gpusel_emulated::resolve_stream(call, stream)));
+  return call.finish(
+      gpusel_emulated::copy(call, destination, source, bytes, kind, gpusel_emulated::resolve_stream(call, stream)));
 }
 
 cudaError_t cudaMemcpyPeer(void* destination, int destination_device, const void* source, int source_device,
@@ -986,7 +1044,8 @@ cudaError_t cudaDeviceCanAccessPeer(int* can_access, int device, int peer_device
   if (!call.valid_device(device) || !call.valid_device(peer_device)) return call.finish(cudaErrorInvalidDevice);
   const auto& matrix = call.s().config.peer_access;
   bool allowed = device != peer_device;
-  if (allowed && !matrix.empty()) allowed = matrix.at(static_cast<std::size_t>(device)).at(static_cast<std::size_t>(peer_device));
+  if (allowed && !matrix.empty())
+    allowed = matrix.at(static_cast<std::size_t>(device)).at(static_cast<std::size_t>(peer_device));
   *can_access = allowed ? 1 : 0;
   return cudaSuccess;
 }
@@ -999,8 +1058,9 @@ cudaError_t cudaDeviceEnablePeerAccess(int peer_device, unsigned int flags) {
   const int device = call.thread().current_device;
   call.ensure_context(device);
   const auto& matrix = call.s().config.peer_access;
-  const bool allowed = device != peer_device &&
-                       (matrix.empty() || matrix.at(static_cast<std::size_t>(device)).at(static_cast<std::size_t>(peer_device)));
+  const bool allowed =
+      device != peer_device &&
+      (matrix.empty() || matrix.at(static_cast<std::size_t>(device)).at(static_cast<std::size_t>(peer_device)));
   if (!allowed) return call.finish(cudaErrorPeerAccessUnsupported);
   auto& peers = call.s().devices[static_cast<std::size_t>(device)].peers_enabled;
   if (!peers.insert(peer_device).second) return call.finish(cudaErrorPeerAccessAlreadyEnabled);

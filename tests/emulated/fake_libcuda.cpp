@@ -8,9 +8,9 @@
 #include <atomic>
 
 namespace {
-constexpr int kSuccess = 0;                 // CUDA_SUCCESS
-constexpr int kErrorInvalidValue = 1;       // CUDA_ERROR_INVALID_VALUE
-constexpr int kErrorNotInitialized = 3;     // CUDA_ERROR_NOT_INITIALIZED
+constexpr int kSuccess = 0;                     // CUDA_SUCCESS
+constexpr int kErrorInvalidValue = 1;           // CUDA_ERROR_INVALID_VALUE
+constexpr int kErrorNotInitialized = 3;         // CUDA_ERROR_NOT_INITIALIZED
 std::atomic<int> initialized_device_count{-1};  // -1: cuInit has not run
 }  // namespace
 

@@ -79,7 +79,11 @@ std::vector<std::string> words(const std::string& line) {
   std::string word;
   bool quoted = false, any = false;
   for (const char c : line) {
-    if (c == '"') { quoted = !quoted; any = true; continue; }
+    if (c == '"') {
+      quoted = !quoted;
+      any = true;
+      continue;
+    }
     if (!quoted && (c == ' ' || c == '\t')) {
       if (any) result.push_back(word);
       word.clear();
@@ -108,10 +112,14 @@ bool read_machine(Machine& result) {
       line = line.substr(0, line.find('#'));
       const std::vector<std::string> parts = words(line);
       if (parts.empty()) continue;
-      if (parts[0] == "driver" && parts.size() == 2) result.driver = parts[1];
-      else if (parts[0] == "cuda_driver" && parts.size() == 2) result.cuda_driver = std::stoi(parts[1]);
-      else if (parts[0] == "libcuda" && parts.size() == 2) result.libcuda = parts[1];
-      else if (parts[0] == "init_error" && parts.size() == 2) result.init_error = std::stoi(parts[1]);
+      if (parts[0] == "driver" && parts.size() == 2)
+        result.driver = parts[1];
+      else if (parts[0] == "cuda_driver" && parts.size() == 2)
+        result.cuda_driver = std::stoi(parts[1]);
+      else if (parts[0] == "libcuda" && parts.size() == 2)
+        result.libcuda = parts[1];
+      else if (parts[0] == "init_error" && parts.size() == 2)
+        result.init_error = std::stoi(parts[1]);
       else if (parts[0] == "gpu") {
         Gpu gpu;
         const std::size_t n = result.gpus.size();
@@ -124,18 +132,28 @@ bool read_machine(Machine& result) {
           const std::size_t equals = parts[i].find('=');
           if (equals == std::string::npos) return false;
           const std::string key = parts[i].substr(0, equals), value = parts[i].substr(equals + 1);
-          if (key == "name") gpu.name = value;
-          else if (key == "uuid") gpu.uuid = value;
-          else if (key == "pci") gpu.pci = value;
-          else if (key == "memory_mib") gpu.memory_bytes = mib(value);
-          else if (key == "used_mib") gpu.used_bytes = mib(value);
-          else if (key == "utilization") gpu.utilization = static_cast<unsigned>(std::stoul(value));
-          else if (key == "memory_utilization") gpu.memory_utilization = static_cast<unsigned>(std::stoul(value));
+          if (key == "name")
+            gpu.name = value;
+          else if (key == "uuid")
+            gpu.uuid = value;
+          else if (key == "pci")
+            gpu.pci = value;
+          else if (key == "memory_mib")
+            gpu.memory_bytes = mib(value);
+          else if (key == "used_mib")
+            gpu.used_bytes = mib(value);
+          else if (key == "utilization")
+            gpu.utilization = static_cast<unsigned>(std::stoul(value));
+          else if (key == "memory_utilization")
+            gpu.memory_utilization = static_cast<unsigned>(std::stoul(value));
           else if (key == "cc") {
             if (std::sscanf(value.c_str(), "%d.%d", &gpu.cc_major, &gpu.cc_minor) != 2) return false;
-          } else if (key == "mig") gpu.mig = value == "1";
-          else if (key == "processes") gpu.processes_supported = value != "unsupported";
-          else return false;
+          } else if (key == "mig")
+            gpu.mig = value == "1";
+          else if (key == "processes")
+            gpu.processes_supported = value != "unsupported";
+          else
+            return false;
         }
         result.gpus.push_back(gpu);
       } else if (parts[0] == "process") {
@@ -145,10 +163,14 @@ bool read_machine(Machine& result) {
           const std::size_t equals = parts[i].find('=');
           if (equals == std::string::npos) return false;
           const std::string key = parts[i].substr(0, equals), value = parts[i].substr(equals + 1);
-          if (key == "gpu") gpu = std::stoi(value);
-          else if (key == "pid") process.pid = static_cast<unsigned>(std::stoul(value));
-          else if (key == "used_mib") process.used_bytes = value == "na" ? ~0ULL : mib(value);
-          else return false;
+          if (key == "gpu")
+            gpu = std::stoi(value);
+          else if (key == "pid")
+            process.pid = static_cast<unsigned>(std::stoul(value));
+          else if (key == "used_mib")
+            process.used_bytes = value == "na" ? ~0ULL : mib(value);
+          else
+            return false;
         }
         if (gpu < 0 || gpu >= static_cast<int>(result.gpus.size())) return false;
         result.gpus[static_cast<std::size_t>(gpu)].processes.push_back(process);
@@ -181,9 +203,17 @@ struct PciInfo {
   unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
   char bus_id[32];
 };
-struct Memory { unsigned long long total, free, used; };
-struct Utilization { unsigned gpu, memory; };
-struct ProcessInfo { unsigned pid; unsigned long long used; unsigned gpu_instance, compute_instance; };
+struct Memory {
+  unsigned long long total, free, used;
+};
+struct Utilization {
+  unsigned gpu, memory;
+};
+struct ProcessInfo {
+  unsigned pid;
+  unsigned long long used;
+  unsigned gpu_instance, compute_instance;
+};
 
 }  // namespace
 
@@ -197,13 +227,20 @@ extern "C" int nvmlInit_v2() {
 
 extern "C" const char* nvmlErrorString(int status) {
   switch (status) {
-    case 0: return "Success";
-    case 2: return "Invalid Argument";
-    case 3: return "Not Supported";
-    case 7: return "Insufficient Size";
-    case 9: return "Driver Not Loaded";
-    case 999: return "Unknown Error";
-    default: return "Fake NVML error";
+    case 0:
+      return "Success";
+    case 2:
+      return "Invalid Argument";
+    case 3:
+      return "Not Supported";
+    case 7:
+      return "Insufficient Size";
+    case 9:
+      return "Driver Not Loaded";
+    case 999:
+      return "Unknown Error";
+    default:
+      return "Fake NVML error";
   }
 }
 

@@ -59,8 +59,10 @@ void fuzz_visible_devices(int gpu_count, std::uint8_t flags, const std::string& 
     bool ended = false;
     for (const gpusel::VisibleToken& token : map.tokens()) {
       if (ended) check(token.outcome == gpusel::TokenOutcome::not_read);
-      if (token.kept()) check(!ended && token.physical == map.physical(static_cast<int>(kept++)));
-      else ended = true;
+      if (token.kept())
+        check(!ended && token.physical == map.physical(static_cast<int>(kept++)));
+      else
+        ended = true;
       check(!token.why(gpu_count).empty());
     }
     check(kept == static_cast<std::size_t>(map.count()));

@@ -25,10 +25,11 @@ int main(int argc, char** argv) {
     gpusel::set_device(device);
     std::string contexts;
     for (int index = 0; index < gpusel::device_count(); ++index) {
-      if (gpusel_emulated::has_primary_context(index)) contexts += (contexts.empty() ? "" : ",") + std::to_string(index);
+      if (gpusel_emulated::has_primary_context(index))
+        contexts += (contexts.empty() ? "" : ",") + std::to_string(index);
     }
-    std::cout << name << ": " << device << " (" << (rank ? rank->source : "no launcher")
-              << "), contexts on " << contexts << std::endl;
+    std::cout << name << ": " << device << " (" << (rank ? rank->source : "no launcher") << "), contexts on "
+              << contexts << std::endl;
     return 0;
   } catch (const gpusel::Error& error) {
     std::cout << name << ": error: " << error.what() << std::endl;

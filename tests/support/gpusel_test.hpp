@@ -31,8 +31,8 @@ inline std::optional<std::string> need_devices(int count) {
 #else
   const int present = gpusel::device_count();
   if (present >= count) return std::nullopt;
-  return "needs " + std::to_string(count) + " CUDA device(s), this machine shows " + std::to_string(present) +
-         " (" + (present == 0 ? gpusel::detail::describe_visible_devices() : std::string("too few")) + ")";
+  return "needs " + std::to_string(count) + " CUDA device(s), this machine shows " + std::to_string(present) + " (" +
+         (present == 0 ? gpusel::detail::describe_visible_devices() : std::string("too few")) + ")";
 #endif
 }
 

@@ -32,7 +32,8 @@ inline std::string describe_copy(std::size_t bytes, const MemoryPlace& to, const
 
 inline void check_copy(cudaError_t status, const char* call, std::size_t bytes, const MemoryPlace& to,
                        const MemoryPlace& from) {
-  if (status != cudaSuccess) throw cuda_error(status, std::string("gpusel copy engine: ") + call, describe_copy(bytes, to, from));
+  if (status != cudaSuccess)
+    throw cuda_error(status, std::string("gpusel copy engine: ") + call, describe_copy(bytes, to, from));
 }
 
 // memcpy, on several threads when the size pays for it (a fresh destination's
@@ -50,7 +51,8 @@ inline void host_copy(void* destination, const void* source, std::size_t bytes) 
 
 // Copies `bytes` from `source` (in `from`) to `destination` (in `to`); they
 // have all arrived, visible to any later work on any stream, when it returns.
-inline void copy(void* destination, const MemoryPlace& to, const void* source, const MemoryPlace& from, std::size_t bytes) {
+inline void copy(void* destination, const MemoryPlace& to, const void* source, const MemoryPlace& from,
+                 std::size_t bytes) {
   if (bytes == 0) return;
   if (to.is_host() && from.is_host()) return host_copy(destination, source, bytes);
 
@@ -80,8 +82,8 @@ inline void copy(void* destination, const MemoryPlace& to, const void* source, c
   // device -> device: cudaMemcpy between device memory returns before it is done.
   DeviceGuard guard(to.device);
   if (to.device == from.device) {
-    check_copy(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync",
-               bytes, to, from);
+    check_copy(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync", bytes,
+               to, from);
   } else {
     (void)PeerAccess::instance().enable(to.device, from.device);  // staged by the driver if not: Note [Peer copies]
     check_copy(cudaMemcpyPeerAsync(destination, to.device, source, from.device, bytes, nullptr), "cudaMemcpyPeerAsync",
@@ -113,8 +115,8 @@ inline void copy_async(void* destination, const MemoryPlace& to, const void* sou
     (void)PeerAccess::instance().enable(to.device, from.device);
     status = cudaMemcpyPeerAsync(destination, to.device, source, from.device, bytes, stream.handle());
   } else {
-    const cudaMemcpyKind kind = to.is_host() ? cudaMemcpyDeviceToHost
-                                             : (from.is_host() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice);
+    const cudaMemcpyKind kind =
+        to.is_host() ? cudaMemcpyDeviceToHost : (from.is_host() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice);
     status = cudaMemcpyAsync(destination, source, bytes, kind, stream.handle());
   }
   check_copy(status, "cudaMemcpyAsync", bytes, to, from);

@@ -188,10 +188,10 @@ inline void print_restore_error_once(const char* message) noexcept {
 
 // The Error for a failed restore of `device` by `who`.
 inline Error restore_error(const RestoreResult& result, const char* who, int device) {
-  return cuda_error(result.status,
-                    std::string(who) + " could not switch the thread back to " + cuda(device).str() + ": " +
-                        result.call,
-                    cuda(device));
+  return cuda_error(
+      result.status,
+      std::string(who) + " could not switch the thread back to " + cuda(device).str() + ": " + result.call,
+      cuda(device));
 }
 
 // Reports that `who` could not restore `device`. Never throws.

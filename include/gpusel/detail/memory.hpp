@@ -79,9 +79,15 @@ class OwnedMemory {
     memory.bytes_ = bytes;
     if (bytes == 0) return memory;
     switch (place.kind) {
-      case MemoryKind::pageable_host: memory.pointer_ = allocate_pageable(bytes, what); break;
-      case MemoryKind::pinned_host: memory.pointer_ = allocate_pinned(bytes, what); break;
-      case MemoryKind::device: memory.pointer_ = allocate_device(bytes, place.device, what); break;
+      case MemoryKind::pageable_host:
+        memory.pointer_ = allocate_pageable(bytes, what);
+        break;
+      case MemoryKind::pinned_host:
+        memory.pointer_ = allocate_pinned(bytes, what);
+        break;
+      case MemoryKind::device:
+        memory.pointer_ = allocate_device(bytes, place.device, what);
+        break;
     }
     return memory;
   }
@@ -93,7 +99,8 @@ class OwnedMemory {
   OwnedMemory& operator=(const OwnedMemory&) = delete;
 
   OwnedMemory(OwnedMemory&& other) noexcept
-      : pointer_(std::exchange(other.pointer_, nullptr)), bytes_(std::exchange(other.bytes_, 0)),
+      : pointer_(std::exchange(other.pointer_, nullptr)),
+        bytes_(std::exchange(other.bytes_, 0)),
         place_(std::exchange(other.place_, MemoryPlace{})) {}
   OwnedMemory& operator=(OwnedMemory&& other) noexcept {
     if (this != &other) {
@@ -119,7 +126,8 @@ class OwnedMemory {
                   what() + " on cpu: out of host memory (" + std::to_string(bytes) + " bytes)");
     }
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (large) (void)madvise(pointer, round_up(bytes, alignment), MADV_HUGEPAGE);  // advice; see Note [Fresh host memory]
+    if (large)
+      (void)madvise(pointer, round_up(bytes, alignment), MADV_HUGEPAGE);  // advice; see Note [Fresh host memory]
 #endif
     return pointer;
   }
@@ -139,8 +147,8 @@ class OwnedMemory {
     void* pointer = nullptr;
     const cudaError_t status = cudaMalloc(&pointer, bytes);
     if (status != cudaSuccess) {
-      const std::string context = status == cudaErrorMemoryAllocation ? describe_free_memory(device)
-                                                                      : describe_visible_devices();
+      const std::string context =
+          status == cudaErrorMemoryAllocation ? describe_free_memory(device) : describe_visible_devices();
       throw cuda_error(status, what() + ": cudaMalloc", cuda(device), context);
     }
     return pointer;
@@ -152,7 +160,9 @@ class OwnedMemory {
   void release() noexcept {
     if (pointer_ == nullptr) return;
     switch (place_.kind) {
-      case MemoryKind::pageable_host: std::free(pointer_); break;
+      case MemoryKind::pageable_host:
+        std::free(pointer_);
+        break;
       case MemoryKind::pinned_host:
         if (cudaFreeHost(pointer_) != cudaSuccess) (void)cudaGetLastError();
         break;

@@ -21,7 +21,7 @@ class BufferEntry {
   virtual bool is_pinned() const noexcept = 0;
   virtual const std::type_info& element_type() const noexcept = 0;
   virtual const void* address() const noexcept = 0;  // of the Buffer object
-  virtual void* buffer() noexcept = 0;                // the Buffer<T>*, for typed access
+  virtual void* buffer() noexcept = 0;               // the Buffer<T>*, for typed access
   // Makes a copy of the buffer on `device` (a resolved cuda:N or cpu) and
   // keeps it for commit() or cancel(); the buffer itself is untouched.
   virtual void prepare(const Device& device) = 0;

@@ -52,20 +52,20 @@ struct ProcessInfo {  // nvmlProcessInfo_t as nvmlDeviceGetComputeRunningProcess
 struct Library {
   void* handle = nullptr;
   std::string path;
-  Return (*init)() = nullptr;                                              // nvmlInit_v2
-  const char* (*error_string)(Return) = nullptr;                           // nvmlErrorString
-  Return (*device_count)(unsigned int*) = nullptr;                         // nvmlDeviceGetCount_v2
-  Return (*handle_by_index)(unsigned int, Device*) = nullptr;              // nvmlDeviceGetHandleByIndex_v2
-  Return (*uuid)(Device, char*, unsigned int) = nullptr;                   // nvmlDeviceGetUUID
-  Return (*name)(Device, char*, unsigned int) = nullptr;                   // nvmlDeviceGetName
-  Return (*pci_info)(Device, PciInfo*) = nullptr;                          // nvmlDeviceGetPciInfo_v3
-  Return (*memory_info)(Device, Memory*) = nullptr;                        // nvmlDeviceGetMemoryInfo
-  Return (*utilization)(Device, Utilization*) = nullptr;                   // optional
+  Return (*init)() = nullptr;                                                  // nvmlInit_v2
+  const char* (*error_string)(Return) = nullptr;                               // nvmlErrorString
+  Return (*device_count)(unsigned int*) = nullptr;                             // nvmlDeviceGetCount_v2
+  Return (*handle_by_index)(unsigned int, Device*) = nullptr;                  // nvmlDeviceGetHandleByIndex_v2
+  Return (*uuid)(Device, char*, unsigned int) = nullptr;                       // nvmlDeviceGetUUID
+  Return (*name)(Device, char*, unsigned int) = nullptr;                       // nvmlDeviceGetName
+  Return (*pci_info)(Device, PciInfo*) = nullptr;                              // nvmlDeviceGetPciInfo_v3
+  Return (*memory_info)(Device, Memory*) = nullptr;                            // nvmlDeviceGetMemoryInfo
+  Return (*utilization)(Device, Utilization*) = nullptr;                       // optional
   Return (*compute_processes)(Device, unsigned int*, ProcessInfo*) = nullptr;  // optional (_v3)
-  Return (*mig_mode)(Device, unsigned int*, unsigned int*) = nullptr;      // optional
-  Return (*compute_capability)(Device, int*, int*) = nullptr;              // optional
-  Return (*driver_version)(char*, unsigned int) = nullptr;                 // optional
-  Return (*cuda_driver_version)(int*) = nullptr;                           // optional (_v2)
+  Return (*mig_mode)(Device, unsigned int*, unsigned int*) = nullptr;          // optional
+  Return (*compute_capability)(Device, int*, int*) = nullptr;                  // optional
+  Return (*driver_version)(char*, unsigned int) = nullptr;                     // optional
+  Return (*cuda_driver_version)(int*) = nullptr;                               // optional (_v2)
   const Library* next = nullptr;  // the library loaded before this one (see load())
 
   std::string describe(Return status) const {
@@ -105,20 +105,29 @@ inline LoadResult load(const std::string& path) {
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* error = dlerror();
-    return {nullptr, LoadStatus::not_found, "NVML (" + path + ") could not be loaded: " + (error != nullptr ? error : "")};
+    return {nullptr, LoadStatus::not_found,
+            "NVML (" + path + ") could not be loaded: " + (error != nullptr ? error : "")};
   }
   auto library = std::make_unique<Library>();  // before nvmlInit: no allocation can fail after it
   library->handle = handle;
   library->path = path;
   const char* missing = nullptr;
-  if (!bind(handle, "nvmlInit_v2", library->init)) missing = "nvmlInit_v2";
-  else if (!bind(handle, "nvmlErrorString", library->error_string)) missing = "nvmlErrorString";
-  else if (!bind(handle, "nvmlDeviceGetCount_v2", library->device_count)) missing = "nvmlDeviceGetCount_v2";
-  else if (!bind(handle, "nvmlDeviceGetHandleByIndex_v2", library->handle_by_index)) missing = "nvmlDeviceGetHandleByIndex_v2";
-  else if (!bind(handle, "nvmlDeviceGetUUID", library->uuid)) missing = "nvmlDeviceGetUUID";
-  else if (!bind(handle, "nvmlDeviceGetName", library->name)) missing = "nvmlDeviceGetName";
-  else if (!bind(handle, "nvmlDeviceGetPciInfo_v3", library->pci_info)) missing = "nvmlDeviceGetPciInfo_v3";
-  else if (!bind(handle, "nvmlDeviceGetMemoryInfo", library->memory_info)) missing = "nvmlDeviceGetMemoryInfo";
+  if (!bind(handle, "nvmlInit_v2", library->init))
+    missing = "nvmlInit_v2";
+  else if (!bind(handle, "nvmlErrorString", library->error_string))
+    missing = "nvmlErrorString";
+  else if (!bind(handle, "nvmlDeviceGetCount_v2", library->device_count))
+    missing = "nvmlDeviceGetCount_v2";
+  else if (!bind(handle, "nvmlDeviceGetHandleByIndex_v2", library->handle_by_index))
+    missing = "nvmlDeviceGetHandleByIndex_v2";
+  else if (!bind(handle, "nvmlDeviceGetUUID", library->uuid))
+    missing = "nvmlDeviceGetUUID";
+  else if (!bind(handle, "nvmlDeviceGetName", library->name))
+    missing = "nvmlDeviceGetName";
+  else if (!bind(handle, "nvmlDeviceGetPciInfo_v3", library->pci_info))
+    missing = "nvmlDeviceGetPciInfo_v3";
+  else if (!bind(handle, "nvmlDeviceGetMemoryInfo", library->memory_info))
+    missing = "nvmlDeviceGetMemoryInfo";
   if (missing != nullptr) {
     dlclose(handle);
     return {nullptr, LoadStatus::unusable, "NVML (" + path + ") lacks " + missing + ": the driver is too old"};

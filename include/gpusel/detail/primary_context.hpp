@@ -89,8 +89,8 @@ inline bool load_driver_entry_points() noexcept {
     return false;
   }
   points.device_get.store(reinterpret_cast<DriverEntryPoints::DeviceGet>(device_get), std::memory_order_relaxed);
-  points.primary_context_get_state.store(
-      reinterpret_cast<DriverEntryPoints::PrimaryContextGetState>(get_state), std::memory_order_relaxed);
+  points.primary_context_get_state.store(reinterpret_cast<DriverEntryPoints::PrimaryContextGetState>(get_state),
+                                         std::memory_order_relaxed);
   points.lookup.store(DriverEntryPoints::Found, std::memory_order_release);
   return true;
 }

@@ -115,7 +115,8 @@ class StagedPipeline {
   Slot& ready_slot(std::size_t index) {
     Slot& slot = slots_[index % slots_.size()];
     if (slot.chunk.get() == nullptr) slot.chunk = StagingLease(StagingPool::instance().acquire());
-    if (slot.event == nullptr) check(cudaEventCreateWithFlags(&slot.event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    if (slot.event == nullptr)
+      check(cudaEventCreateWithFlags(&slot.event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     wait(slot);
     return slot;
   }

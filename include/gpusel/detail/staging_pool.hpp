@@ -51,8 +51,8 @@ class StagingPool {
     void* chunk = nullptr;
     const cudaError_t status = cudaMallocHost(&chunk, kStagingChunkBytes);
     if (status != cudaSuccess) {
-      throw cuda_error(status, "gpusel copy engine: cudaMallocHost", std::to_string(kStagingChunkBytes) + " bytes of staging",
-                       describe_visible_devices());
+      throw cuda_error(status, "gpusel copy engine: cudaMallocHost",
+                       std::to_string(kStagingChunkBytes) + " bytes of staging", describe_visible_devices());
     }
     return chunk;
   }
@@ -130,8 +130,10 @@ class StagingLease {
 
   void end(bool copies_finished) noexcept {
     if (chunk_ == nullptr) return;
-    if (copies_finished) StagingPool::instance().give_back(chunk_);
-    else StagingPool::discard(chunk_);
+    if (copies_finished)
+      StagingPool::instance().give_back(chunk_);
+    else
+      StagingPool::discard(chunk_);
     chunk_ = nullptr;
   }
 
