@@ -57,12 +57,11 @@ inline void set_default_device(const Device& device) noexcept {
 }
 
 // The device of Buffers created without one: cpu until set_default_device.
-// (Noexcept: the stored code is a marker or an index >= 0, which Device accepts.)
-inline Device default_device() noexcept {  // NOLINT(bugprone-exception-escape)
+inline Device default_device() noexcept {
   const int code = detail::default_device_code().load(std::memory_order_relaxed);
   if (code == detail::kDefaultIsCpu) return cpu();
   if (code == detail::kDefaultIsCurrentCuda) return cuda();
-  return Device(DeviceType::CUDA, code);
+  return detail::checked_device(DeviceType::CUDA, code);  // an index >= 0, stored by set_default_device
 }
 
 }  // namespace gpusel

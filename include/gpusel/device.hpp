@@ -6,11 +6,11 @@
 // This header includes no CUDA header; a Device is only a name until it is used.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <functional>
+#include <iosfwd>
 #include <limits>
-#include <ostream>
-#include <string>
+#include <string>  // also declares std::hash, specialized below
 #include <string_view>
 
 #include "gpusel/error.hpp"
@@ -35,6 +35,11 @@ enum class DeviceType : std::int8_t { CPU = 0, CUDA = 1 };
 // A cuda Device without an index means "the current device": it is resolved
 // when used, so inside DeviceGuard g(1) a Buffer made on gpusel::cuda() lands
 // on device 1, exactly as torch.device("cuda") does.
+class Device;
+namespace detail {
+constexpr Device checked_device(DeviceType type, int index) noexcept;
+}  // namespace detail
+
 class Device {
  public:
   using Index = int;
@@ -54,7 +59,7 @@ class Device {
   }
 
   // Parses "cpu", "cpu:0", "cuda", "cuda:N" (Note [Device grammar]); throws Error quoting the text.
-  static Device parse(std::string_view text);
+  [[nodiscard]] static Device parse(std::string_view text);
 
   constexpr DeviceType type() const noexcept { return type_; }
   constexpr bool is_cpu() const noexcept { return type_ == DeviceType::CPU; }
@@ -75,17 +80,33 @@ class Device {
   }
   friend constexpr bool operator!=(const Device& a, const Device& b) noexcept { return !(a == b); }
 
-  friend std::ostream& operator<<(std::ostream& out, const Device& device) { return out << device.str(); }
+  // A template, so that this header needs only <iosfwd>: the body is compiled
+  // where it is used, and a file that streams a Device has <ostream> already.
+  template <class CharT, class Traits>
+  friend std::basic_ostream<CharT, Traits>& operator<<(std::basic_ostream<CharT, Traits>& out, const Device& device) {
+    return out << device.str();
+  }
 
  private:
+  // For values already known to be valid: checks nothing, so it cannot throw.
+  struct Checked {};
+  constexpr Device(DeviceType type, Index index, Checked) noexcept : type_(type), index_(index) {}
+  friend constexpr Device detail::checked_device(DeviceType type, int index) noexcept;
+
   DeviceType type_;
   Index index_;
 };
 
-// The constructor's checks cannot fail for cpu and for cuda without an index.
-constexpr Device cpu() noexcept { return Device(DeviceType::CPU); }  // NOLINT(bugprone-exception-escape)
+namespace detail {
+// A Device from a type and index the caller has already checked (an index
+// >= kNoIndex; 0 or kNoIndex for cpu), as the runtime reports them.
+constexpr Device checked_device(DeviceType type, int index) noexcept { return Device(type, index, Device::Checked{}); }
+}  // namespace detail
+
+constexpr Device cpu() noexcept { return detail::checked_device(DeviceType::CPU, Device::kNoIndex); }
 // The current CUDA device, resolved when used.
-constexpr Device cuda() noexcept { return Device(DeviceType::CUDA); }  // NOLINT(bugprone-exception-escape)
+constexpr Device cuda() noexcept { return detail::checked_device(DeviceType::CUDA, Device::kNoIndex); }
+// Throws Error for a negative index.
 constexpr Device cuda(Device::Index index) { return Device(DeviceType::CUDA, index); }
 
 inline Device Device::parse(std::string_view text) {
@@ -130,6 +151,8 @@ inline Device Device::parse(std::string_view text) {
 template <>
 struct std::hash<gpusel::Device> {
   std::size_t operator()(const gpusel::Device& device) const noexcept {
-    return std::hash<long long>()(static_cast<long long>(device.type()) << 32 | static_cast<unsigned>(device.index()));
+    // Type and index in one word: distinct devices hash apart, as std::hash<long long> would.
+    return static_cast<std::size_t>(static_cast<std::uint64_t>(device.type()) << 32 |
+                                    static_cast<std::uint32_t>(device.index()));
   }
 };

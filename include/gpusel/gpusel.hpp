@@ -1,6 +1,8 @@
-// The umbrella header: everything gpusel offers.
+// The umbrella header: everything gpusel offers (docs/layers.md shows which
+// header to include for less).
 #pragma once
 
+#include "gpusel/current_device.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/runtime.hpp"
@@ -18,5 +20,6 @@
 #include "gpusel/stream.hpp"
 // Choosing GPUs, and one per rank
 #include "gpusel/launcher.hpp"
+#include "gpusel/local_rank.hpp"
 #include "gpusel/memory_size.hpp"
 #include "gpusel/select.hpp"

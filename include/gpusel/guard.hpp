@@ -19,10 +19,10 @@
 #include <optional>
 #include <string>
 
+#include "gpusel/current_device.hpp"
 #include "gpusel/detail/device_switch.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
-#include "gpusel/runtime.hpp"
 
 namespace gpusel {
 

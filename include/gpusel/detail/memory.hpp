@@ -14,12 +14,12 @@
 #include <sys/mman.h>
 #endif
 
+#include "gpusel/current_device.hpp"
 #include "gpusel/detail/cuda_status.hpp"
 #include "gpusel/detail/error_context.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/guard.hpp"
-#include "gpusel/runtime.hpp"
 
 namespace gpusel::detail {
 

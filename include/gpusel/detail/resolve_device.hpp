@@ -6,12 +6,12 @@
 
 #include <string>
 
+#include "gpusel/current_device.hpp"
 #include "gpusel/detail/cuda_status.hpp"
 #include "gpusel/detail/device_switch.hpp"
 #include "gpusel/detail/error_context.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
-#include "gpusel/runtime.hpp"
 
 namespace gpusel::detail {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <utility>
 
+#include "gpusel/current_device.hpp"
 #include "gpusel/detail/cuda_status.hpp"
-#include "gpusel/runtime.hpp"
 
 namespace gpusel::detail {
 

@@ -1,0 +1,155 @@
+// The calling thread's CUDA device, PyTorch-style: which one is current,
+// switch to another, wait for one. The CUDA runtime layer: it includes no NVML
+// code (gpusel/runtime.hpp adds device_count() and the CPU fallback on top).
+//
+//   gpusel::current_device()    torch.cuda.current_device()
+//   gpusel::set_device(1)       torch.cuda.set_device(1)
+//   gpusel::synchronize()       torch.cuda.synchronize()
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/detail/device_switch.hpp"
+#include "gpusel/detail/environment.hpp"
+#include "gpusel/device.hpp"
+#include "gpusel/error.hpp"
+#include "gpusel/visible_devices.hpp"
+
+namespace gpusel {
+
+namespace detail {
+
+// Why no CUDA device is usable, in words, from the status cudaGetDeviceCount gave.
+inline std::string no_device_reason(cudaError_t status) {
+  switch (status) {
+    case cudaErrorInsufficientDriver:
+      return "no CUDA device is usable: no NVIDIA driver was found, or it is older than this CUDA runtime "
+             "(in a container, check that the driver is exposed to it)";
+    case cudaErrorNoDevice:
+      if (environment_variable("CUDA_VISIBLE_DEVICES"))
+        return "no CUDA device is usable: " + describe_variable("CUDA_VISIBLE_DEVICES") +
+               " hides every GPU on this machine";
+      return "no CUDA device is usable: the driver found no CUDA-capable GPU";
+    case cudaErrorInvalidDevice:
+      return "no CUDA device is usable: the CUDA runtime rejected the device list (" +
+             describe_variable("CUDA_VISIBLE_DEVICES") + ", " + describe_variable("CUDA_DEVICE_ORDER") +
+             "); a device named twice or an unknown CUDA_DEVICE_ORDER does this";
+    default:
+      return "no CUDA device is usable: cudaGetDeviceCount failed with " + describe_status(status);
+  }
+}
+
+// The number of visible devices and the status the runtime gave when asked.
+struct DeviceCountResult {
+  int count = 0;
+  cudaError_t status = cudaSuccess;
+};
+
+inline DeviceCountResult query_device_count() noexcept {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();  // an expected outcome on CPU-only machines, reported by the caller
+    return {0, status};
+  }
+  return {count, cudaSuccess};
+}
+
+// What to add to an error about a device index: how many devices there are, and why.
+inline std::string describe_visible_devices() {
+  const DeviceCountResult result = query_device_count();
+  if (result.status != cudaSuccess) return no_device_reason(result.status);
+  const std::string devices =
+      result.count == 1 ? "1 CUDA device is visible (cuda:0)"
+                        : std::to_string(result.count) +
+                              " CUDA devices are visible (cuda:0..cuda:" + std::to_string(result.count - 1) + ")";
+  // The map read from the variable alone: no NVML, nothing slow (see describe_runtime_map).
+  const std::string map = describe_runtime_map(environment_variable("CUDA_VISIBLE_DEVICES"), result.count);
+  return devices + "; " + describe_variable("CUDA_VISIBLE_DEVICES") + (map.empty() ? "" : ": " + map);
+}
+
+static_assert(VisibleDevices::kNoDevice == cudaErrorNoDevice &&
+                  VisibleDevices::kInvalidDevice == cudaErrorInvalidDevice,
+              "visible_devices.hpp spells these cudaError_t values without a CUDA header");
+
+[[noreturn]] inline void throw_not_cuda(const char* function, const Device& device) {
+  throw Error(std::string(function) + "(" + device.str() + "): expected a cuda device, got " + device.str());
+}
+
+}  // namespace detail
+
+// The calling thread's current device index, like torch.cuda.current_device().
+// After a guard's deferred restore this is the restored device, which raw
+// cudaGetDevice does not show yet (Note [Restoring a device without creating
+// its context] in detail/device_switch.hpp). Throws Error when no device is usable, saying why.
+inline int current_device() {
+  int index = 0;
+  const cudaError_t status = detail::get_current_device(&index);
+  if (status != cudaSuccess) {
+    throw detail::cuda_error(status, "cudaGetDevice", "current device", detail::describe_visible_devices());
+  }
+  return index;
+}
+
+// Makes device `index` current for the calling thread. Like cudaSetDevice
+// since CUDA 12, this creates the device's primary context when it has none.
+inline void set_device(int index) {
+  if (index < 0) throw Error("gpusel::set_device(" + std::to_string(index) + "): a device index cannot be negative");
+  const cudaError_t status = cudaSetDevice(index);
+  if (status != cudaSuccess) {
+    throw detail::cuda_error(status, "cudaSetDevice", cuda(index), detail::describe_visible_devices());
+  }
+  detail::note_device_made_current();  // ends a guard's deferred restore
+}
+
+// set_device(cuda(1)) is set_device(1); set_device(cuda()) names the current
+// device, so it changes nothing; a cpu device is an error.
+inline void set_device(const Device& device) {
+  if (!device.is_cuda()) detail::throw_not_cuda("gpusel::set_device", device);
+  if (device.has_index()) set_device(device.index());
+}
+
+// Waits until all work on the current device has finished.
+inline void synchronize() {
+  const cudaError_t status = cudaDeviceSynchronize();
+  if (status != cudaSuccess) {
+    throw detail::cuda_error(status, "cudaDeviceSynchronize", "current device", detail::describe_visible_devices());
+  }
+}
+
+// Waits until all work on `device` has finished; the current device stays as
+// it was. Creates no context: a device without one has no work to wait for, and
+// switching back is lazy (Note [Restoring a device without creating its
+// context] in detail/device_switch.hpp). A cpu device has nothing to wait for.
+inline void synchronize(const Device& device) {
+  if (device.is_cpu()) return;
+  if (!device.has_index()) return synchronize();
+  const int index = device.index();
+  detail::CurrentDevice current;
+  cudaError_t status = detail::read_current_device(current);
+  if (status != cudaSuccess) {
+    throw detail::cuda_error(status, "cudaGetDevice", device, detail::describe_visible_devices());
+  }
+  const bool switches = current.runtime != index;
+  if (switches) {
+    if (detail::primary_context_state(index) == detail::PrimaryContextState::Inactive) return;
+    status = cudaSetDevice(index);
+    if (status != cudaSuccess) {
+      throw detail::cuda_error(status, "cudaSetDevice", device, detail::describe_visible_devices());
+    }
+  }
+  status = cudaDeviceSynchronize();
+  const detail::RestoreResult restored =
+      switches ? detail::restore_device(current.reported, /*check_first=*/false) : detail::RestoreResult{};
+  if (status != cudaSuccess) {
+    if (restored.status != cudaSuccess)
+      detail::report_restore_failure(restored, "gpusel::synchronize", current.reported);
+    throw detail::cuda_error(status, "cudaDeviceSynchronize", device, detail::describe_visible_devices());
+  }
+  if (restored.status != cudaSuccess) throw detail::restore_error(restored, "gpusel::synchronize", current.reported);
+}
+
+}  // namespace gpusel
