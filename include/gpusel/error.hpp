@@ -1,4 +1,5 @@
-// gpusel::Error: the one exception type gpusel throws.
+// gpusel::Error: the exception type gpusel throws, and OutOfMemory, the one
+// kind of Error a caller may want to catch apart (to free a cache and retry).
 //
 // This header includes no CUDA header, so that the CUDA-free parts of gpusel
 // (device.hpp, visible_devices.hpp) can throw it too.
@@ -6,6 +7,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace gpusel {
@@ -35,5 +37,25 @@ class Error : public std::runtime_error {
   int code_ = 0;
   std::string code_name_;
 };
+
+// Device or host memory ran out: cudaMalloc or cudaMallocHost answered
+// cudaErrorMemoryAllocation, the host allocator returned nothing, or the size
+// asked for cannot be represented at all. Like rmm::out_of_memory and c10's
+// OutOfMemoryError, it is an Error, so code that catches Error catches it too.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+// Throws `error` again with "prefix: " before its message, keeping its code
+// and its type (an OutOfMemory stays one), for callers that add what they were
+// doing to an error from a call beneath them.
+[[noreturn]] inline void rethrow_with_prefix(const Error& error, std::string_view prefix) {
+  std::string message = std::string(prefix) + ": " + error.what();
+  if (dynamic_cast<const OutOfMemory*>(&error) != nullptr) throw OutOfMemory(error.code(), error.code_name(), message);
+  throw Error(error.code(), error.code_name(), message);
+}
+}  // namespace detail
 
 }  // namespace gpusel
