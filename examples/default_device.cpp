@@ -1,4 +1,4 @@
-// The first seed's default device:
+// A default device for new data:
 //
 //   torch.set_default_tensor_type('torch.cuda.FloatTensor')    gpusel::set_default_device(gpusel::cuda());
 //   x = torch.FloatTensor(6)      # on the GPU                  gpusel::Buffer<float> x(6);

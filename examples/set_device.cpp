@@ -1,4 +1,4 @@
-// The seeds' `torch.cuda.set_device(1)`: make GPU 1 the current device.
+// `torch.cuda.set_device(1)`: make GPU 1 the current device.
 //
 //   Python                                   C++ with gpusel
 //   torch.cuda.set_device(1)                 gpusel::set_device(1);

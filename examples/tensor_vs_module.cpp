@@ -1,6 +1,6 @@
-// The first seed's point, in C++: `tensor.cuda()` returns a NEW object (the
+// In C++ as in PyTorch: `tensor.cuda()` returns a NEW object (the
 // original stays where it was), `module.cuda()` moves the module IN PLACE and
-// returns the same object. The seed prints Python id()s; this prints addresses.
+// returns the same object. Python would print id()s; this prints addresses.
 // With no GPU it shows the same thing on the CPU fallback.
 #include <gpusel/gpusel.hpp>
 

@@ -1,4 +1,4 @@
-// The seeds' first method: choose the GPU from the terminal.
+// Choose the GPU from the terminal: CUDA_VISIBLE_DEVICES=1 ./program.
 //
 //   CUDA_VISIBLE_DEVICES=1 python train.py       CUDA_VISIBLE_DEVICES=1 ./terminal_variable
 //

@@ -1,4 +1,4 @@
-// The seeds' TensorFlow method: list the physical GPUs, then restrict the
+// TensorFlow's way: list the physical GPUs, then restrict the
 // process to one of them.
 //
 //   gpus = tf.config.list_physical_devices('GPU')       auto gpus = gpusel::query_inventory().gpus;

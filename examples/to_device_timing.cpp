@@ -1,4 +1,4 @@
-// The `.to(device)` timing snippet of the seeds, in C++:
+// Timing `.to(device)`, as PyTorch users do, in C++:
 //   x = torch.rand([1024, 1024, 10]); t = time.time(); y = x.to(device); print(time.time() - t)
 // 40 MiB of floats moved to the preferred device (the CPU fallback without a
 // GPU), timed, and checked. The first move pays for CUDA's start-up, as in

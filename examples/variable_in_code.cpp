@@ -1,4 +1,4 @@
-// The seeds' second method: set CUDA_VISIBLE_DEVICES in the program.
+// Set CUDA_VISIBLE_DEVICES in the program, before CUDA starts (Python's os.environ[...] = ...).
 //
 //   import os                                    gpusel::set_visible_devices({1});
 //   os.environ["CUDA_VISIBLE_DEVICES"] = "1"     // ... before the first CUDA call

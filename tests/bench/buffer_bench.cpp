@@ -2,10 +2,10 @@
 // measured in the same run and reported as ratios (the table after the
 // benchmarks): raw time / gpusel time, so 3.0 means three times as fast.
 //
-// Targets (issue 5), for 1 GiB: pageable host -> device >= 3x cudaMemcpy;
+// The targets, for 1 GiB: pageable host -> device >= 3x cudaMemcpy;
 // device -> a new host buffer >= 3x cudaMemcpy into a new array; pinned
-// host -> device and device -> device >= 0.95x. 40 MiB is the first seed's
-// torch.rand([1024, 1024, 10]).cuda(); 4 KiB and 64 KiB show that small copies
+// host -> device and device -> device >= 0.95x. 40 MiB is PyTorch's
+// torch.rand([1024, 1024, 10]).cuda(), a common first example; 4 KiB and 64 KiB show that small copies
 // do not pay for the machinery. Every benchmark checks that the bytes arrived.
 // On the emulated runtime this is a smoke test only: the numbers mean nothing.
 #include <benchmark/benchmark.h>
@@ -98,7 +98,7 @@ void gpusel_pageable_to_device(benchmark::State& s) { host_to_device(s, false, f
 void raw_pinned_to_device(benchmark::State& s) { host_to_device(s, true, true); }
 void gpusel_pinned_to_device(benchmark::State& s) { host_to_device(s, true, false); }
 
-// x.to(cuda): allocation of the destination included (the first seed's line).
+// x.to(cuda): allocation of the destination included (PyTorch's x.to("cuda")).
 void gpusel_to_cuda(benchmark::State& state) {
   if (!prepare(state)) return;
   const Bytes source = pattern(static_cast<std::size_t>(state.range(0)), false);

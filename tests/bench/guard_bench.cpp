@@ -1,7 +1,7 @@
 // What a guard costs beside the raw CUDA runtime calls it replaces, measured in
 // the same run and reported as ratios (the table after the benchmarks).
 //
-// Targets (issue 4): a guard on the current device <= 1.2x one cudaGetDevice;
+// The targets: a guard on the current device <= 1.2x one cudaGetDevice;
 // a guard that switches device and back <= 1.1x the raw get + set + set.
 // On the emulated runtime this is a smoke test only: the numbers mean nothing.
 #include <benchmark/benchmark.h>

@@ -51,7 +51,7 @@ def main():
     sync = torch.cuda.synchronize
     for nbytes in SIZES:
         host = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
-        # pageable host -> device: x.to("cuda:0"), as the first seed does
+        # pageable host -> device: x.to("cuda:0"), as PyTorch scripts do
         seconds = timed(lambda: host.to(device), sync)
         assert torch.equal(host.to(device).cpu(), host), "host->device bytes differ"
         report("torch_pageable_to_device", nbytes, seconds)

@@ -1,6 +1,5 @@
-// What the second seed's combined example meant to do, done right.
-//
-// The seed (Python):
+// Restrict the process to physical GPU 1, then use it: after the restriction
+// it is cuda:0. A common Python script gets this wrong:
 //   os.environ["CUDA_VISIBLE_DEVICES"] = "1"
 //   device = torch.device("cuda:1" if torch.cuda.is_available() else "cpu")   # the mistake
 //   model = Model().to(device)
@@ -34,7 +33,7 @@ int main() {
     std::cout << "cannot restrict to physical GPU 1 here: " << error.what() << "\n";
   }
 
-  // The seed's mistake, and what gpusel says about it.
+  // The mistake, and what gpusel says about it.
   try {
     gpusel::set_device(gpusel::Device::parse("cuda:1"));
   } catch (const gpusel::Error& error) {
