@@ -1,4 +1,9 @@
-# gpusel.pc: the package for pkg-config users (see cmake/gpusel.pc.in).
+# The packages for pkg-config users (see cmake/gpusel.pc.in), one per CMake target,
+# since a pkg-config file cannot choose the CUDA runtime (`--static` adds
+# Libs.private; it cannot take -lcudart away):
+#   gpusel         the shared CUDA runtime (-lcudart)
+#   gpusel_static  the static CUDA runtime (-lcudart_static and what it needs)
+#   gpusel_headers no runtime: for nvcc, which links its own (static unless -cudart shared)
 #
 # gpusel is header-only, but its Libs name the CUDA runtime and the CUDA
 # library directory of this machine, which are architecture-specific: so the
@@ -31,5 +36,17 @@ foreach(directory IN LISTS CUDAToolkit_INCLUDE_DIRS)
 endforeach()
 set(GPUSEL_PC_CUDA_LIBDIR "${CUDAToolkit_LIBRARY_DIR}")
 
-configure_file(${CMAKE_CURRENT_LIST_DIR}/gpusel.pc.in ${PROJECT_BINARY_DIR}/gpusel.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/gpusel.pc DESTINATION ${GPUSEL_PKGCONFIG_DIR})
+foreach(GPUSEL_PC_NAME IN ITEMS gpusel gpusel_static gpusel_headers)
+  if(GPUSEL_PC_NAME STREQUAL "gpusel")
+    set(GPUSEL_PC_WHAT "links the shared CUDA runtime")
+    set(GPUSEL_PC_LIBS "-L\${cuda_libdir} -lcudart -ldl -lpthread")
+  elseif(GPUSEL_PC_NAME STREQUAL "gpusel_static")
+    set(GPUSEL_PC_WHAT "links the static CUDA runtime")
+    set(GPUSEL_PC_LIBS "-L\${cuda_libdir} -lcudart_static -lrt -ldl -lpthread")
+  else()
+    set(GPUSEL_PC_WHAT "links no CUDA runtime: the program brings one, as nvcc does")
+    set(GPUSEL_PC_LIBS "-ldl -lpthread")
+  endif()
+  configure_file(${CMAKE_CURRENT_LIST_DIR}/gpusel.pc.in ${PROJECT_BINARY_DIR}/${GPUSEL_PC_NAME}.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/${GPUSEL_PC_NAME}.pc DESTINATION ${GPUSEL_PKGCONFIG_DIR})
+endforeach()

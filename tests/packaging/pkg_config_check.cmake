@@ -3,7 +3,11 @@
 # prefix and checks that the .pc file still points into it.
 #
 #   cmake -DGPUSEL_SOURCE_DIR=... -DCONSUMER_SOURCE=main.cpp -DWORK_DIR=... -DEXPECTED_VERSION=...
-#         -DCMAKE_CXX_COMPILER=... -DCMAKE_GENERATOR=... -P pkg_config_check.cmake
+#         -DCMAKE_CXX_COMPILER=... -DCMAKE_GENERATOR=... [-DNVCC=... -DCUDA_SOURCE=main.cu -DREADELF=... -DNM=...]
+#         -P pkg_config_check.cmake
+# With NVCC, it also builds CUDA_SOURCE with nvcc and each package, and checks
+# from the binaries (tests/consumer/nvcc/check_runtimes.cmake) that each has
+# exactly the CUDA runtime it asked for.
 cmake_minimum_required(VERSION 3.21)
 file(REMOVE_RECURSE "${WORK_DIR}")
 
@@ -54,5 +58,47 @@ function(build_with_pkg_config prefix)
 endfunction()
 
 build_with_pkg_config("${WORK_DIR}/prefix")
+
+# Flags of `package` (and `extra` pkg-config options) as a list.
+function(package_flags result package)
+  run(flags ${PKG_CONFIG} ${ARGN} --cflags --libs ${package})
+  separate_arguments(flags UNIX_COMMAND "${flags}")
+  set(${result} "${flags}" PARENT_SCOPE)
+endfunction()
+
+# Builds the consumer `name` from `source` with the command in the list `compiler`
+# and then the pkg-config flags in the list `flags` (libraries after the source),
+# and checks that it carries `runtime` alone.
+function(build_and_check name runtime source compiler flags)
+  run(ignored ${${compiler}} "${source}" -o "${WORK_DIR}/${name}" ${${flags}})
+  run(ignored ${CMAKE_COMMAND} -DREADELF=${READELF} -DNM=${NM} -DBINARY=${WORK_DIR}/${name} -DEXPECTED=${runtime}
+      -P ${GPUSEL_SOURCE_DIR}/tests/consumer/nvcc/check_runtimes.cmake)
+  run(output "${WORK_DIR}/${name}")
+  message(STATUS "${name}: the ${runtime} CUDA runtime alone; ${output}")
+endfunction()
+
+set(ENV{PKG_CONFIG_PATH} "${WORK_DIR}/prefix/lib/pkgconfig")
+set(ENV{PKG_CONFIG_LIBDIR} "${WORK_DIR}/prefix/lib/pkgconfig")
+# `--static` cannot take the shared runtime's -lcudart away: the static runtime is its own package.
+package_flags(static_flags gpusel_static --static)
+if(NOT static_flags MATCHES "(^|;)-lcudart_static(;|$)" OR static_flags MATCHES "(^|;)-lcudart(;|$)")
+  message(FATAL_ERROR "pkg-config --static gpusel_static should name -lcudart_static and not -lcudart: ${static_flags}")
+endif()
+if(READELF AND NM)
+  package_flags(shared_flags gpusel)
+  set(cxx ${CMAKE_CXX_COMPILER} -std=c++17)
+  build_and_check(cxx_gpusel shared "${CONSUMER_SOURCE}" cxx shared_flags)
+  build_and_check(cxx_gpusel_static static "${CONSUMER_SOURCE}" cxx static_flags)
+endif()
+if(NVCC)
+  # nvcc links its own runtime (static unless -cudart shared), so with nvcc the
+  # package is gpusel_headers, or gpusel with -cudart shared, or gpusel_static.
+  set(nvcc ${NVCC} -std=c++17 -arch=sm_90 -ccbin ${CMAKE_CXX_COMPILER})
+  package_flags(header_flags gpusel_headers)
+  set(nvcc_shared ${nvcc} -cudart shared)
+  build_and_check(nvcc_gpusel_headers static "${CUDA_SOURCE}" nvcc header_flags)
+  build_and_check(nvcc_gpusel_shared shared "${CUDA_SOURCE}" nvcc_shared shared_flags)
+  build_and_check(nvcc_gpusel_static static "${CUDA_SOURCE}" nvcc static_flags)
+endif()
 file(RENAME "${WORK_DIR}/prefix" "${WORK_DIR}/moved-prefix")
 build_with_pkg_config("${WORK_DIR}/moved-prefix")

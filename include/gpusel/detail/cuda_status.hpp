@@ -3,6 +3,11 @@
 
 #include <cuda_runtime_api.h>
 
+// Every header that calls the CUDA runtime includes this one.
+#if !defined(CUDART_VERSION) || CUDART_VERSION < 12000
+#error "gpusel needs CUDA 12.0 or newer: it relies on cudaSetDevice creating the primary context, as CUDA 12 does"
+#endif
+
 #include <string>
 #include <string_view>
 
