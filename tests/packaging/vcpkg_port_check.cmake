@@ -2,7 +2,7 @@
 # CMake, the way vcpkg would, since CI machines have no vcpkg; then builds a
 # consumer against what it installed.
 #
-#   cmake -DGPUSEL_SOURCE_DIR=... -DCONSUMER_SOURCE_DIR=... -DWORK_DIR=...
+#   cmake -DGPUSEL_SOURCE_DIR=... -DCONSUMER_SOURCE_DIR=... -DWORK_DIR=... [-DFEATURES=core;tool]
 #         -DCMAKE_CXX_COMPILER=... -DCMAKE_GENERATOR=... -P vcpkg_port_check.cmake
 #
 # The vcpkg helpers the portfile calls are defined below with the steps vcpkg
@@ -21,6 +21,9 @@ endforeach()
 file(REMOVE_RECURSE "${WORK_DIR}")
 
 # What vcpkg sets before it includes a portfile.
+if(NOT DEFINED FEATURES)
+  set(FEATURES core)
+endif()
 set(PORT gpusel)
 set(TARGET_TRIPLET x64-linux)
 set(VCPKG_TARGET_TRIPLET ${TARGET_TRIPLET})
@@ -164,6 +167,26 @@ function(vcpkg_copy_tools)
   endif()
 endfunction()
 
+# vcpkg_check_features: FEATURES <feature> <option> ... gives -D<option>=ON for
+# each feature asked for and OFF for the others.
+function(vcpkg_check_features)
+  cmake_parse_arguments(PARSE_ARGV 0 arg "" "OUT_FEATURE_OPTIONS" "FEATURES")
+  set(options)
+  list(LENGTH arg_FEATURES length)
+  math(EXPR last "${length} - 1")
+  foreach(index RANGE 0 ${last} 2)
+    list(GET arg_FEATURES ${index} feature)
+    math(EXPR option_index "${index} + 1")
+    list(GET arg_FEATURES ${option_index} option)
+    if(feature IN_LIST FEATURES)
+      list(APPEND options "-D${option}=ON")
+    else()
+      list(APPEND options "-D${option}=OFF")
+    endif()
+  endforeach()
+  set(${arg_OUT_FEATURE_OPTIONS} "${options}" PARENT_SCOPE)
+endfunction()
+
 function(vcpkg_from_github)
   port_error("the overlay port builds its own checkout (Note [Where the port's source comes from])")
 endfunction()
@@ -189,7 +212,11 @@ foreach(file IN LISTS installed)
   endif()
 endforeach()
 message(STATUS "the port installed ${CURRENT_PACKAGES_DIR}:\n   ${installed}")
-run("${CURRENT_PACKAGES_DIR}/tools/${PORT}/gpusel" --help)
+if("tool" IN_LIST FEATURES)
+  run("${CURRENT_PACKAGES_DIR}/tools/${PORT}/gpusel" --help)
+elseif(EXISTS "${CURRENT_PACKAGES_DIR}/tools")
+  port_error("the gpusel command was installed without the \"tool\" feature")
+endif()
 
 # A consumer, with only the package on its prefix path and no downloads.
 set(consumer_build "${WORK_DIR}/consumer-build")
