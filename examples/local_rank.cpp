@@ -6,9 +6,9 @@
 //
 // local_rank_device() reads the launcher's variable (LOCAL_RANK, then
 // OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
-// SLURM_LOCALID: the innermost launcher wins) and takes that rank modulo the
-// visible device count; with Placement::one_gpu_per_rank, fewer GPUs than
-// ranks is an Error instead. With no GPU it is the CPU. Try:
+// SLURM_LOCALID: the innermost launcher wins) and gives rank r the visible
+// device cuda:r; a rank beyond the visible devices is an Error (sharing is
+// asked for with Placement::round_robin). With no GPU it is the CPU. Try:
 //   ./local_rank      LOCAL_RANK=1 ./local_rank      mpirun -np 2 ./local_rank      srun -n 2 ./local_rank
 #include <gpusel/gpusel.hpp>
 
@@ -18,9 +18,14 @@ int main() {
   const auto rank = gpusel::local_rank();  // nullopt when started alone
   std::cout << (rank ? rank->describe() : "started alone, not by a launcher") << "\n";
 
-  const gpusel::Device device = gpusel::local_rank_device();
-  if (device.is_cuda()) gpusel::set_device(device);
-  std::cout << "this process runs on " << device << " (" << gpusel::device_count() << " CUDA device(s) visible)\n";
+  try {
+    const gpusel::Device device = gpusel::local_rank_device();
+    if (device.is_cuda()) gpusel::set_device(device);
+    std::cout << "this process runs on " << device << " (" << gpusel::device_count() << " CUDA device(s) visible)\n";
+  } catch (const gpusel::Error& error) {  // LOCAL_RANK=1a, or a rank with no GPU of its number
+    std::cout << "no device for this rank: " << error.what() << "\n";
+    return 1;
+  }
 
   try {  // asking for a GPU of its own per rank fails loudly instead of sharing
     const gpusel::Device own = gpusel::local_rank_device(gpusel::Placement::one_gpu_per_rank);

@@ -163,7 +163,30 @@ TEST(DeviceForLocalRank, GivesEachRankTheDeviceWithItsNumberModuloTheCount) {
   EXPECT_EQ(gpusel::device_for_local_rank(rank_of(5, 6), 2, gpusel::Placement::round_robin), gpusel::cuda(1));
 }
 
+TEST(DeviceForLocalRank, ByDefaultGivesEachRankTheDeviceWithItsNumber) {
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_EQ(gpusel::device_for_local_rank(rank_of(rank, 4), 4), gpusel::cuda(rank));
+}
+
+TEST(DeviceForLocalRank, ByDefaultARankBeyondTheVisibleDevicesIsAnErrorNotASharedGpu) {
+  // LOCAL_RANK=6 on 4 GPUs: PyTorch's set_device(int(LOCAL_RANK)) raises; a modulo would put it on cuda:2.
+  const std::string message = error_from([] {
+    (void)gpusel::device_for_local_rank(rank_of(6), 4, gpusel::Placement::rank_or_cpu,
+                                        "4 CUDA devices are visible (cuda:0..cuda:3); CUDA_VISIBLE_DEVICES is unset");
+  });
+  EXPECT_EQ(message,
+            "gpusel::local_rank_device(rank_or_cpu): local rank 6 has no GPU of its number, but 4 CUDA devices are "
+            "visible (cuda:0..cuda:3); CUDA_VISIBLE_DEVICES is unset; this process is local rank 6 (Open MPI: "
+            "OMPI_COMM_WORLD_LOCAL_RANK=6); to share GPUs between ranks, ask for it: "
+            "local_rank_device(gpusel::Placement::round_robin)");
+}
+
+TEST(DeviceForLocalRank, ByDefaultFallsBackToTheCpuWhenNoDeviceIsVisible) {
+  EXPECT_EQ(gpusel::device_for_local_rank(rank_of(3), 0), gpusel::cpu());
+}
+
 TEST(DeviceForLocalRank, AProcessStartedAloneGetsTheFirstDevice) {
+  EXPECT_EQ(gpusel::device_for_local_rank(std::nullopt, 3), gpusel::cuda(0));
   EXPECT_EQ(gpusel::device_for_local_rank(std::nullopt, 3, gpusel::Placement::round_robin), gpusel::cuda(0));
   EXPECT_EQ(gpusel::device_for_local_rank(std::nullopt, 1, gpusel::Placement::one_gpu_per_rank), gpusel::cuda(0));
 }
@@ -262,12 +285,15 @@ TEST(LocalRankDevice, TakesTheRanksVisibleDeviceWithoutCreatingAContext) {
 #endif
 }
 
-TEST(LocalRankDevice, WrapsAroundWhenRanksOutnumberDevices) {
+TEST(LocalRankDevice, WrapsAroundWhenRanksOutnumberDevicesOnlyWhenAskedTo) {
   if (auto why = gpusel_test::need_devices(2)) GTEST_SKIP() << *why;
   const int count = gpusel::device_count();
   const LauncherEnvironment environment({{"LOCAL_RANK", "5"}, {"LOCAL_WORLD_SIZE", "6"}});
-  EXPECT_EQ(gpusel::local_rank_device(), gpusel::cuda(5 % count));
+  EXPECT_EQ(gpusel::local_rank_device(gpusel::Placement::round_robin), gpusel::cuda(5 % count));
   if (count < 6) {
+    const std::string by_default = error_from([] { (void)gpusel::local_rank_device(); });
+    EXPECT_TRUE(contains(by_default, "local rank 5 has no GPU of its number")) << by_default;
+    EXPECT_TRUE(contains(by_default, "LOCAL_RANK=5")) << "the message names the launcher variable: " << by_default;
     const std::string message =
         error_from([] { (void)gpusel::local_rank_device(gpusel::Placement::one_gpu_per_rank); });
     EXPECT_TRUE(contains(message, "6 processes on this node each need a GPU of their own")) << message;

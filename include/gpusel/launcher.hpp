@@ -13,9 +13,11 @@
 namespace gpusel {
 
 // The device this process should use: its local rank (local_rank()) over the
-// devices this process sees (device_count()). Call it before any other device
-// is made current; it creates no CUDA context (set_device does).
-inline Device local_rank_device(Placement placement = Placement::round_robin) {
+// devices this process sees (device_count()). By default rank r gets cuda:r,
+// and a rank beyond the visible devices is an Error (Placement). Call it
+// before any other device is made current; it creates no CUDA context
+// (set_device does).
+inline Device local_rank_device(Placement placement = Placement::rank_or_cpu) {
   const std::optional<LocalRank> rank = local_rank();
   return device_for_local_rank(rank, device_count(), placement, detail::describe_visible_devices());
 }

@@ -145,43 +145,68 @@ inline std::optional<LocalRank> local_rank() {
 
 // How ranks are spread over the visible devices.
 enum class Placement {
-  // Rank r gets device r % count: with more ranks than GPUs, ranks share them.
-  // With no GPU at all every rank gets the CPU (the CPU fallback).
+  // The default. Rank r gets device r, as PyTorch's
+  // torch.cuda.set_device(int(os.environ["LOCAL_RANK"])) does; a rank with no
+  // device of its number is an Error, since sharing a GPU between ranks should
+  // be asked for, not fall out of a modulo. With no GPU visible at all every
+  // rank gets the CPU (the CPU fallback).
+  rank_or_cpu,
+  // Rank r gets device r % count: with more ranks than GPUs, ranks share them
+  // (ask for it explicitly). With no GPU at all every rank gets the CPU.
   round_robin,
   // Every rank needs a GPU of its own: fewer visible GPUs than ranks on the
   // node is an Error (in every rank when the launcher tells the node's
-  // process count, so that the whole job stops, not half of it).
+  // process count, so that the whole job stops, not half of it), and so is
+  // having no GPU at all.
   one_gpu_per_rank,
 };
+
+namespace detail {
+inline const char* placement_name(Placement placement) noexcept {
+  switch (placement) {
+    case Placement::rank_or_cpu:
+      return "rank_or_cpu";
+    case Placement::round_robin:
+      return "round_robin";
+    case Placement::one_gpu_per_rank:
+      return "one_gpu_per_rank";
+  }
+  return "?";
+}
+}  // namespace detail
 
 // The device for `rank` (nullopt: a process started alone, rank 0 of 1) when
 // `visible_devices` devices are visible. `why_this_many`, when given, says so
 // in errors ("2 CUDA devices are visible (cuda:0..cuda:1); CUDA_VISIBLE_DEVICES=1,3").
 // Pure: makes no CUDA call.
-inline Device device_for_local_rank(const std::optional<LocalRank>& rank, int visible_devices, Placement placement,
-                                    std::string_view why_this_many = {}) {
+inline Device device_for_local_rank(const std::optional<LocalRank>& rank, int visible_devices,
+                                    Placement placement = Placement::rank_or_cpu, std::string_view why_this_many = {}) {
   const LocalRank alone{};
   const LocalRank& process = rank ? *rank : alone;
   if (visible_devices < 0) {
     throw Error("gpusel::device_for_local_rank: the visible device count cannot be negative, got " +
                 std::to_string(visible_devices));
   }
-  const auto too_few = [&](const std::string& need) {
+  const auto too_few = [&](const std::string& need, std::string_view advice) {
     const std::string visible = !why_this_many.empty() ? std::string(why_this_many)
                                                        : std::to_string(visible_devices) + " CUDA device" +
                                                              (visible_devices == 1 ? " is visible" : "s are visible");
-    return Error("gpusel::local_rank_device(one_gpu_per_rank): " + need + ", but " + visible + "; this process is " +
-                 process.describe());
+    return Error(std::string("gpusel::local_rank_device(") + detail::placement_name(placement) + "): " + need +
+                 ", but " + visible + "; this process is " + process.describe() + std::string(advice));
   };
   if (placement == Placement::one_gpu_per_rank) {
     if (process.size && *process.size > visible_devices) {
-      throw too_few(std::to_string(*process.size) + " processes on this node each need a GPU of their own");
+      throw too_few(std::to_string(*process.size) + " processes on this node each need a GPU of their own", "");
     }
     if (process.rank >= visible_devices) {
-      throw too_few("local rank " + std::to_string(process.rank) + " needs a GPU of its own");
+      throw too_few("local rank " + std::to_string(process.rank) + " needs a GPU of its own", "");
     }
   }
   if (visible_devices == 0) return cpu();
+  if (placement == Placement::rank_or_cpu && process.rank >= visible_devices) {
+    throw too_few("local rank " + std::to_string(process.rank) + " has no GPU of its number",
+                  "; to share GPUs between ranks, ask for it: local_rank_device(gpusel::Placement::round_robin)");
+  }
   return cuda(process.rank % visible_devices);
 }
 
