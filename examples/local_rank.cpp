@@ -15,15 +15,15 @@
 #include <iostream>
 
 int main() {
-  const auto rank = gpusel::local_rank();  // nullopt when started alone
-  std::cout << (rank ? rank->describe() : "started alone, not by a launcher") << "\n";
-
   try {
-    const gpusel::Device device = gpusel::local_rank_device();
+    const auto rank = gpusel::local_rank();  // nullopt when started alone; an Error for LOCAL_RANK=1a
+    std::cout << (rank ? rank->describe() : "started alone, not by a launcher") << "\n";
+
+    const gpusel::Device device = gpusel::local_rank_device();  // an Error for a rank with no GPU of its number
     if (device.is_cuda()) gpusel::set_device(device);
     std::cout << "this process runs on " << device << " (" << gpusel::device_count() << " CUDA device(s) visible)\n";
-  } catch (const gpusel::Error& error) {  // LOCAL_RANK=1a, or a rank with no GPU of its number
-    std::cout << "no device for this rank: " << error.what() << "\n";
+  } catch (const gpusel::Error& error) {
+    std::cout << "no device for this process: " << error.what() << "\n";
     return 1;
   }
 
