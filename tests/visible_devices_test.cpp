@@ -5,8 +5,12 @@
 // runtime's counters, that parsing calls nothing).
 #include "gpusel/visible_devices.hpp"
 
+#include "gpusel/detail/decimal.hpp"
+
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -254,6 +258,66 @@ TEST(VisibleDevicesUnobserved, NothingIsReadAfterADeviceNamedTwice) {
   const auto map = parse_visible_devices("0,0,x", gpus(1));
   EXPECT_EQ(outcome(map), "error:cudaErrorInvalidDevice");
   EXPECT_EQ(map.tokens()[2].outcome, TokenOutcome::not_read);
+}
+
+// --- the decimal reader the parsers share (gpusel/detail/decimal.hpp) ----------
+
+using gpusel::detail::DecimalGrammar;
+using gpusel::detail::read_decimal;
+
+TEST(DecimalReader, TheStrtoulGrammarIsCsStrtoulExactly) {
+  for (const char* text : {"0",
+                           "42",
+                           " \t\n\v\f\r7",
+                           "+5",
+                           "-5",
+                           "-0",
+                           "12abc",
+                           "1.5",
+                           "1 2",
+                           "  -  1",
+                           "18446744073709551615",
+                           "18446744073709551616",
+                           "-18446744073709551615",
+                           "-99999999999999999999",
+                           "",
+                           " ",
+                           "-",
+                           "+",
+                           "abc",
+                           "0x10",
+                           "007"}) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long expected = std::strtoul(text, &end, 10);
+    const auto read = read_decimal(text, DecimalGrammar::strtoul);
+    EXPECT_EQ(read.ok, end != text) << '"' << text << '"';
+    EXPECT_EQ(read.value, expected) << '"' << text << '"';
+    EXPECT_EQ(read.overflow, errno == ERANGE) << '"' << text << '"';
+    if (read.ok) {
+      EXPECT_EQ(read.end, static_cast<std::size_t>(end - text)) << '"' << text << '"';
+    }
+  }
+}
+
+TEST(DecimalReader, TheWholeTextGrammarTakesDigitsAndNothingElse) {
+  EXPECT_EQ(read_decimal("0", DecimalGrammar::whole_text).value, 0u);
+  EXPECT_EQ(read_decimal("007", DecimalGrammar::whole_text).value, 7u) << "leading zeros are the caller's to refuse";
+  EXPECT_TRUE(read_decimal("18446744073709551615", DecimalGrammar::whole_text).ok);
+  EXPECT_FALSE(read_decimal("18446744073709551615", DecimalGrammar::whole_text).overflow);
+  EXPECT_TRUE(read_decimal("18446744073709551616", DecimalGrammar::whole_text).overflow);
+  for (const char* text : {"", " 1", "1 ", "+1", "-1", "1x", "x1", "1.0"})
+    EXPECT_FALSE(read_decimal(text, DecimalGrammar::whole_text).ok) << '"' << text << '"';
+}
+
+TEST(DecimalReader, TheLeadingDigitsGrammarSaysWhereTheDigitsEnd) {
+  const auto read = read_decimal("128GiB", DecimalGrammar::leading_digits);
+  EXPECT_TRUE(read.ok);
+  EXPECT_EQ(read.value, 128u);
+  EXPECT_EQ(read.end, 3u);
+  EXPECT_FALSE(read_decimal("GiB", DecimalGrammar::leading_digits).ok);
+  EXPECT_FALSE(read_decimal(" 1", DecimalGrammar::leading_digits).ok) << "no blanks";
+  EXPECT_FALSE(read_decimal("+1", DecimalGrammar::leading_digits).ok) << "no sign";
 }
 
 // --- PyTorch's published cases (test/test_cuda_nvml_based_avail.py) -------------

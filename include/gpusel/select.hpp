@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpusel/detail/decimal.hpp"
 #include "gpusel/detail/stable_sort.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/inventory.hpp"
@@ -119,11 +120,12 @@ inline std::vector<int> excluded_gpus(const std::vector<std::string>& exclude, c
       message += "; name a GPU by nvidia-smi's number (0, 1, ...) or by its UUID or a unique prefix (GPU-8d2a)";
       return Error(message);
     };
-    const bool digits = !name.empty() && name.find_first_not_of("0123456789") == std::string::npos;
+    const DecimalRead number = read_decimal(name, DecimalGrammar::whole_text);
     std::vector<int> matches;
-    if (digits) {
+    if (number.ok) {
       for (const Gpu& gpu : gpus)
-        if (name.size() <= 9 && gpu.nvml_index == std::stoi(name)) matches.push_back(gpu.nvml_index);
+        if (gpu.nvml_index >= 0 && !number.overflow && static_cast<std::uint64_t>(gpu.nvml_index) == number.value)
+          matches.push_back(gpu.nvml_index);
       if (matches.empty()) throw reject("there is no GPU with that number (" + std::to_string(gpus.size()) + " GPUs)");
     } else if (name.rfind("GPU-", 0) == 0 && name.size() > 4) {
       for (const Gpu& gpu : gpus)

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gpusel/detail/decimal.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel {
@@ -169,10 +170,6 @@ VisibleDevices parse_visible_devices(std::optional<std::string_view> cuda_visibl
 
 namespace detail {
 
-inline bool is_c_space(char c) noexcept {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
-}
-
 inline bool is_uuid_token(std::string_view token) noexcept {
   return token.substr(0, 4) == "GPU-" || token.substr(0, 4) == "MIG-";
 }
@@ -180,27 +177,9 @@ inline bool is_uuid_token(std::string_view token) noexcept {
 // An index token as the driver reads it (Note [How the driver reads CUDA_VISIBLE_DEVICES]):
 // nullopt when it has no digit, else the 32-bit signed value.
 inline std::optional<int> read_index_token(std::string_view token) noexcept {
-  std::size_t at = 0;
-  while (at < token.size() && is_c_space(token[at])) ++at;
-  bool negative = false;
-  if (at < token.size() && (token[at] == '+' || token[at] == '-')) negative = token[at++] == '-';
-  std::uint64_t value = 0;
-  bool digits = false;
-  bool overflow = false;
-  for (; at < token.size() && token[at] >= '0' && token[at] <= '9'; ++at) {
-    digits = true;
-    const auto digit = static_cast<std::uint64_t>(token[at] - '0');
-    if (value > (UINT64_MAX - digit) / 10)
-      overflow = true;
-    else if (!overflow)
-      value = value * 10 + digit;
-  }
-  if (!digits) return std::nullopt;
-  if (overflow)
-    value = UINT64_MAX;  // strtoul saturates and does not apply the sign
-  else if (negative)
-    value = 0 - value;
-  const auto low = static_cast<std::uint32_t>(value);
+  const DecimalRead read = read_decimal(token, DecimalGrammar::strtoul);
+  if (!read.ok) return std::nullopt;
+  const auto low = static_cast<std::uint32_t>(read.value);
   // The low 32 bits as a two's complement int, without implementation-defined conversions.
   return low <= 0x7fffffffu ? static_cast<int>(low) : -static_cast<int>(~low) - 1;
 }
