@@ -65,7 +65,7 @@ TEST(InventoryWithoutNvml, AFailedInitSaysWhy) {
 
 TEST(Inventory, ReadsEveryGpuInNvidiaSmiOrder) {
   FakeNvmlMachine machine(kTwoH200);
-  const gpusel::Inventory inventory = gpusel::query_inventory();
+  const gpusel::Inventory inventory = gpusel::query_inventory(gpusel::InventoryOptions::with_usage());
   ASSERT_TRUE(inventory.ok()) << inventory.reason;
   EXPECT_EQ(inventory.nvml_library, FakeNvmlMachine::library());
   EXPECT_EQ(inventory.driver_version, "580.159.04");
@@ -90,7 +90,7 @@ TEST(Inventory, ReadsEveryGpuInNvidiaSmiOrder) {
 TEST(Inventory, ListsComputeProcessesWithTheirUsers) {
   FakeNvmlMachine machine("gpu\nprocess gpu=0 pid=" + std::to_string(getpid()) +
                           " used_mib=512\nprocess gpu=0 pid=999999999 used_mib=na\n");
-  const gpusel::Inventory inventory = gpusel::query_inventory();
+  const gpusel::Inventory inventory = gpusel::query_inventory(gpusel::InventoryOptions::with_usage());
   ASSERT_TRUE(inventory.ok()) << inventory.reason;
   ASSERT_TRUE(inventory.gpus[0].processes.has_value());
   const auto& processes = *inventory.gpus[0].processes;
@@ -104,7 +104,7 @@ TEST(Inventory, ListsComputeProcessesWithTheirUsers) {
   EXPECT_EQ(processes[1].user, "") << "a process this PID namespace cannot see has no known user";
 }
 
-TEST(Inventory, ReadsIdentityOnlyWhenUsageIsNotWanted) {
+TEST(Inventory, ReadsIdentityOnlyUnlessUsageIsAskedFor) {
   FakeNvmlMachine machine(kTwoH200);
   gpusel::InventoryOptions options;
   options.usage = false;
@@ -113,6 +113,13 @@ TEST(Inventory, ReadsIdentityOnlyWhenUsageIsNotWanted) {
   EXPECT_EQ(inventory.gpus[0].uuid, "GPU-f9ee9551-5061-9acc-ea2a-e3926e258ba9");
   EXPECT_FALSE(inventory.gpus[0].memory_total_bytes.has_value());
   EXPECT_FALSE(inventory.gpus[0].processes.has_value());
+
+  const gpusel::Inventory by_default = gpusel::query_inventory();
+  EXPECT_FALSE(gpusel::InventoryOptions().usage) << "the default is the same everywhere: identity only";
+  EXPECT_EQ(by_default.gpus[0].uuid, "GPU-f9ee9551-5061-9acc-ea2a-e3926e258ba9");
+  EXPECT_FALSE(by_default.gpus[0].memory_total_bytes.has_value());
+  EXPECT_TRUE(gpusel::InventoryOptions::with_usage().usage);
+  EXPECT_TRUE(gpusel::query_inventory(gpusel::InventoryOptions::with_usage()).gpus[0].memory_total_bytes.has_value());
 }
 
 TEST(Inventory, SeesTheMachineChange) {

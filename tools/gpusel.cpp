@@ -457,7 +457,8 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   try {
-    const gpusel::DeviceMap map = gpusel::visible_devices(gpusel::InventoryOptions{{}, options.command != "explain"});
+    const gpusel::DeviceMap map = gpusel::visible_devices(
+        options.command == "explain" ? gpusel::InventoryOptions() : gpusel::InventoryOptions::with_usage());
     if (options.command == "list") return run_list(options, map);
     if (options.command == "explain") return run_explain(options, map);
     return run_pick(options, map);

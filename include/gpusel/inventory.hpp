@@ -66,9 +66,20 @@ enum class InventoryStatus {
   query_failed,       // a GPU could not be read; `gpus` holds those read before it
 };
 
+// What query_inventory reads. The default is each GPU's identity only (index,
+// UUID, name, PCI bus id, compute capability, MIG mode), which is all that
+// visible_devices() needs; usage costs more calls and /proc reads per GPU:
+//   gpusel::query_inventory(gpusel::InventoryOptions::with_usage())
 struct InventoryOptions {
   std::string nvml_library;  // "" = GPUSEL_NVML_LIBRARY, else "libnvidia-ml.so.1"; "none" = no NVML
-  bool usage = true;         // read memory, utilization and processes (identity only when false: faster)
+  bool usage = false;        // also read memory, utilization and compute processes
+
+  // Identity and usage.
+  static InventoryOptions with_usage() {
+    InventoryOptions options;
+    options.usage = true;
+    return options;
+  }
 };
 
 struct Inventory {
@@ -85,8 +96,9 @@ struct Inventory {
   const Gpu* find_pci_bus_id(std::string_view pci_bus_id) const noexcept;
 };
 
-// Reads the inventory. A missing or failing NVML is reported in the result's
-// status and reason; this throws nothing but std::bad_alloc.
+// Reads the inventory: identity only unless options.usage. A missing or failing
+// NVML is reported in the result's status and reason; this throws nothing but
+// std::bad_alloc.
 Inventory query_inventory(const InventoryOptions& options = {});
 
 // Note [CUDA's physical order]
@@ -182,8 +194,8 @@ inline std::string process_user(unsigned int pid) {
   return {};
 }
 
-inline std::vector<GpuProcess> read_processes(const nvml::Library& library, nvml::Device device, bool& known) {
-  known = false;
+// The compute processes on `device`; nullopt when NVML cannot list them.
+inline std::optional<std::vector<GpuProcess>> read_processes(const nvml::Library& library, nvml::Device device) {
   std::vector<nvml::ProcessInfo> infos;
   unsigned int count = 0;
   nvml::Return status = library.compute_processes(device, &count, nullptr);
@@ -192,8 +204,7 @@ inline std::vector<GpuProcess> read_processes(const nvml::Library& library, nvml
     count = static_cast<unsigned int>(infos.size());
     status = library.compute_processes(device, &count, infos.data());
   }
-  if (status != nvml::kSuccess) return {};
-  known = true;
+  if (status != nvml::kSuccess) return std::nullopt;
   std::vector<GpuProcess> processes(std::min<std::size_t>(count, infos.size()));
   for (std::size_t i = 0; i < processes.size(); ++i) {
     const nvml::ProcessInfo& info = infos[i];
@@ -218,11 +229,7 @@ inline void read_usage(const nvml::Library& library, nvml::Device device, Gpu& g
     gpu.utilization_percent = static_cast<int>(utilization.gpu);
     gpu.memory_utilization_percent = static_cast<int>(utilization.memory);
   }
-  if (library.compute_processes != nullptr) {
-    bool known = false;
-    std::vector<GpuProcess> processes = read_processes(library, device, known);
-    if (known) gpu.processes = std::move(processes);
-  }
+  if (library.compute_processes != nullptr) gpu.processes = read_processes(library, device);
 }
 
 }  // namespace detail

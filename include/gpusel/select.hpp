@@ -290,7 +290,7 @@ inline std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap
 
 // The GPUs of this machine that fit, read through NVML now; see the pure overload.
 inline std::vector<Candidate> pick(const PickCriteria& criteria = {}) {
-  return pick(criteria, visible_devices(InventoryOptions{{}, true}), detail::current_user());
+  return pick(criteria, visible_devices(InventoryOptions::with_usage()), detail::current_user());
 }
 
 // Picks GPUs (pick(criteria)) and makes exactly those visible to this process,

@@ -85,8 +85,9 @@ struct DeviceMap {
 };
 
 // The map for this process from CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER and
-// NVML. Starts nothing and throws nothing but std::bad_alloc.
-inline DeviceMap visible_devices(const InventoryOptions& options = InventoryOptions{{}, false}) {
+// NVML; each GPU's identity only, unless options ask for usage
+// (InventoryOptions::with_usage()). Starts nothing and throws nothing but std::bad_alloc.
+inline DeviceMap visible_devices(const InventoryOptions& options = {}) {
   Inventory inventory = query_inventory(options);
   const auto order_variable = detail::environment_variable("CUDA_DEVICE_ORDER");
   const auto visible_variable = detail::environment_variable("CUDA_VISIBLE_DEVICES");
