@@ -21,22 +21,18 @@
 namespace {
 
 using gpusel::parse_visible_devices;
-using gpusel::PhysicalDevice;
 using gpusel::TokenOutcome;
 
 using gpusel_test::contains;
 
-std::vector<PhysicalDevice> machine(const std::vector<std::string>& uuids) {
-  std::vector<PhysicalDevice> devices;
-  for (std::size_t i = 0; i < uuids.size(); ++i) devices.push_back({static_cast<int>(i), uuids[i], "", "", -1});
-  return devices;
-}
+// A machine as the parser sees it: its GPUs' UUIDs, in CUDA's physical order.
+std::vector<std::string> machine(const std::vector<std::string>& uuids) { return uuids; }
 
-std::vector<PhysicalDevice> gpus(int count) {
+std::vector<std::string> gpus(int count) {
   std::vector<std::string> uuids;
   for (int i = 0; i < count; ++i)
     uuids.push_back("GPU-" + std::to_string(10000000 + i) + "-0000-0000-0000-000000000000");
-  return machine(uuids);
+  return uuids;
 }
 
 // What cudaGetDeviceCount would have seen, in the oracle tables' notation:
@@ -112,7 +108,7 @@ void expect_every_row_matches(const std::string& file, std::size_t expected_rows
   const std::vector<OracleRow> rows = read_oracle(file, uuid);
   ASSERT_EQ(uuid.size(), 40u) << "the table's header names its GPU";
   ASSERT_EQ(rows.size(), expected_rows) << "every row of " << file << " is read";
-  const std::vector<PhysicalDevice> physical = machine({uuid});
+  const std::vector<std::string> physical = machine({uuid});
   for (const OracleRow& row : rows) {
     const auto map = parse_visible_devices(row.visible, physical, row.order);
     EXPECT_EQ(outcome(map), row.expected)
@@ -258,6 +254,53 @@ TEST(VisibleDevicesUnobserved, NothingIsReadAfterADeviceNamedTwice) {
   const auto map = parse_visible_devices("0,0,x", gpus(1));
   EXPECT_EQ(outcome(map), "error:cudaErrorInvalidDevice");
   EXPECT_EQ(map.tokens()[2].outcome, TokenOutcome::not_read);
+}
+
+// --- UUIDs however NVML reports them, and machines of any size ----------------
+
+TEST(VisibleDevicesUuids, TheShorterOfTokenAndUuidMustBeAPrefixOfTheLonger) {
+  const std::vector<std::string> two = {"GPU-ab12", "GPU-AbCd34"};
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-ab", two)), "none") << "a prefix of both: ambiguous";
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-ABC", two)), "1") << "case is ignored";
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-ab1", two)), "0");
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-ab12junk", two)), "0") << "the whole UUID, then junk";
+  EXPECT_EQ(outcome(parse_visible_devices("MIG-abcd34x", two)), "1");
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-x", two)), "none");
+  // Both directions at once: GPU-ab is a prefix of the token, the token one of GPU-abcd.
+  const std::vector<std::string> nested = {"GPU-ab", "GPU-abcd"};
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-abc", nested)), "none") << "ambiguous";
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-abcdx", nested)), "none") << "ambiguous";
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-abx", nested)), "0");
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-abcd", nested)), "none") << "GPU-ab is a prefix of it too";
+}
+
+TEST(VisibleDevicesUuids, AUuidReportedTwiceIsAmbiguousAndAnEmptyOneSelectsNothing) {
+  const std::vector<std::string> odd = {"GPU-same", "GPU-same", "", "GPU-", "GPU-other"};
+  EXPECT_EQ(parse_visible_devices("GPU-same", odd).tokens()[0].outcome, TokenOutcome::ambiguous_uuid);
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-other", odd)), "4");
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-o", odd)), "4") << "the empty UUIDs are no prefix of anything";
+  EXPECT_EQ(outcome(parse_visible_devices("2,3,0", odd)), "2,3,0") << "indices need no UUID";
+}
+
+TEST(VisibleDevices, MapsThousandsOfGpusByUuidAndByIndex) {
+  constexpr int kCount = 4000;
+  const std::vector<std::string> many = gpus(kCount);
+  std::string by_uuid, by_index;  // every GPU, last first
+  for (int i = kCount - 1; i >= 0; --i) {
+    by_uuid += (by_uuid.empty() ? "" : ",") + many[static_cast<std::size_t>(i)];
+    by_index += (by_index.empty() ? "" : ",") + std::to_string(i);
+  }
+  for (const std::string* value : {&by_uuid, &by_index}) {
+    const auto map = parse_visible_devices(*value, many);
+    ASSERT_EQ(map.count(), kCount) << map.reason();
+    for (int logical = 0; logical < kCount; ++logical) {
+      ASSERT_EQ(map.physical(logical), kCount - 1 - logical);
+      ASSERT_EQ(map.logical(kCount - 1 - logical), logical);
+    }
+  }
+  const auto twice = parse_visible_devices(by_index + ",0", many);
+  EXPECT_EQ(twice.error_name(), std::string("cudaErrorInvalidDevice")) << "the last token names GPU 0 again";
+  EXPECT_EQ(twice.tokens().back().outcome, TokenOutcome::duplicate);
 }
 
 // --- the decimal reader the parsers share (gpusel/detail/decimal.hpp) ----------

@@ -280,10 +280,6 @@ void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_in
   json.end_array();
 }
 
-const gpusel::Gpu& gpu_of(const gpusel::DeviceMap& map, const gpusel::PhysicalDevice& device) {
-  return *map.inventory.find_uuid(device.uuid);
-}
-
 // Exit status and message for an inventory that is not ok.
 int report_no_gpus(const gpusel::DeviceMap& map) {
   if (map.inventory.status == gpusel::InventoryStatus::query_failed) {
@@ -304,9 +300,9 @@ int run_list(const Options& options, const gpusel::DeviceMap& map) {
     json.key("order_exact").value(map.order.exact);
     json.key("caveat").value(map.order.caveat);
     json.key("gpus").begin_array();
-    for (const gpusel::PhysicalDevice& device : map.order.devices) {
+    for (int physical = 0; physical < map.order.count(); ++physical) {
       json.begin_object();
-      gpu_members(json, map, device.index, gpu_of(map, device));
+      gpu_members(json, map, physical, *map.physical_device(physical));
       json.end_object();
     }
     json.end_array().end_object();
@@ -321,11 +317,11 @@ int run_list(const Options& options, const gpusel::DeviceMap& map) {
   std::cout << column("CUDA", 8) << column("PHYS", 6) << column("SMI", 5) << column("NAME", name_width + 2)
             << column("UUID", uuid_width + 2) << column("PCI BUS ID", 18) << column("MEMORY USED / TOTAL", 24)
             << column("UTIL", 6) << "PROCESSES\n";
-  for (const gpusel::PhysicalDevice& device : map.order.devices) {
-    const gpusel::Gpu& gpu = gpu_of(map, device);
-    const auto logical = map.visible.logical(device.index);
+  for (int physical = 0; physical < map.order.count(); ++physical) {
+    const gpusel::Gpu& gpu = *map.physical_device(physical);
+    const auto logical = map.visible.logical(physical);
     std::cout << column(logical ? "cuda:" + std::to_string(*logical) : "hidden", 8)
-              << column(std::to_string(device.index), 6) << column(std::to_string(gpu.nvml_index), 5)
+              << column(std::to_string(physical), 6) << column(std::to_string(gpu.nvml_index), 5)
               << column(gpu.name, name_width + 2) << column(gpu.uuid, uuid_width + 2) << column(gpu.pci_bus_id, 18)
               << column(memory(gpu), 24) << column(percent(gpu.utilization_percent), 6)
               << (gpu.mig_enabled ? "MIG mode; " : "") << describe_processes(gpu) << "\n";
@@ -350,9 +346,8 @@ int run_explain(const Options& options, const gpusel::DeviceMap& map) {
     json.key("error_reason").value(map.visible.reason());
     json.key("visible").begin_array();
     for (int logical = 0; map.known() && logical < map.visible.count(); ++logical) {
-      const gpusel::PhysicalDevice& device = *map.device(logical);
       json.begin_object();
-      gpu_members(json, map, device.index, gpu_of(map, device));
+      gpu_members(json, map, map.visible.physical(logical), *map.device(logical));
       json.end_object();
     }
     json.end_array();

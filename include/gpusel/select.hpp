@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <climits>
 #include <cstdint>
 #include <optional>
@@ -25,7 +24,6 @@
 #include <vector>
 
 #include "gpusel/detail/decimal.hpp"
-#include "gpusel/detail/stable_sort.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/inventory.hpp"
 #include "gpusel/memory_size.hpp"
@@ -102,17 +100,9 @@ inline std::string describe_process(const GpuProcess& process) {
   return text;
 }
 
-inline bool starts_with_ignoring_case(std::string_view text, std::string_view prefix) {
-  if (prefix.size() > text.size()) return false;
-  for (std::size_t i = 0; i < prefix.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(text[i])) != std::tolower(static_cast<unsigned char>(prefix[i])))
-      return false;
-  return true;
-}
-
-// The nvidia-smi numbers of the GPUs `exclude` names; throws Error for a name that matches none or several.
-inline std::vector<int> excluded_gpus(const std::vector<std::string>& exclude, const std::vector<Gpu>& gpus) {
-  std::vector<int> indices;
+// Which of `gpus` (by position) `exclude` names; throws Error for a name that matches none or several.
+inline std::vector<bool> excluded_gpus(const std::vector<std::string>& exclude, const std::vector<Gpu>& gpus) {
+  std::vector<bool> excluded(gpus.size(), false);
   for (const std::string& name : exclude) {
     const auto reject = [&](const std::string& why) {
       std::string message = "gpusel::pick: cannot exclude \"" + name + "\": ";
@@ -121,23 +111,24 @@ inline std::vector<int> excluded_gpus(const std::vector<std::string>& exclude, c
       return Error(message);
     };
     const DecimalRead number = read_decimal(name, DecimalGrammar::whole_text);
-    std::vector<int> matches;
+    std::vector<std::size_t> matches;  // positions in gpus
     if (number.ok) {
-      for (const Gpu& gpu : gpus)
-        if (gpu.nvml_index >= 0 && !number.overflow && static_cast<std::uint64_t>(gpu.nvml_index) == number.value)
-          matches.push_back(gpu.nvml_index);
+      for (std::size_t position = 0; position < gpus.size(); ++position)
+        if (gpus[position].nvml_index >= 0 && !number.overflow &&
+            static_cast<std::uint64_t>(gpus[position].nvml_index) == number.value)
+          matches.push_back(position);
       if (matches.empty()) throw reject("there is no GPU with that number (" + std::to_string(gpus.size()) + " GPUs)");
     } else if (name.rfind("GPU-", 0) == 0 && name.size() > 4) {
-      for (const Gpu& gpu : gpus)
-        if (starts_with_ignoring_case(gpu.uuid, name)) matches.push_back(gpu.nvml_index);
+      for (std::size_t position = 0; position < gpus.size(); ++position)
+        if (starts_with_ignoring_case(gpus[position].uuid, name)) matches.push_back(position);
       if (matches.empty()) throw reject("no GPU has that UUID");
       if (matches.size() > 1) throw reject("the prefix matches " + std::to_string(matches.size()) + " GPUs");
     } else {
       throw reject("it is neither a number nor a GPU UUID");
     }
-    indices.push_back(matches.front());
+    excluded[matches.front()] = true;
   }
-  return indices;
+  return excluded;
 }
 
 inline std::string describe_candidate(const Candidate& candidate) {
@@ -189,44 +180,44 @@ inline std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceM
   if (criteria.max_utilization && (*criteria.max_utilization < 0 || *criteria.max_utilization > 100))
     throw Error("gpusel::pick: max_utilization is a percentage from 0 to 100, got " +
                 std::to_string(*criteria.max_utilization));
-  const std::vector<int> excluded = detail::excluded_gpus(criteria.exclude, map.inventory.gpus);
+  const std::vector<bool> excluded = detail::excluded_gpus(criteria.exclude, map.inventory.gpus);
   const bool variable_set = map.visible.variable().has_value();
 
   std::vector<Candidate> candidates;
-  for (const PhysicalDevice& device : map.order.devices) {
-    const Gpu* gpu = map.inventory.find_uuid(device.uuid);
-    if (gpu == nullptr) continue;  // cannot happen: the order is made from the inventory
-    Candidate candidate{*gpu, device.index, {}};
+  candidates.reserve(map.order.positions.size());
+  for (int physical = 0; physical < map.order.count(); ++physical) {
+    const Gpu& gpu = map.order.gpu(map.inventory, physical);
+    Candidate candidate{gpu, physical, {}};
     // Every reason as a std::string: one push_back to compile, not an emplace_back per literal's length.
     const auto reject = [&candidate](std::string why) { candidate.rejected_because.push_back(std::move(why)); };
-    if (std::find(excluded.begin(), excluded.end(), gpu->nvml_index) != excluded.end()) reject("excluded");
-    if (criteria.only_visible && variable_set && !map.visible.logical(device.index))
+    if (excluded[map.order.positions[static_cast<std::size_t>(physical)]]) reject("excluded");
+    if (criteria.only_visible && variable_set && !map.visible.logical(physical))
       reject("hidden by " + detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable()));
-    if (gpu->mig_enabled)
+    if (gpu.mig_enabled)
       reject(
           "MIG mode is enabled: CUDA shows its MIG instances, not the GPU (name an instance by its MIG- UUID "
           "from nvidia-smi -L)");
     if (criteria.min_free_memory.bytes > 0) {
-      if (!gpu->memory_free_bytes) {
+      if (!gpu.memory_free_bytes) {
         reject("its free memory is unknown (NVML could not tell)");
-      } else if (*gpu->memory_free_bytes < criteria.min_free_memory.bytes) {
-        reject("only " + format_memory_size(*gpu->memory_free_bytes) + " free, " +
+      } else if (*gpu.memory_free_bytes < criteria.min_free_memory.bytes) {
+        reject("only " + format_memory_size(*gpu.memory_free_bytes) + " free, " +
                format_memory_size(criteria.min_free_memory.bytes) + " needed");
       }
     }
     if (criteria.max_utilization) {
-      if (!gpu->utilization_percent) {
+      if (!gpu.utilization_percent) {
         reject("its utilization is unknown (NVML could not tell)");
-      } else if (*gpu->utilization_percent > *criteria.max_utilization) {
-        reject(std::to_string(*gpu->utilization_percent) + "% utilized, at most " +
+      } else if (*gpu.utilization_percent > *criteria.max_utilization) {
+        reject(std::to_string(*gpu.utilization_percent) + "% utilized, at most " +
                std::to_string(*criteria.max_utilization) + "% allowed");
       }
     }
     if (!criteria.allow_other_users) {
-      if (!gpu->processes) {
+      if (!gpu.processes) {
         reject("its compute processes are unknown (NVML could not list them)");
       } else {
-        for (const GpuProcess& process : *gpu->processes)
+        for (const GpuProcess& process : *gpu.processes)
           if (process.user.empty() || process.user != user)
             reject("another user's compute process runs on it (" + detail::describe_process(process) + ")");
       }
@@ -242,14 +233,13 @@ inline std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceM
 inline std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
   if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
   std::vector<Candidate> all = assess(criteria, map, user);
-  std::vector<int> fitting;  // positions in `all`, best first once sorted
+  std::vector<std::size_t> fitting;  // positions in `all`, best first once sorted
   for (std::size_t position = 0; position < all.size(); ++position)
-    if (all[position].fits()) fitting.push_back(static_cast<int>(position));
+    if (all[position].fits()) fitting.push_back(position);
 
-  const auto candidate_at = [&all](int position) -> Candidate& { return all[static_cast<std::size_t>(position)]; };
-  const auto free_bytes = [&](int c) { return candidate_at(c).gpu.memory_free_bytes.value_or(0); };
-  const auto utilization = [&](int c) { return candidate_at(c).gpu.utilization_percent.value_or(101); };
-  detail::stable_sort_small(fitting, [&](int a, int b) {
+  const auto free_bytes = [&all](std::size_t c) { return all[c].gpu.memory_free_bytes.value_or(0); };
+  const auto utilization = [&all](std::size_t c) { return all[c].gpu.utilization_percent.value_or(101); };
+  std::stable_sort(fitting.begin(), fitting.end(), [&](std::size_t a, std::size_t b) {
     switch (criteria.order) {
       case PickOrder::most_free_memory:
         if (free_bytes(a) != free_bytes(b)) return free_bytes(a) > free_bytes(b);
@@ -262,10 +252,10 @@ inline std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap
       case PickOrder::index:
         break;
     }
-    return candidate_at(a).physical_index < candidate_at(b).physical_index;
+    return all[a].physical_index < all[b].physical_index;
   });
 
-  if (static_cast<int>(fitting.size()) < criteria.at_least) {
+  if (static_cast<long long>(fitting.size()) < criteria.at_least) {
     std::string message = "gpusel::pick: " + std::to_string(fitting.size()) + " of " + std::to_string(all.size()) +
                           (all.size() == 1 ? " GPU fits" : " GPUs fit") + ", " + std::to_string(criteria.at_least) +
                           (criteria.at_least == 1 ? " is" : " are") + " needed (" + describe(criteria) + "):";
@@ -284,7 +274,8 @@ inline std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap
   const auto keep = static_cast<std::size_t>(
       std::min<long long>(detail::wanted_at_most(criteria), static_cast<long long>(fitting.size())));
   std::vector<Candidate> picked;
-  for (std::size_t i = 0; i < keep; ++i) picked.push_back(std::move(candidate_at(fitting[i])));
+  picked.reserve(keep);
+  for (std::size_t i = 0; i < keep; ++i) picked.push_back(std::move(all[fitting[i]]));
   return picked;
 }
 

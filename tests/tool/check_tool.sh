@@ -2,7 +2,7 @@
 # ctest tool_*: the gpusel command, end to end, on machines described to the
 # fake NVML (tests/fake_nvml), checking its output and exit statuses.
 #   check_tool.sh <gpusel program> <fake NVML library> <scenario>
-# Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, json, usage.
+# Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, odd_uuids, json, usage.
 set -uo pipefail
 gpusel=$1
 export GPUSEL_NVML_LIBRARY=$2
@@ -31,6 +31,14 @@ cat >"$work/mixed.txt" <<EOF
 gpu name="NVIDIA A100-SXM4-80GB" uuid=GPU-a1000000-0000-4000-8000-000000000000 pci=00000000:17:00.0 memory_mib=81920 used_mib=0 cc=8.0
 gpu name="NVIDIA H200" uuid=GPU-b2000000-0000-4000-8000-000000000000 pci=00000000:18:00.0 used_mib=10240 utilization=20
 gpu name="NVIDIA L4" uuid=GPU-c3000000-0000-4000-8000-000000000000 pci=00000000:19:00.0 memory_mib=23034 used_mib=0 cc=8.9
+EOF
+# And one whose NVML reports a UUID twice and two GPUs without one: each row
+# must still show its own GPU (its own PCI bus id and memory).
+cat >"$work/odd.txt" <<EOF
+gpu uuid=GPU-5a5a5a5a-0000-4000-8000-000000000000 pci=00000000:17:00.0 used_mib=1000
+gpu uuid=GPU-5a5a5a5a-0000-4000-8000-000000000000 pci=00000000:18:00.0 used_mib=2000
+gpu uuid= pci=00000000:19:00.0 used_mib=3000
+gpu uuid= pci=00000000:1A:00.0 used_mib=4000
 EOF
 export GPUSEL_FAKE_NVML_CONFIG="$work/four.txt"
 
@@ -142,6 +150,21 @@ case $scenario in
     expect_json
     GPUSEL_FAKE_NVML_CONFIG=/dev/null GPUSEL_NVML_LIBRARY=$2 run 0 list
     expect stdout "(NVML sees no GPU)"
+    ;;
+  odd_uuids)
+    export GPUSEL_FAKE_NVML_CONFIG="$work/odd.txt"
+    run 0 list
+    expect stdout "cuda:0  0     0    NVIDIA H200  GPU-5a5a5a5a-0000-4000-8000-000000000000  00000000:17:00.0  1000.0 MiB"
+    expect stdout "cuda:1  1     1    NVIDIA H200  GPU-5a5a5a5a-0000-4000-8000-000000000000  00000000:18:00.0  2.0 GiB"
+    expect stdout "cuda:2  2     2    NVIDIA H200                                            00000000:19:00.0  2.9 GiB"
+    expect stdout "cuda:3  3     3    NVIDIA H200                                            00000000:1A:00.0  3.9 GiB"
+    run 0 list --json
+    expect_json
+    for bus in 17 18 19 1A; do expect stdout "\"pci_bus_id\": \"00000000:$bus:00.0\""; done
+    run 0 pick --all --order index --format index
+    [ "$out" = "0,1,2,3" ] || { echo "FAILED: expected every GPU once, 0,1,2,3"; failures=$((failures + 1)); }
+    run 0 pick --min-free 139GiB
+    [ "$out" = 0 ] || { echo "FAILED: only GPU 0 has 139 GiB free"; failures=$((failures + 1)); }
     ;;
   json)
     CUDA_VISIBLE_DEVICES=1,3 run 0 list --json
