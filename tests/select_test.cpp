@@ -344,6 +344,33 @@ TEST(Pick, ScalesToThousandsOfGpus) {
       << "columns as wide as the widest";
 }
 
+TEST(Choose, PicksAmongVerdictsAlreadyReachedWithoutAssessingAgain) {
+  const auto map = machine({gpu(0, 20, 0), gpu(1, 120, 50), gpu(2, 80, 0)});
+  gpusel::PickCriteria criteria = count(1, gpusel::PickCriteria::all);
+  criteria.max_utilization = 10;
+  const std::vector<gpusel::Candidate> verdicts = gpusel::assess(criteria, map, "alice");
+  EXPECT_EQ(indices(gpusel::choose(criteria, verdicts)), (std::vector<int>{2, 0}));
+  EXPECT_EQ(indices(gpusel::choose(criteria, verdicts)), indices(gpusel::pick(criteria, map, "alice")))
+      << "pick is choose after assess";
+  criteria.at_least = 3;
+  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::choose(criteria, verdicts); }), "2 of 3 GPUs fit, 3 are needed"));
+  EXPECT_TRUE(
+      contains(error_from([&] { (void)gpusel::choose(count(2, 1), verdicts); }), "at_most (1) is below at_least (2)"))
+      << "choose checks the criteria too";
+}
+
+TEST(DescribeProcess, SaysWhoseProcessItIsWhenThatCanBeSeen) {
+  EXPECT_EQ(gpusel::describe(process_of("bob", 777)), "pid 777 of bob (python3), 2.0 GiB");
+  EXPECT_EQ(gpusel::describe(process_of("", 31337)),
+            "pid 31337, owner unknown: not visible from this PID namespace, 2.0 GiB");
+}
+
+TEST(CurrentUser, IsNamedAsTheInventoryNamesProcessOwners) {
+  const std::string user = gpusel::current_user();
+  EXPECT_FALSE(user.empty());
+  EXPECT_EQ(user, gpusel::detail::process_user(static_cast<unsigned>(getpid())));
+}
+
 TEST(DescribeCriteria, SaysEverythingThatWasAsked) {
   gpusel::PickCriteria criteria = count(1, gpusel::PickCriteria::all);
   criteria.exclude = {"3", "GPU-8d2a"};

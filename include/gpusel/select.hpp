@@ -83,12 +83,12 @@ struct Candidate {
   bool fits() const noexcept { return rejected_because.empty(); }
 };
 
-namespace detail {
+// This process's real user, named as GpuProcess::user names processes' owners
+// (so the two compare alike; see Note [Whose process is it]).
+inline std::string current_user() { return detail::process_user(static_cast<unsigned int>(getpid())); }
 
-// This process's real user, named as inventory.hpp names processes' owners.
-inline std::string current_user() { return process_user(static_cast<unsigned int>(getpid())); }
-
-inline std::string describe_process(const GpuProcess& process) {
+// "pid 4242 of alice (python3), 2.0 GiB", "pid 31337, owner unknown: not visible from this PID namespace".
+inline std::string describe(const GpuProcess& process) {
   std::string text = "pid " + std::to_string(process.pid);
   if (process.user.empty()) {
     text += ", owner unknown: not visible from this PID namespace";
@@ -99,6 +99,8 @@ inline std::string describe_process(const GpuProcess& process) {
   if (process.used_memory_bytes) text += ", " + format_memory_size(*process.used_memory_bytes);
   return text;
 }
+
+namespace detail {
 
 // Which of `gpus` (by position) `exclude` names; throws Error for a name that matches none or several.
 inline std::vector<bool> excluded_gpus(const std::vector<std::string>& exclude, const std::vector<Gpu>& gpus) {
@@ -145,6 +147,17 @@ inline int wanted_at_most(const PickCriteria& criteria) {
   return criteria.at_most ? *criteria.at_most : criteria.at_least;
 }
 
+inline void check_criteria(const PickCriteria& criteria) {
+  if (criteria.at_least < 0)
+    throw Error("gpusel::pick: at_least cannot be negative, got " + std::to_string(criteria.at_least));
+  if (wanted_at_most(criteria) < criteria.at_least)
+    throw Error("gpusel::pick: at_most (" + std::to_string(wanted_at_most(criteria)) + ") is below at_least (" +
+                std::to_string(criteria.at_least) + ")");
+  if (criteria.max_utilization && (*criteria.max_utilization < 0 || *criteria.max_utilization > 100))
+    throw Error("gpusel::pick: max_utilization is a percentage from 0 to 100, got " +
+                std::to_string(*criteria.max_utilization));
+}
+
 }  // namespace detail
 
 // "at least 2 GPUs (at most 2); at least 8.0 GiB free; at most 10% utilized;
@@ -171,15 +184,9 @@ inline std::string describe(const PickCriteria& criteria) {
 // Every GPU of `map`, in CUDA's physical order, with the reasons it does not
 // fit `criteria`; `user` is whose processes are not another user's. Pure: reads
 // nothing but its arguments. Throws Error for criteria that make no sense.
-inline std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
-  if (criteria.at_least < 0)
-    throw Error("gpusel::pick: at_least cannot be negative, got " + std::to_string(criteria.at_least));
-  if (detail::wanted_at_most(criteria) < criteria.at_least)
-    throw Error("gpusel::pick: at_most (" + std::to_string(detail::wanted_at_most(criteria)) + ") is below at_least (" +
-                std::to_string(criteria.at_least) + ")");
-  if (criteria.max_utilization && (*criteria.max_utilization < 0 || *criteria.max_utilization > 100))
-    throw Error("gpusel::pick: max_utilization is a percentage from 0 to 100, got " +
-                std::to_string(*criteria.max_utilization));
+[[nodiscard]] inline std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map,
+                                                   const std::string& user) {
+  detail::check_criteria(criteria);
   const std::vector<bool> excluded = detail::excluded_gpus(criteria.exclude, map.inventory.gpus);
   const bool variable_set = map.visible.variable().has_value();
 
@@ -219,7 +226,7 @@ inline std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceM
       } else {
         for (const GpuProcess& process : *gpu.processes)
           if (process.user.empty() || process.user != user)
-            reject("another user's compute process runs on it (" + detail::describe_process(process) + ")");
+            reject("another user's compute process runs on it (" + describe(process) + ")");
       }
     }
     candidates.push_back(std::move(candidate));
@@ -227,12 +234,12 @@ inline std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceM
   return candidates;
 }
 
-// The GPUs that fit, best first (criteria.order), at most criteria.at_most of
-// them. Throws Error when fewer than criteria.at_least fit, naming every GPU
-// and why it was rejected. Pure, like assess.
-inline std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
-  if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
-  std::vector<Candidate> all = assess(criteria, map, user);
+// The GPUs among `assessed` (assess's verdicts) that fit, best first
+// (criteria.order), at most criteria.at_most of them. Throws Error when fewer
+// than criteria.at_least fit, naming every GPU and why it was rejected.
+[[nodiscard]] inline std::vector<Candidate> choose(const PickCriteria& criteria, std::vector<Candidate> assessed) {
+  detail::check_criteria(criteria);
+  std::vector<Candidate>& all = assessed;
   std::vector<std::size_t> fitting;  // positions in `all`, best first once sorted
   for (std::size_t position = 0; position < all.size(); ++position)
     if (all[position].fits()) fitting.push_back(position);
@@ -279,9 +286,18 @@ inline std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap
   return picked;
 }
 
+// The GPUs of `map` that fit: choose(criteria, assess(criteria, map, user)).
+// Pure, like assess. Throws Error when the map is unknown (no NVML) or fewer
+// than criteria.at_least fit.
+[[nodiscard]] inline std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map,
+                                                 const std::string& user) {
+  if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
+  return choose(criteria, assess(criteria, map, user));
+}
+
 // The GPUs of this machine that fit, read through NVML now; see the pure overload.
-inline std::vector<Candidate> pick(const PickCriteria& criteria = {}) {
-  return pick(criteria, visible_devices(InventoryOptions::with_usage()), detail::current_user());
+[[nodiscard]] inline std::vector<Candidate> pick(const PickCriteria& criteria = {}) {
+  return pick(criteria, visible_devices(InventoryOptions::with_usage()), current_user());
 }
 
 // Picks GPUs (pick(criteria)) and makes exactly those visible to this process,
