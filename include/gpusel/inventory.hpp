@@ -101,7 +101,7 @@ struct Inventory {
 // Reads the inventory: identity only unless options.usage. A missing or failing
 // NVML is reported in the result's status and reason; this throws nothing but
 // std::bad_alloc.
-Inventory query_inventory(const InventoryOptions& options = {});
+[[nodiscard]] Inventory query_inventory(const InventoryOptions& options = {});
 
 // Note [CUDA's physical order]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -93,7 +93,7 @@ struct DeviceMap {
 // The map for this process from CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER and
 // NVML; each GPU's identity only, unless options ask for usage
 // (InventoryOptions::with_usage()). Starts nothing and throws nothing but std::bad_alloc.
-inline DeviceMap visible_devices(const InventoryOptions& options = {}) {
+[[nodiscard]] inline DeviceMap visible_devices(const InventoryOptions& options = {}) {
   DeviceMap map;
   map.inventory = query_inventory(options);
   const auto order_variable = detail::environment_variable("CUDA_DEVICE_ORDER");
@@ -143,7 +143,7 @@ inline std::string describe_gpu(int physical, const Gpu& gpu) {
 //   1 CUDA device is visible:
 //     cuda:0  physical 1  nvidia-smi 1  NVIDIA H200  GPU-...  00000000:18:00.0
 // Starts nothing; says so when there is no NVML (no driver).
-inline std::string explain(const DeviceMap& map) {
+[[nodiscard]] inline std::string explain(const DeviceMap& map) {
   const VisibleDevices& visible = map.visible;
   std::string text = detail::describe_value("CUDA_VISIBLE_DEVICES", visible.variable()) + "  " +
                      detail::describe_value("CUDA_DEVICE_ORDER", visible.device_order()) +
@@ -193,7 +193,7 @@ inline std::string explain(const DeviceMap& map) {
   return text;
 }
 
-inline std::string explain() { return explain(visible_devices()); }
+[[nodiscard]] inline std::string explain() { return explain(visible_devices()); }
 
 namespace detail {
 
