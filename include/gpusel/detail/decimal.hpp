@@ -34,7 +34,7 @@ struct DecimalRead {
 
 // Reads a non-negative decimal number from `text` in `grammar`. Never throws:
 // callers phrase their own errors, since each knows what the number is for.
-constexpr DecimalRead read_decimal(std::string_view text, DecimalGrammar grammar) noexcept {
+[[nodiscard]] constexpr DecimalRead read_decimal(std::string_view text, DecimalGrammar grammar) noexcept {
   DecimalRead read;
   std::size_t at = 0;
   bool negative = false;
