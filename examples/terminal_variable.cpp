@@ -15,9 +15,9 @@ int main() {
   std::cout << gpusel::detail::describe_variable("CUDA_VISIBLE_DEVICES") << "\n";
   if (map.known()) {
     for (int logical = 0; logical < map.visible.count(); ++logical) {
-      const gpusel::PhysicalDevice& gpu = *map.device(logical);
-      std::cout << "  cuda:" << logical << " is physical GPU " << gpu.index << " (nvidia-smi " << gpu.nvml_index << ", "
-                << gpu.name << ")\n";
+      const gpusel::Gpu& gpu = *map.device(logical);
+      std::cout << "  cuda:" << logical << " is physical GPU " << map.visible.physical(logical) << " (nvidia-smi "
+                << gpu.nvml_index << ", " << gpu.name << ")\n";
     }
   } else {
     std::cout << "  the physical GPUs are unknown: " << map.inventory.reason << "\n";

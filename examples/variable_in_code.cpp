@@ -16,7 +16,7 @@
 int main() {
   // Before CUDA starts: physical GPU 1 if the machine has two, else the first GPU.
   const gpusel::DeviceMap map = gpusel::visible_devices();
-  const int wanted = map.known() && map.order.devices.size() > 1 ? 1 : 0;
+  const int wanted = map.known() && map.order.count() > 1 ? 1 : 0;
   try {
     gpusel::set_visible_devices({wanted});
     std::cout << "set_visible_devices({" << wanted

@@ -12,8 +12,8 @@ int main() {
   // 2. Choosing GPUs in code, like os.environ["CUDA_VISIBLE_DEVICES"] = "..." in Python:
   //    only before CUDA starts. Here: the last GPU of the machine, alone.
   const gpusel::DeviceMap map = gpusel::visible_devices();
-  if (map.known() && !map.order.devices.empty()) {
-    const int last = map.order.devices.back().index;
+  if (map.known() && map.order.count() > 0) {
+    const int last = map.order.count() - 1;
     gpusel::set_visible_devices({last});
     std::cout << "set_visible_devices({" << last << "}): cuda:0 is now physical GPU " << last << "\n";
   } else {

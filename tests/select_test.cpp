@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,7 +63,7 @@ gpusel::DeviceMap machine(std::vector<gpusel::Gpu> gpus, std::optional<std::stri
   map.inventory.status = gpusel::InventoryStatus::ok;
   map.inventory.gpus = std::move(gpus);
   map.order = gpusel::cuda_physical_order(map.inventory, order);
-  map.visible = gpusel::parse_visible_devices(visible, map.order.devices, order);
+  map.visible = gpusel::parse_visible_devices(visible, map.order.uuids(map.inventory), order);
   return map;
 }
 
@@ -274,6 +275,100 @@ TEST(Pick, WithoutNvmlSaysItCannotSeeTheGpus) {
   map.inventory.reason = "libnvidia-ml.so.1 was not found";
   EXPECT_EQ(error_from([&] { (void)gpusel::pick({}, map, "alice"); }),
             "gpusel::pick: cannot see the GPUs without NVML: libnvidia-ml.so.1 was not found");
+}
+
+TEST(Assess, KeepsEachGpuItsOwnRecordWhenNvmlReportsDuplicateOrEmptyUuids) {
+  // A broken or virtualized NVML can report one UUID twice, or none at all:
+  // each GPU must still be described by its own record, not by the first
+  // one that shares its UUID.
+  std::vector<gpusel::Gpu> gpus = {gpu(0, 10, 0), gpu(1, 20, 0), gpu(2, 30, 0), gpu(3, 40, 0)};
+  gpus[1].uuid = gpus[0].uuid;
+  gpus[2].uuid = "";
+  gpus[3].uuid = "";
+  const auto map = machine(gpus);
+  const auto verdicts = gpusel::assess({}, map, "alice");
+  ASSERT_EQ(verdicts.size(), 4u);
+  for (std::size_t i = 0; i < verdicts.size(); ++i) {
+    EXPECT_EQ(verdicts[i].physical_index, static_cast<int>(i));
+    EXPECT_EQ(verdicts[i].gpu.nvml_index, static_cast<int>(i));
+    EXPECT_EQ(verdicts[i].gpu.pci_bus_id, gpus[i].pci_bus_id);
+    EXPECT_EQ(verdicts[i].gpu.memory_free_bytes, gpus[i].memory_free_bytes);
+  }
+  EXPECT_EQ(indices(gpusel::pick(count(4), map, "alice")), (std::vector<int>{3, 2, 1, 0}));
+}
+
+// 4000 GPUs, numbered by nvidia-smi in an order that PCI_BUS_ID reverses:
+// nvidia-smi's GPU i has the (3999 - i)th PCI address.
+std::vector<gpusel::Gpu> thousands_of_gpus(int count) {
+  std::vector<gpusel::Gpu> gpus;
+  for (int i = 0; i < count; ++i) {
+    gpusel::Gpu each = gpu(i, 100 + static_cast<std::uint64_t>(i % 7), 0);
+    const int address = count - 1 - i;
+    char text[64];
+    std::snprintf(text, sizeof text, "GPU-%08x-0000-4000-8000-%012x", static_cast<unsigned>(i),
+                  static_cast<unsigned>(i));
+    each.uuid = text;
+    std::snprintf(text, sizeof text, "%08X:%02X:00.0", static_cast<unsigned>(address / 256),
+                  static_cast<unsigned>(address % 256));
+    each.pci_bus_id = text;
+    gpus.push_back(std::move(each));
+  }
+  return gpus;
+}
+
+TEST(Pick, ScalesToThousandsOfGpus) {
+  // Every lookup is linear or n log n: a quadratic one took seconds here.
+  constexpr int kCount = 4000;
+  const std::vector<gpusel::Gpu> gpus = thousands_of_gpus(kCount);
+  std::string visible;  // every GPU by UUID, nvidia-smi's order: CUDA's physical order reversed
+  for (const gpusel::Gpu& each : gpus) visible += (visible.empty() ? "" : ",") + each.uuid;
+  const auto map = machine(gpus, visible, "PCI_BUS_ID");
+  ASSERT_TRUE(map.visible.ok()) << map.visible.reason();
+  ASSERT_EQ(map.visible.count(), kCount);
+  for (int logical = 0; logical < kCount; ++logical)
+    ASSERT_EQ(map.visible.physical(logical), kCount - 1 - logical) << "cuda:" << logical;
+
+  const auto verdicts = gpusel::assess({}, map, "alice");
+  ASSERT_EQ(verdicts.size(), static_cast<std::size_t>(kCount));
+  for (int physical = 0; physical < kCount; ++physical) {
+    ASSERT_EQ(verdicts[static_cast<std::size_t>(physical)].gpu.nvml_index, kCount - 1 - physical);
+    ASSERT_TRUE(verdicts[static_cast<std::size_t>(physical)].fits());
+  }
+  const auto picked = gpusel::pick(count(kCount), map, "alice");
+  ASSERT_EQ(picked.size(), static_cast<std::size_t>(kCount));
+  EXPECT_EQ(picked.front().gpu.memory_free_bytes, 106 * kGiB) << "the most free memory first";
+  EXPECT_EQ(picked.back().gpu.memory_free_bytes, 100 * kGiB);
+  for (std::size_t i = 1; i < picked.size(); ++i)
+    ASSERT_GE(*picked[i - 1].gpu.memory_free_bytes, *picked[i].gpu.memory_free_bytes);
+  EXPECT_TRUE(contains(gpusel::explain(map), "\n  cuda:3999  physical 0  nvidia-smi 3999  "))
+      << "columns as wide as the widest";
+}
+
+TEST(Choose, PicksAmongVerdictsAlreadyReachedWithoutAssessingAgain) {
+  const auto map = machine({gpu(0, 20, 0), gpu(1, 120, 50), gpu(2, 80, 0)});
+  gpusel::PickCriteria criteria = count(1, gpusel::PickCriteria::all);
+  criteria.max_utilization = 10;
+  const std::vector<gpusel::Candidate> verdicts = gpusel::assess(criteria, map, "alice");
+  EXPECT_EQ(indices(gpusel::choose(criteria, verdicts)), (std::vector<int>{2, 0}));
+  EXPECT_EQ(indices(gpusel::choose(criteria, verdicts)), indices(gpusel::pick(criteria, map, "alice")))
+      << "pick is choose after assess";
+  criteria.at_least = 3;
+  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::choose(criteria, verdicts); }), "2 of 3 GPUs fit, 3 are needed"));
+  EXPECT_TRUE(
+      contains(error_from([&] { (void)gpusel::choose(count(2, 1), verdicts); }), "at_most (1) is below at_least (2)"))
+      << "choose checks the criteria too";
+}
+
+TEST(DescribeProcess, SaysWhoseProcessItIsWhenThatCanBeSeen) {
+  EXPECT_EQ(gpusel::describe(process_of("bob", 777)), "pid 777 of bob (python3), 2.0 GiB");
+  EXPECT_EQ(gpusel::describe(process_of("", 31337)),
+            "pid 31337, owner unknown: not visible from this PID namespace, 2.0 GiB");
+}
+
+TEST(CurrentUser, IsNamedAsTheInventoryNamesProcessOwners) {
+  const std::string user = gpusel::current_user();
+  EXPECT_FALSE(user.empty());
+  EXPECT_EQ(user, gpusel::detail::process_user(static_cast<unsigned>(getpid())));
 }
 
 TEST(DescribeCriteria, SaysEverythingThatWasAsked) {

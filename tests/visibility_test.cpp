@@ -209,7 +209,7 @@ TEST(VisibilityEmulated, ParsingAndExplainingMakeNoCudaCall) {
   gpusel_emulated::reset(gpusel_emulated::devices(2));
   FakeNvmlMachine machine(kFourGpus);
   ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "1,GPU-22,0,0");
-  const std::vector<gpusel::PhysicalDevice> physical = {{0, "GPU-a", "", "", 0}, {1, "GPU-b", "", "", 1}};
+  const std::vector<std::string> physical = {"GPU-a", "GPU-b"};
   for (const char* value : {"0", "1,0", "0,0", "GPU-a", "abc", "", "4294967296", " -0,+1"})
     (void)gpusel::parse_visible_devices(value, physical, "PCI_BUS_ID");
   (void)gpusel::visible_devices();

@@ -5,8 +5,12 @@
 // runtime's counters, that parsing calls nothing).
 #include "gpusel/visible_devices.hpp"
 
+#include "gpusel/detail/decimal.hpp"
+
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -17,22 +21,18 @@
 namespace {
 
 using gpusel::parse_visible_devices;
-using gpusel::PhysicalDevice;
 using gpusel::TokenOutcome;
 
 using gpusel_test::contains;
 
-std::vector<PhysicalDevice> machine(const std::vector<std::string>& uuids) {
-  std::vector<PhysicalDevice> devices;
-  for (std::size_t i = 0; i < uuids.size(); ++i) devices.push_back({static_cast<int>(i), uuids[i], "", "", -1});
-  return devices;
-}
+// A machine as the parser sees it: its GPUs' UUIDs, in CUDA's physical order.
+std::vector<std::string> machine(const std::vector<std::string>& uuids) { return uuids; }
 
-std::vector<PhysicalDevice> gpus(int count) {
+std::vector<std::string> gpus(int count) {
   std::vector<std::string> uuids;
   for (int i = 0; i < count; ++i)
     uuids.push_back("GPU-" + std::to_string(10000000 + i) + "-0000-0000-0000-000000000000");
-  return machine(uuids);
+  return uuids;
 }
 
 // What cudaGetDeviceCount would have seen, in the oracle tables' notation:
@@ -108,7 +108,7 @@ void expect_every_row_matches(const std::string& file, std::size_t expected_rows
   const std::vector<OracleRow> rows = read_oracle(file, uuid);
   ASSERT_EQ(uuid.size(), 40u) << "the table's header names its GPU";
   ASSERT_EQ(rows.size(), expected_rows) << "every row of " << file << " is read";
-  const std::vector<PhysicalDevice> physical = machine({uuid});
+  const std::vector<std::string> physical = machine({uuid});
   for (const OracleRow& row : rows) {
     const auto map = parse_visible_devices(row.visible, physical, row.order);
     EXPECT_EQ(outcome(map), row.expected)
@@ -254,6 +254,113 @@ TEST(VisibleDevicesUnobserved, NothingIsReadAfterADeviceNamedTwice) {
   const auto map = parse_visible_devices("0,0,x", gpus(1));
   EXPECT_EQ(outcome(map), "error:cudaErrorInvalidDevice");
   EXPECT_EQ(map.tokens()[2].outcome, TokenOutcome::not_read);
+}
+
+// --- UUIDs however NVML reports them, and machines of any size ----------------
+
+TEST(VisibleDevicesUuids, TheShorterOfTokenAndUuidMustBeAPrefixOfTheLonger) {
+  const std::vector<std::string> two = {"GPU-ab12", "GPU-AbCd34"};
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-ab", two)), "none") << "a prefix of both: ambiguous";
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-ABC", two)), "1") << "case is ignored";
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-ab1", two)), "0");
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-ab12junk", two)), "0") << "the whole UUID, then junk";
+  EXPECT_EQ(outcome(parse_visible_devices("MIG-abcd34x", two)), "1");
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-x", two)), "none");
+  // Both directions at once: GPU-ab is a prefix of the token, the token one of GPU-abcd.
+  const std::vector<std::string> nested = {"GPU-ab", "GPU-abcd"};
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-abc", nested)), "none") << "ambiguous";
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-abcdx", nested)), "none") << "ambiguous";
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-abx", nested)), "0");
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-abcd", nested)), "none") << "GPU-ab is a prefix of it too";
+}
+
+TEST(VisibleDevicesUuids, AUuidReportedTwiceIsAmbiguousAndAnEmptyOneSelectsNothing) {
+  const std::vector<std::string> odd = {"GPU-same", "GPU-same", "", "GPU-", "GPU-other"};
+  EXPECT_EQ(parse_visible_devices("GPU-same", odd).tokens()[0].outcome, TokenOutcome::ambiguous_uuid);
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-other", odd)), "4");
+  EXPECT_EQ(outcome(parse_visible_devices("GPU-o", odd)), "4") << "the empty UUIDs are no prefix of anything";
+  EXPECT_EQ(outcome(parse_visible_devices("2,3,0", odd)), "2,3,0") << "indices need no UUID";
+}
+
+TEST(VisibleDevices, MapsThousandsOfGpusByUuidAndByIndex) {
+  constexpr int kCount = 4000;
+  const std::vector<std::string> many = gpus(kCount);
+  std::string by_uuid, by_index;  // every GPU, last first
+  for (int i = kCount - 1; i >= 0; --i) {
+    by_uuid += (by_uuid.empty() ? "" : ",") + many[static_cast<std::size_t>(i)];
+    by_index += (by_index.empty() ? "" : ",") + std::to_string(i);
+  }
+  for (const std::string* value : {&by_uuid, &by_index}) {
+    const auto map = parse_visible_devices(*value, many);
+    ASSERT_EQ(map.count(), kCount) << map.reason();
+    for (int logical = 0; logical < kCount; ++logical) {
+      ASSERT_EQ(map.physical(logical), kCount - 1 - logical);
+      ASSERT_EQ(map.logical(kCount - 1 - logical), logical);
+    }
+  }
+  const auto twice = parse_visible_devices(by_index + ",0", many);
+  EXPECT_EQ(twice.error_name(), std::string("cudaErrorInvalidDevice")) << "the last token names GPU 0 again";
+  EXPECT_EQ(twice.tokens().back().outcome, TokenOutcome::duplicate);
+}
+
+// --- the decimal reader the parsers share (gpusel/detail/decimal.hpp) ----------
+
+using gpusel::detail::DecimalGrammar;
+using gpusel::detail::read_decimal;
+
+TEST(DecimalReader, TheStrtoulGrammarIsCsStrtoulExactly) {
+  for (const char* text : {"0",
+                           "42",
+                           " \t\n\v\f\r7",
+                           "+5",
+                           "-5",
+                           "-0",
+                           "12abc",
+                           "1.5",
+                           "1 2",
+                           "  -  1",
+                           "18446744073709551615",
+                           "18446744073709551616",
+                           "-18446744073709551615",
+                           "-99999999999999999999",
+                           "",
+                           " ",
+                           "-",
+                           "+",
+                           "abc",
+                           "0x10",
+                           "007"}) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long expected = std::strtoul(text, &end, 10);
+    const auto read = read_decimal(text, DecimalGrammar::strtoul);
+    EXPECT_EQ(read.ok, end != text) << '"' << text << '"';
+    EXPECT_EQ(read.value, expected) << '"' << text << '"';
+    EXPECT_EQ(read.overflow, errno == ERANGE) << '"' << text << '"';
+    if (read.ok) {
+      EXPECT_EQ(read.end, static_cast<std::size_t>(end - text)) << '"' << text << '"';
+    }
+  }
+}
+
+TEST(DecimalReader, TheWholeTextGrammarTakesDigitsAndNothingElse) {
+  EXPECT_EQ(read_decimal("0", DecimalGrammar::whole_text).value, 0u);
+  EXPECT_EQ(read_decimal("007", DecimalGrammar::whole_text).value, 7u) << "leading zeros are the caller's to refuse";
+  EXPECT_TRUE(read_decimal("18446744073709551615", DecimalGrammar::whole_text).ok);
+  EXPECT_FALSE(read_decimal("18446744073709551615", DecimalGrammar::whole_text).overflow);
+  EXPECT_TRUE(read_decimal("18446744073709551616", DecimalGrammar::whole_text).overflow);
+  for (const char* text : {"", " 1", "1 ", "+1", "-1", "1x", "x1", "1.0"})
+    EXPECT_FALSE(read_decimal(text, DecimalGrammar::whole_text).ok) << '"' << text << '"';
+}
+
+TEST(DecimalReader, TheLeadingDigitsGrammarSaysWhereTheDigitsEnd) {
+  const auto read = read_decimal("128GiB", DecimalGrammar::leading_digits);
+  EXPECT_TRUE(read.ok);
+  EXPECT_EQ(read.value, 128u);
+  EXPECT_EQ(read.end, 3u);
+  EXPECT_FALSE(read_decimal("GiB", DecimalGrammar::leading_digits).ok);
+  EXPECT_FALSE(read_decimal(" 1", DecimalGrammar::leading_digits).ok) << "no blanks";
+  EXPECT_FALSE(read_decimal("+1", DecimalGrammar::leading_digits).ok) << "no sign";
 }
 
 // --- PyTorch's published cases (test/test_cuda_nvml_based_avail.py) -------------

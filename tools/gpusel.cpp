@@ -2,17 +2,26 @@
 // free GPUs picked for CUDA_VISIBLE_DEVICES. It reads NVML only and never
 // starts CUDA, so it is safe to run beside jobs and before them:
 //   CUDA_VISIBLE_DEVICES=$(gpusel pick -n 2 --min-free 8GiB) ./train
-// `gpusel --help` says everything; the exit statuses are in kUsage below.
+// `gpusel help` says everything. The program is a parser (kOptions, kCommands),
+// one function per command, and exit statuses that mean what kUsage says.
 #include <gpusel/memory_size.hpp>
 #include <gpusel/select.hpp>
 #include <gpusel/version.hpp>
 #include <gpusel/visibility.hpp>
 
-#include <cstdio>
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <cstdint>
+#include <exception>
+#include <iomanip>
 #include <iostream>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 #include "json_writer.hpp"
@@ -27,6 +36,7 @@ constexpr int kExitNothingFits = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitNoDriver = 3;
 constexpr int kExitNvmlFailed = 4;
+constexpr int kExitInternalError = 5;
 
 constexpr const char* kUsage = R"(usage: gpusel <command> [options]
 
@@ -38,11 +48,11 @@ Commands (none of them starts CUDA or creates a context on any GPU):
             physical GPUs here, and what was ignored and why
   pick      choose free GPUs and print them for CUDA_VISIBLE_DEVICES:
               CUDA_VISIBLE_DEVICES=$(gpusel pick -n 2 --min-free 8GiB) ./train
+  help      this text (also -h, --help after any command)
+  version   gpusel's version (also --version)
 
 Options:
   --json                 machine-readable output (list, explain, pick)
-  -h, --help             this text
-  --version              gpusel's version
 
 Options of pick (by default: 1 GPU, no other user's compute process on it,
 most free memory first, among the GPUs CUDA_VISIBLE_DEVICES already shows):
@@ -59,36 +69,99 @@ most free memory first, among the GPUs CUDA_VISIBLE_DEVICES already shows):
                          UUIDs are exact even where CUDA's order is a guess
   --whole-machine        choose among all GPUs, whatever CUDA_VISIBLE_DEVICES says
 
+An option's value follows it (--count 2) or is attached (--count=2); an option
+that takes no value takes none (--json=false is a usage error).
+
 Environment: CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, and GPUSEL_NVML_LIBRARY
 (the NVML library to load; default libnvidia-ml.so.1).
 
 Exit status:
   0  success
   1  pick: fewer GPUs fit than asked for (each GPU and why, on stderr)
-  2  usage error: unknown command or option, malformed value
+  2  usage error: unknown command or option, malformed value, extra argument
   3  no NVIDIA driver: NVML could not be loaded (explain still prints what it can)
   4  NVML failed while reading the GPUs
+  5  internal error: a bug in gpusel (the message says what failed; please report it)
 )";
 
-struct Options {
-  std::string command;
-  bool json = false;
-  gpusel::PickCriteria criteria;
-  bool count_given = false;
-  bool print_uuids = false;
-};
-
+// A mistake in the command line: exit status 2.
 class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
+struct Command;
+
+// The command line, parsed.
+struct Arguments {
+  const Command* command = nullptr;
+  bool json = false;
+  bool done = false;  // --help or --version: the rest of the line is not read
+  // pick's options as given; settle_counts turns the counts into criteria.
+  gpusel::PickCriteria criteria;
+  std::optional<int> count;
+  std::optional<int> at_least;
+  std::optional<int> at_most;
+  bool all = false;
+  bool print_uuids = false;
+};
+
+// --- the commands -----------------------------------------------------------------------
+
+int run_list(const Arguments& arguments);
+int run_explain(const Arguments& arguments);
+int run_pick(const Arguments& arguments);
+int run_help(const Arguments& arguments);
+int run_version(const Arguments& arguments);
+
+// Which commands an option belongs to.
+using CommandSet = unsigned;
+constexpr CommandSet kList = 1u << 0, kExplain = 1u << 1, kPick = 1u << 2, kHelp = 1u << 3, kVersion = 1u << 4;
+constexpr CommandSet kEveryCommand = kList | kExplain | kPick | kHelp | kVersion;
+
+struct Command {
+  std::string_view name;
+  CommandSet bit;
+  int (*run)(const Arguments&);
+};
+
+constexpr Command kCommands[] = {
+    {"list", kList, run_list}, {"explain", kExplain, run_explain}, {"pick", kPick, run_pick},
+    {"help", kHelp, run_help}, {"version", kVersion, run_version},
+};
+
+const Command& command_named(std::string_view name) {
+  for (const Command& command : kCommands)
+    if (command.name == name) return command;
+  throw UsageError("unknown command \"" + std::string(name) + "\" (commands: list, explain, pick, help, version)");
+}
+
+// "pick", "list, explain and pick".
+std::string command_names(CommandSet commands) {
+  std::vector<std::string_view> names;
+  for (const Command& command : kCommands)
+    if ((commands & command.bit) != 0) names.push_back(command.name);
+  std::string text;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    text += std::string(i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + std::string(names[i]);
+  return text;
+}
+
+// --- the options ------------------------------------------------------------------------
+
+// A whole number of at least `smallest` (and at most INT_MAX), as `option` expects it:
+// decimal digits only (std::from_chars into an unsigned type takes no sign or blank).
 int parse_count(std::string_view option, const std::string& text, int smallest) {
-  const bool digits = !text.empty() && text.size() <= 6 && text.find_first_not_of("0123456789") == std::string::npos;
-  if (!digits || std::stoi(text) < smallest)
+  unsigned long long number = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), number);
+  const bool digits_only = !text.empty() && end == text.data() + text.size();
+  if (!digits_only || (error == std::errc() && number < static_cast<unsigned long long>(smallest)))
     throw UsageError(std::string(option) + " expects a whole number of at least " + std::to_string(smallest) +
                      ", got \"" + text + "\"");
-  return std::stoi(text);
+  if (error != std::errc() || number > static_cast<unsigned long long>(INT_MAX))
+    throw UsageError(std::string(option) + " expects a whole number of at most " + std::to_string(INT_MAX) +
+                     ", got \"" + text + "\"");
+  return static_cast<int>(number);
 }
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -102,123 +175,172 @@ std::vector<std::string> split_list(const std::string& text) {
   }
 }
 
-Options parse_arguments(const std::vector<std::string>& arguments) {
-  Options options;
-  bool all = false;
-  std::optional<int> at_least;
-  for (std::size_t i = 0; i < arguments.size(); ++i) {
-    std::string argument = arguments[i];
-    std::optional<std::string> attached;  // --option=value
-    if (argument.rfind("--", 0) == 0 && argument.find('=') != std::string::npos) {
-      attached = argument.substr(argument.find('=') + 1);
-      argument = argument.substr(0, argument.find('='));
+enum class Takes : bool { nothing, value };
+
+struct Option {
+  std::string_view name;   // "--count"
+  std::string_view alias;  // "-n"; "" when none
+  Takes takes;
+  CommandSet commands;
+  // Applies the option; `spelled` is how it was written ("-n" or "--count"), for messages.
+  void (*apply)(Arguments& arguments, std::string_view spelled, const std::string& value);
+};
+
+const Option kOptions[] = {
+    {"--help", "-h", Takes::nothing, kEveryCommand,
+     [](Arguments& a, std::string_view, const std::string&) {
+       a.command = &command_named("help");
+       a.done = true;
+     }},
+    {"--version", "", Takes::nothing, kEveryCommand,
+     [](Arguments& a, std::string_view, const std::string&) {
+       a.command = &command_named("version");
+       a.done = true;
+     }},
+    {"--json", "", Takes::nothing, kList | kExplain | kPick,
+     [](Arguments& a, std::string_view, const std::string&) { a.json = true; }},
+    {"--count", "-n", Takes::value, kPick,
+     [](Arguments& a, std::string_view spelled, const std::string& value) {
+       a.count = parse_count(spelled, value, 1);
+     }},
+    {"--at-least", "", Takes::value, kPick,
+     [](Arguments& a, std::string_view spelled, const std::string& value) {
+       a.at_least = parse_count(spelled, value, 0);
+     }},
+    {"--at-most", "", Takes::value, kPick,
+     [](Arguments& a, std::string_view spelled, const std::string& value) {
+       a.at_most = parse_count(spelled, value, 1);
+     }},
+    {"--all", "", Takes::nothing, kPick, [](Arguments& a, std::string_view, const std::string&) { a.all = true; }},
+    {"--min-free", "", Takes::value, kPick,
+     [](Arguments& a, std::string_view spelled, const std::string& value) {
+       try {
+         a.criteria.min_free_memory = value;
+       } catch (const gpusel::Error& error) {
+         throw UsageError(std::string(spelled) + ": " + error.what());
+       }
+     }},
+    {"--max-util", "", Takes::value, kPick,
+     [](Arguments& a, std::string_view spelled, const std::string& value) {
+       const int percent = parse_count(spelled, value, 0);
+       if (percent > 100)
+         throw UsageError(std::string(spelled) + " expects a percentage from 0 to 100, got \"" + value + "\"");
+       a.criteria.max_utilization = percent;
+     }},
+    {"--allow-other-users", "", Takes::nothing, kPick,
+     [](Arguments& a, std::string_view, const std::string&) { a.criteria.allow_other_users = true; }},
+    {"--exclude", "", Takes::value, kPick,
+     [](Arguments& a, std::string_view, const std::string& value) {
+       for (std::string& name : split_list(value)) a.criteria.exclude.push_back(std::move(name));
+     }},
+    {"--order", "", Takes::value, kPick,
+     [](Arguments& a, std::string_view spelled, const std::string& value) {
+       if (value == "free")
+         a.criteria.order = gpusel::PickOrder::most_free_memory;
+       else if (value == "util")
+         a.criteria.order = gpusel::PickOrder::least_utilized;
+       else if (value == "index")
+         a.criteria.order = gpusel::PickOrder::index;
+       else
+         throw UsageError(std::string(spelled) + " expects free, util or index, got \"" + value + "\"");
+     }},
+    {"--format", "", Takes::value, kPick,
+     [](Arguments& a, std::string_view spelled, const std::string& value) {
+       if (value != "index" && value != "uuid")
+         throw UsageError(std::string(spelled) + " expects index or uuid, got \"" + value + "\"");
+       a.print_uuids = value == "uuid";
+     }},
+    {"--whole-machine", "", Takes::nothing, kPick,
+     [](Arguments& a, std::string_view, const std::string&) { a.criteria.only_visible = false; }},
+};
+
+const Option* option_named(std::string_view name) {
+  for (const Option& option : kOptions)
+    if (option.name == name || (!option.alias.empty() && option.alias == name)) return &option;
+  return nullptr;
+}
+
+// pick's counts as criteria: -n N is exactly N; --at-least N alone is exactly N too.
+void settle_counts(Arguments& arguments) {
+  gpusel::PickCriteria& criteria = arguments.criteria;
+  if (arguments.count && (arguments.all || arguments.at_least || arguments.at_most))
+    throw UsageError("-n cannot be combined with --at-least, --at-most or --all");
+  if (arguments.all && arguments.at_most) throw UsageError("--all cannot be combined with --at-most");
+  if (arguments.count) {
+    criteria.at_least = *arguments.count;
+    criteria.at_most = *arguments.count;
+  }
+  if (arguments.at_least) criteria.at_least = *arguments.at_least;
+  if (arguments.at_most)
+    criteria.at_most = *arguments.at_most;
+  else if (arguments.at_least && !arguments.all)
+    criteria.at_most = *arguments.at_least;
+  if (arguments.all) criteria.at_most = gpusel::PickCriteria::all;
+  if (criteria.at_most && *criteria.at_most < criteria.at_least)
+    throw UsageError("--at-most " + std::to_string(*criteria.at_most) + " is below --at-least " +
+                     std::to_string(criteria.at_least));
+}
+
+// `gpusel <command> [options]`, the options before or after the command.
+Arguments parse_arguments(const std::vector<std::string>& words) {
+  Arguments arguments;
+  std::vector<std::pair<const Option*, std::string>> given;  // each option as spelled, checked against the command
+  for (std::size_t i = 0; i < words.size() && !arguments.done; ++i) {
+    const std::string& word = words[i];
+    if (word.size() < 2 || word[0] != '-') {
+      if (arguments.command != nullptr)
+        throw UsageError("unexpected argument \"" + word + "\": " + std::string(arguments.command->name) +
+                         " takes no arguments, and gpusel runs one command at a time");
+      arguments.command = &command_named(word);
+      continue;
     }
-    const auto value = [&]() -> std::string {
-      if (attached) return *attached;
-      if (i + 1 >= arguments.size()) throw UsageError(argument + " expects a value");
-      return arguments[++i];
-    };
-    const auto pick_only = [&] {
-      if (options.command != "pick") throw UsageError(argument + " is an option of pick only");
-    };
-    if (argument == "-h" || argument == "--help" || argument == "--version") {
-      options.command = argument == "--version" ? "version" : "help";
-      return options;
-    }
-    if (argument == "--json") {
-      options.json = true;
-    } else if (options.command.empty() && argument.rfind('-', 0) != 0) {
-      if (argument != "list" && argument != "explain" && argument != "pick")
-        throw UsageError("unknown command \"" + argument + "\" (commands: list, explain, pick)");
-      options.command = argument;
-    } else if (argument == "-n" || argument == "--count") {
-      pick_only();
-      const int count = parse_count(argument, value(), 1);
-      options.criteria.at_least = count;
-      options.criteria.at_most = count;
-      options.count_given = true;
-    } else if (argument == "--at-least") {
-      pick_only();
-      at_least = parse_count(argument, value(), 0);
-    } else if (argument == "--at-most") {
-      pick_only();
-      options.criteria.at_most = parse_count(argument, value(), 1);
-    } else if (argument == "--all") {
-      pick_only();
-      all = true;
-    } else if (argument == "--min-free") {
-      pick_only();
-      try {
-        options.criteria.min_free_memory = value();
-      } catch (const gpusel::Error& error) {
-        throw UsageError(std::string("--min-free: ") + error.what());
-      }
-    } else if (argument == "--max-util") {
-      pick_only();
-      const std::string text = value();
-      const int percent = parse_count(argument, text, 0);
-      if (percent > 100) throw UsageError("--max-util expects a percentage from 0 to 100, got \"" + text + "\"");
-      options.criteria.max_utilization = percent;
-    } else if (argument == "--allow-other-users") {
-      pick_only();
-      options.criteria.allow_other_users = true;
-    } else if (argument == "--exclude") {
-      pick_only();
-      for (const std::string& name : split_list(value())) options.criteria.exclude.push_back(name);
-    } else if (argument == "--order") {
-      pick_only();
-      const std::string order = value();
-      if (order == "free")
-        options.criteria.order = gpusel::PickOrder::most_free_memory;
-      else if (order == "util")
-        options.criteria.order = gpusel::PickOrder::least_utilized;
-      else if (order == "index")
-        options.criteria.order = gpusel::PickOrder::index;
-      else
-        throw UsageError("--order expects free, util or index, got \"" + order + "\"");
-    } else if (argument == "--format") {
-      pick_only();
-      const std::string format = value();
-      if (format != "index" && format != "uuid")
-        throw UsageError("--format expects index or uuid, got \"" + format + "\"");
-      options.print_uuids = format == "uuid";
-    } else if (argument == "--whole-machine") {
-      pick_only();
-      options.criteria.only_visible = false;
+    const std::size_t equals = word.rfind("--", 0) == 0 ? word.find('=') : std::string::npos;
+    const std::string name = word.substr(0, equals);
+    const Option* option = option_named(name);
+    if (option == nullptr)
+      throw UsageError("unknown option \"" + name + "\"" +
+                       (arguments.command == nullptr ? " (give a command first: list, explain, pick)" : ""));
+    std::string value;
+    if (option->takes == Takes::nothing) {
+      if (equals != std::string::npos)
+        throw UsageError(name + " takes no value, got \"" + word + "\" (give " + name + " alone to turn it on)");
+    } else if (equals != std::string::npos) {
+      value = word.substr(equals + 1);
+    } else if (i + 1 < words.size()) {
+      value = words[++i];
     } else {
-      throw UsageError("unknown option \"" + argument + "\"" +
-                       (options.command.empty() ? " (give a command first: list, explain, pick)" : ""));
+      throw UsageError(name + " expects a value");
     }
+    option->apply(arguments, name, value);
+    given.emplace_back(option, name);
   }
-  if (options.command.empty()) throw UsageError("no command given (commands: list, explain, pick)");
-  if (options.count_given && (all || at_least)) throw UsageError("-n cannot be combined with --at-least or --all");
-  if (at_least) {
-    options.criteria.at_least = *at_least;
-    if (!options.criteria.at_most && !all) options.criteria.at_most = *at_least;
-  }
-  if (all) {
-    if (options.criteria.at_most) throw UsageError("--all cannot be combined with --at-most");
-    options.criteria.at_most = gpusel::PickCriteria::all;
-  }
-  if (options.criteria.at_most && *options.criteria.at_most < options.criteria.at_least)
-    throw UsageError("--at-most " + std::to_string(*options.criteria.at_most) + " is below --at-least " +
-                     std::to_string(options.criteria.at_least));
-  return options;
+  if (arguments.command == nullptr) throw UsageError("no command given (commands: list, explain, pick, help, version)");
+  if (arguments.done) return arguments;
+  for (const auto& [option, spelled] : given)
+    if ((option->commands & arguments.command->bit) == 0)
+      throw UsageError(spelled + " is an option of " + command_names(option->commands) + " only, not of " +
+                       std::string(arguments.command->name));
+  settle_counts(arguments);
+  return arguments;
 }
 
-// --- output ----------------------------------------------------------------------------
+// --- output -----------------------------------------------------------------------------
 
-std::string column(std::string text, std::size_t width) {
-  if (text.size() < width) text.append(width - text.size(), ' ');
-  return text;
-}
+// `text` left-aligned in a column `width` wide (std::setw, so no padder of the tool's own).
+struct Column {
+  std::string_view text;
+  std::size_t width;
+  friend std::ostream& operator<<(std::ostream& out, const Column& column) {
+    return out << std::left << std::setw(static_cast<int>(column.width)) << column.text;
+  }
+};
 
 std::string describe_processes(const gpusel::Gpu& gpu) {
   if (!gpu.processes) return "unknown";
   if (gpu.processes->empty()) return "none";
   std::string text;
   for (const gpusel::GpuProcess& process : *gpu.processes)
-    text += (text.empty() ? "" : "; ") + gpusel::detail::describe_process(process);
+    text += (text.empty() ? "" : "; ") + gpusel::describe(process);
   return text;
 }
 
@@ -231,16 +353,8 @@ std::string memory(const gpusel::Gpu& gpu) {
   return size(gpu.memory_used_bytes) + " / " + size(gpu.memory_total_bytes);
 }
 
-template <class Number>
-void optional_value(JsonWriter& json, const char* key, const std::optional<Number>& value) {
-  json.key(key);
-  if (value)
-    json.value(*value);
-  else
-    json.null();
-}
-
-void optional_text(JsonWriter& json, const char* key, const std::optional<std::string>& value) {
+template <class Value>
+void optional_value(JsonWriter& json, const char* key, const std::optional<Value>& value) {
   json.key(key);
   if (value)
     json.value(*value);
@@ -280,55 +394,68 @@ void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_in
   json.end_array();
 }
 
-const gpusel::Gpu& gpu_of(const gpusel::DeviceMap& map, const gpusel::PhysicalDevice& device) {
-  return *map.inventory.find_uuid(device.uuid);
+// The exit status for GPUs that cannot be seen: 4 when NVML failed while
+// reading them, else 3 (no NVML, or one that would not start).
+int no_gpus_status(const gpusel::Inventory& inventory) {
+  return inventory.status == gpusel::InventoryStatus::query_failed ? kExitNvmlFailed : kExitNoDriver;
 }
 
-// Exit status and message for an inventory that is not ok.
+// Says why no GPU can be seen; returns the exit status.
 int report_no_gpus(const gpusel::DeviceMap& map) {
-  if (map.inventory.status == gpusel::InventoryStatus::query_failed) {
+  if (map.inventory.status == gpusel::InventoryStatus::query_failed)
     std::cerr << "gpusel: NVML failed while reading the GPUs: " << map.inventory.reason << "\n";
-    return kExitNvmlFailed;
-  }
-  std::cerr << "gpusel: no NVIDIA driver to ask, so no GPU can be seen: " << map.inventory.reason << "\n";
-  return kExitNoDriver;
+  else
+    std::cerr << "gpusel: no NVIDIA driver to ask, so no GPU can be seen: " << map.inventory.reason << "\n";
+  return no_gpus_status(map.inventory);
 }
 
-int run_list(const Options& options, const gpusel::DeviceMap& map) {
-  if (!map.known()) return report_no_gpus(map);
-  if (options.json) {
-    JsonWriter json;
+void print_list_json(const gpusel::DeviceMap& map) {
+  JsonWriter json;
+  json.begin_object();
+  json.key("driver_version").value(map.inventory.driver_version);
+  json.key("cuda_driver_version").value(map.inventory.cuda_driver_version);
+  json.key("order_exact").value(map.order.exact);
+  json.key("caveat").value(map.order.caveat);
+  json.key("gpus").begin_array();
+  for (int physical = 0; physical < map.order.count(); ++physical) {
     json.begin_object();
-    json.key("driver_version").value(map.inventory.driver_version);
-    json.key("cuda_driver_version").value(map.inventory.cuda_driver_version);
-    json.key("order_exact").value(map.order.exact);
-    json.key("caveat").value(map.order.caveat);
-    json.key("gpus").begin_array();
-    for (const gpusel::PhysicalDevice& device : map.order.devices) {
-      json.begin_object();
-      gpu_members(json, map, device.index, gpu_of(map, device));
-      json.end_object();
-    }
-    json.end_array().end_object();
-    std::cout << json.str();
+    gpu_members(json, map, physical, *map.physical_device(physical));
+    json.end_object();
+  }
+  json.end_array().end_object();
+  std::cout << json.str();
+}
+
+int run_list(const Arguments& arguments) {
+  const gpusel::DeviceMap map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
+  if (!map.known()) return report_no_gpus(map);
+  if (arguments.json) {
+    print_list_json(map);
     return kExitOk;
   }
-  std::size_t name_width = 4, uuid_width = 4;
+  std::vector<std::string> labels;  // this process's cuda:N, or "hidden"
+  std::size_t label_width = 6, name_width = 4, uuid_width = 4;
+  for (int physical = 0; physical < map.order.count(); ++physical) {
+    const auto logical = map.visible.logical(physical);
+    labels.push_back(logical ? "cuda:" + std::to_string(*logical) : "hidden");
+    label_width = std::max(label_width, labels.back().size());
+  }
   for (const gpusel::Gpu& gpu : map.inventory.gpus) {
     name_width = std::max(name_width, gpu.name.size());
     uuid_width = std::max(uuid_width, gpu.uuid.size());
   }
-  std::cout << column("CUDA", 8) << column("PHYS", 6) << column("SMI", 5) << column("NAME", name_width + 2)
-            << column("UUID", uuid_width + 2) << column("PCI BUS ID", 18) << column("MEMORY USED / TOTAL", 24)
-            << column("UTIL", 6) << "PROCESSES\n";
-  for (const gpusel::PhysicalDevice& device : map.order.devices) {
-    const gpusel::Gpu& gpu = gpu_of(map, device);
-    const auto logical = map.visible.logical(device.index);
-    std::cout << column(logical ? "cuda:" + std::to_string(*logical) : "hidden", 8)
-              << column(std::to_string(device.index), 6) << column(std::to_string(gpu.nvml_index), 5)
-              << column(gpu.name, name_width + 2) << column(gpu.uuid, uuid_width + 2) << column(gpu.pci_bus_id, 18)
-              << column(memory(gpu), 24) << column(percent(gpu.utilization_percent), 6)
-              << (gpu.mig_enabled ? "MIG mode; " : "") << describe_processes(gpu) << "\n";
+  const std::size_t index_width = std::max<std::size_t>(4, std::to_string(map.order.count()).size()) + 2;
+  std::cout << Column{"CUDA", label_width + 2} << Column{"PHYS", index_width} << Column{"SMI", index_width - 1}
+            << Column{"NAME", name_width + 2} << Column{"UUID", uuid_width + 2} << Column{"PCI BUS ID", 18}
+            << Column{"MEMORY USED / TOTAL", 24} << Column{"UTIL", 6} << "PROCESSES\n";
+  for (int physical = 0; physical < map.order.count(); ++physical) {
+    const gpusel::Gpu& gpu = *map.physical_device(physical);
+    std::cout << Column{labels[static_cast<std::size_t>(physical)], label_width + 2}
+              << Column{std::to_string(physical), index_width}
+              << Column{std::to_string(gpu.nvml_index), index_width - 1} << Column{gpu.name, name_width + 2}
+              << Column{gpu.uuid, uuid_width + 2} << Column{gpu.pci_bus_id, 18} << Column{memory(gpu), 24}
+              << Column{percent(gpu.utilization_percent), 6} << (gpu.mig_enabled ? "MIG mode; " : "")
+              << describe_processes(gpu) << "\n";
   }
   if (map.inventory.gpus.empty()) std::cout << "(NVML sees no GPU)\n";
   if (!map.visible.ok() && !map.inventory.gpus.empty())
@@ -337,132 +464,142 @@ int run_list(const Options& options, const gpusel::DeviceMap& map) {
   return kExitOk;
 }
 
-int run_explain(const Options& options, const gpusel::DeviceMap& map) {
-  if (options.json) {
-    JsonWriter json;
+void print_explain_json(const gpusel::DeviceMap& map) {
+  JsonWriter json;
+  json.begin_object();
+  optional_value(json, "cuda_visible_devices", map.visible.variable());
+  optional_value(json, "cuda_device_order", map.visible.device_order());
+  json.key("gpus_known").value(map.known());
+  json.key("reason").value(map.inventory.reason);
+  json.key("ok").value(map.known() && map.visible.ok());
+  json.key("error").value(map.visible.error_name());
+  json.key("error_reason").value(map.visible.reason());
+  json.key("visible").begin_array();
+  for (int logical = 0; map.known() && logical < map.visible.count(); ++logical) {
     json.begin_object();
-    optional_text(json, "cuda_visible_devices", map.visible.variable());
-    optional_text(json, "cuda_device_order", map.visible.device_order());
-    json.key("gpus_known").value(map.known());
-    json.key("reason").value(map.inventory.reason);
-    json.key("ok").value(map.known() && map.visible.ok());
-    json.key("error").value(map.visible.error_name());
-    json.key("error_reason").value(map.visible.reason());
-    json.key("visible").begin_array();
-    for (int logical = 0; map.known() && logical < map.visible.count(); ++logical) {
-      const gpusel::PhysicalDevice& device = *map.device(logical);
-      json.begin_object();
-      gpu_members(json, map, device.index, gpu_of(map, device));
-      json.end_object();
-    }
-    json.end_array();
-    json.key("tokens").begin_array();
-    for (const gpusel::VisibleToken& token : map.visible.tokens()) {
-      json.begin_object();
-      json.key("text").value(token.text);
-      json.key("kept").value(token.kept());
-      json.key("why").value(map.known() ? token.why(map.visible.physical_count()) : std::string("not checked"));
-      json.end_object();
-    }
-    json.end_array();
-    json.key("order_exact").value(map.order.exact);
-    json.key("caveat").value(map.order.caveat);
-    json.key("text").value(gpusel::explain(map));
+    gpu_members(json, map, map.visible.physical(logical), *map.device(logical));
     json.end_object();
-    std::cout << json.str();
-  } else {
-    std::cout << gpusel::explain(map);
   }
-  if (!map.known())
-    return map.inventory.status == gpusel::InventoryStatus::query_failed ? kExitNvmlFailed : kExitNoDriver;
-  return kExitOk;
+  json.end_array();
+  json.key("tokens").begin_array();
+  for (const gpusel::VisibleToken& token : map.visible.tokens()) {
+    json.begin_object();
+    json.key("text").value(token.text);
+    json.key("kept").value(token.kept());
+    json.key("why").value(map.known() ? token.why(map.visible.physical_count()) : std::string("not checked"));
+    json.end_object();
+  }
+  json.end_array();
+  json.key("order_exact").value(map.order.exact);
+  json.key("caveat").value(map.order.caveat);
+  json.key("text").value(gpusel::explain(map));
+  json.end_object();
+  std::cout << json.str();
 }
 
-int run_pick(const Options& options, const gpusel::DeviceMap& map) {
+int run_explain(const Arguments& arguments) {
+  const gpusel::DeviceMap map = gpusel::visible_devices();  // identity is all it shows
+  if (arguments.json)
+    print_explain_json(map);
+  else
+    std::cout << gpusel::explain(map);
+  return map.known() ? kExitOk : no_gpus_status(map.inventory);
+}
+
+void print_pick_json(const Arguments& arguments, const gpusel::DeviceMap& map,
+                     const std::vector<gpusel::Candidate>& assessed, const std::vector<gpusel::Candidate>& picked,
+                     const std::string& value, const std::string& failure) {
+  JsonWriter json;
+  json.begin_object();
+  json.key("criteria").value(gpusel::describe(arguments.criteria));
+  json.key("ok").value(failure.empty());
+  json.key("error").value(failure);
+  json.key("cuda_visible_devices").value(value);
+  json.key("picked").begin_array();
+  for (const gpusel::Candidate& candidate : picked) {
+    json.begin_object();
+    gpu_members(json, map, candidate.physical_index, candidate.gpu);
+    json.end_object();
+  }
+  json.end_array();
+  json.key("assessed").begin_array();
+  for (const gpusel::Candidate& candidate : assessed) {
+    json.begin_object();
+    gpu_members(json, map, candidate.physical_index, candidate.gpu);
+    json.key("fits").value(candidate.fits());
+    json.key("rejected_because").begin_array();
+    for (const std::string& reason : candidate.rejected_because) json.value(reason);
+    json.end_array();
+    json.end_object();
+  }
+  json.end_array().end_object();
+  std::cout << json.str();
+}
+
+int run_pick(const Arguments& arguments) {
+  const gpusel::DeviceMap map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
   if (!map.known()) return report_no_gpus(map);
-  const std::string user = gpusel::detail::current_user();
   std::vector<gpusel::Candidate> assessed;
   try {
-    assessed = gpusel::assess(options.criteria, map, user);
-  } catch (const gpusel::Error& error) {
-    std::cerr << "gpusel: " << error.what() << "\n";
+    assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user());
+  } catch (const gpusel::Error& error) {  // criteria that make no sense here, e.g. an --exclude naming no GPU
+    std::cerr << "gpusel: " << error.what() << "\nTry 'gpusel help'.\n";
     return kExitUsage;
   }
   std::vector<gpusel::Candidate> picked;
   std::string failure;
   try {
-    picked = gpusel::pick(options.criteria, map, user);
+    picked =
+        gpusel::choose(arguments.criteria, assessed);  // assess checked the criteria: this fails only when too few fit
   } catch (const gpusel::Error& error) {
     failure = error.what();
   }
   std::string value;
   for (const gpusel::Candidate& candidate : picked)
     value += (value.empty() ? "" : ",") +
-             (options.print_uuids ? candidate.gpu.uuid : std::to_string(candidate.physical_index));
+             (arguments.print_uuids ? candidate.gpu.uuid : std::to_string(candidate.physical_index));
 
-  if (options.json) {
-    JsonWriter json;
-    json.begin_object();
-    json.key("criteria").value(gpusel::describe(options.criteria));
-    json.key("ok").value(failure.empty());
-    json.key("error").value(failure);
-    json.key("cuda_visible_devices").value(value);
-    json.key("picked").begin_array();
-    for (const gpusel::Candidate& candidate : picked) {
-      json.begin_object();
-      gpu_members(json, map, candidate.physical_index, candidate.gpu);
-      json.end_object();
-    }
-    json.end_array();
-    json.key("assessed").begin_array();
-    for (const gpusel::Candidate& candidate : assessed) {
-      json.begin_object();
-      gpu_members(json, map, candidate.physical_index, candidate.gpu);
-      json.key("fits").value(candidate.fits());
-      json.key("rejected_because").begin_array();
-      for (const std::string& reason : candidate.rejected_because) json.value(reason);
-      json.end_array();
-      json.end_object();
-    }
-    json.end_array().end_object();
-    std::cout << json.str();
-  } else if (failure.empty()) {
+  if (arguments.json)
+    print_pick_json(arguments, map, assessed, picked, value, failure);
+  else if (failure.empty())
     std::cout << value << "\n";
-  }
   if (!failure.empty()) {
     std::cerr << "gpusel: " << failure << "\n";
     return kExitNothingFits;
   }
-  if (!options.print_uuids && !map.order.exact)
+  if (!arguments.print_uuids && !map.order.exact)
     std::cerr << "gpusel: caution: " << map.order.caveat << "; --format uuid names the GPUs exactly\n";
+  return kExitOk;
+}
+
+int run_help(const Arguments&) {
+  std::cout << kUsage;
+  return kExitOk;
+}
+
+int run_version(const Arguments&) {
+  std::cout << "gpusel " << gpusel::version() << "\n";
   return kExitOk;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options options;
+  Arguments arguments;
   try {
-    options = parse_arguments(std::vector<std::string>(argv + 1, argv + argc));
+    arguments = parse_arguments(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const UsageError& error) {
-    std::cerr << "gpusel: " << error.what() << "\nTry 'gpusel --help'.\n";
+    std::cerr << "gpusel: " << error.what() << "\nTry 'gpusel help'.\n";
     return kExitUsage;
   }
-  if (options.command == "help") {
-    std::cout << kUsage;
-    return kExitOk;
-  }
-  if (options.command == "version") {
-    std::cout << "gpusel " << gpusel::version() << "\n";
-    return kExitOk;
-  }
+  // NVML failing is a state the commands report (3, 4); an exception here is a bug.
   try {
-    const gpusel::DeviceMap map = gpusel::visible_devices(gpusel::InventoryOptions{{}, options.command != "explain"});
-    if (options.command == "list") return run_list(options, map);
-    if (options.command == "explain") return run_explain(options, map);
-    return run_pick(options, map);
+    return arguments.command->run(arguments);
   } catch (const std::exception& error) {
-    std::cerr << "gpusel: " << error.what() << "\n";
-    return kExitNvmlFailed;
+    std::cerr << "gpusel: internal error: " << error.what() << " (please report it)\n";
+    return kExitInternalError;
+  } catch (...) {
+    std::cerr << "gpusel: internal error: an unknown exception (please report it)\n";
+    return kExitInternalError;
   }
 }

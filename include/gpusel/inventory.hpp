@@ -26,7 +26,7 @@
 
 #include "gpusel/detail/environment.hpp"
 #include "gpusel/detail/nvml.hpp"
-#include "gpusel/detail/stable_sort.hpp"
+#include "gpusel/error.hpp"
 #include "gpusel/visible_devices.hpp"
 
 namespace gpusel {
@@ -39,7 +39,8 @@ struct GpuProcess {
   std::string command;  // /proc/<pid>/comm, "" when not visible
 };
 
-// One physical GPU.
+// One physical GPU: the one record gpusel keeps of it (CUDA's physical order
+// and the visible map refer to it by position, never copy it).
 struct Gpu {
   int nvml_index = 0;                // nvidia-smi's number: PCI bus order
   std::string uuid;                  // "GPU-f9ee9551-5061-9acc-ea2a-e3926e258ba9"
@@ -66,9 +67,20 @@ enum class InventoryStatus {
   query_failed,       // a GPU could not be read; `gpus` holds those read before it
 };
 
+// What query_inventory reads. The default is each GPU's identity only (index,
+// UUID, name, PCI bus id, compute capability, MIG mode), which is all that
+// visible_devices() needs; usage costs more calls and /proc reads per GPU:
+//   gpusel::query_inventory(gpusel::InventoryOptions::with_usage())
 struct InventoryOptions {
   std::string nvml_library;  // "" = GPUSEL_NVML_LIBRARY, else "libnvidia-ml.so.1"; "none" = no NVML
-  bool usage = true;         // read memory, utilization and processes (identity only when false: faster)
+  bool usage = false;        // also read memory, utilization and compute processes
+
+  // Identity and usage.
+  static InventoryOptions with_usage() {
+    InventoryOptions options;
+    options.usage = true;
+    return options;
+  }
 };
 
 struct Inventory {
@@ -80,14 +92,16 @@ struct Inventory {
   std::vector<Gpu> gpus;        // in nvidia-smi's order
 
   bool ok() const noexcept { return status == InventoryStatus::ok; }
+  // The first GPU with exactly this UUID (a broken NVML may report one twice), or nullptr.
   const Gpu* find_uuid(std::string_view uuid) const noexcept;
   // Compares the numbers, so "0000:17:00.0" (CUDA's form) finds "00000000:17:00.0" (NVML's).
   const Gpu* find_pci_bus_id(std::string_view pci_bus_id) const noexcept;
 };
 
-// Reads the inventory. A missing or failing NVML is reported in the result's
-// status and reason; this throws nothing but std::bad_alloc.
-Inventory query_inventory(const InventoryOptions& options = {});
+// Reads the inventory: identity only unless options.usage. A missing or failing
+// NVML is reported in the result's status and reason; this throws nothing but
+// std::bad_alloc.
+[[nodiscard]] Inventory query_inventory(const InventoryOptions& options = {});
 
 // Note [CUDA's physical order]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -110,14 +124,27 @@ Inventory query_inventory(const InventoryOptions& options = {});
 // Whatever the order, gpusel matches NVML's GPUs to CUDA's by UUID or PCI bus
 // id, never by index.
 struct CudaPhysicalOrder {
-  std::vector<PhysicalDevice> devices;  // devices[i].index == i; nvml_index says nvidia-smi's number
+  // positions[i]: where physical GPU i (CUDA's physical index i) is in the
+  // inventory's `gpus`. Positions, not copies: the Gpu records stay the one
+  // record of each GPU, and GPUs whose UUIDs NVML reports twice or empty stay apart.
+  std::vector<std::size_t> positions;
   bool exact = true;
   std::string caveat;  // why the order may be wrong, "" when exact
+
+  // How many physical GPUs there are.
+  int count() const noexcept { return static_cast<int>(positions.size()); }
+  // Physical GPU `physical` of `inventory` (the one this order was made from);
+  // throws Error when there is no such GPU.
+  const Gpu& gpu(const Inventory& inventory, int physical) const;
+  // The GPUs' UUIDs in this order, for parse_visible_devices: views of
+  // `inventory`'s strings, valid while it lives unchanged.
+  std::vector<std::string_view> uuids(const Inventory& inventory) const;
 };
 
 // CUDA's physical order for `inventory`'s GPUs under this CUDA_DEVICE_ORDER
 // (nullopt = unset = FASTEST_FIRST). See Note [CUDA's physical order].
-CudaPhysicalOrder cuda_physical_order(const Inventory& inventory, std::optional<std::string_view> cuda_device_order);
+[[nodiscard]] CudaPhysicalOrder cuda_physical_order(const Inventory& inventory,
+                                                    std::optional<std::string_view> cuda_device_order);
 
 // --- implementation ----------------------------------------------------------
 
@@ -182,8 +209,8 @@ inline std::string process_user(unsigned int pid) {
   return {};
 }
 
-inline std::vector<GpuProcess> read_processes(const nvml::Library& library, nvml::Device device, bool& known) {
-  known = false;
+// The compute processes on `device`; nullopt when NVML cannot list them.
+inline std::optional<std::vector<GpuProcess>> read_processes(const nvml::Library& library, nvml::Device device) {
   std::vector<nvml::ProcessInfo> infos;
   unsigned int count = 0;
   nvml::Return status = library.compute_processes(device, &count, nullptr);
@@ -192,8 +219,7 @@ inline std::vector<GpuProcess> read_processes(const nvml::Library& library, nvml
     count = static_cast<unsigned int>(infos.size());
     status = library.compute_processes(device, &count, infos.data());
   }
-  if (status != nvml::kSuccess) return {};
-  known = true;
+  if (status != nvml::kSuccess) return std::nullopt;
   std::vector<GpuProcess> processes(std::min<std::size_t>(count, infos.size()));
   for (std::size_t i = 0; i < processes.size(); ++i) {
     const nvml::ProcessInfo& info = infos[i];
@@ -218,11 +244,7 @@ inline void read_usage(const nvml::Library& library, nvml::Device device, Gpu& g
     gpu.utilization_percent = static_cast<int>(utilization.gpu);
     gpu.memory_utilization_percent = static_cast<int>(utilization.memory);
   }
-  if (library.compute_processes != nullptr) {
-    bool known = false;
-    std::vector<GpuProcess> processes = read_processes(library, device, known);
-    if (known) gpu.processes = std::move(processes);
-  }
+  if (library.compute_processes != nullptr) gpu.processes = read_processes(library, device);
 }
 
 }  // namespace detail
@@ -311,26 +333,25 @@ inline Inventory query_inventory(const InventoryOptions& options) {
 
 inline CudaPhysicalOrder cuda_physical_order(const Inventory& inventory,
                                              std::optional<std::string_view> cuda_device_order) {
-  const auto gpu = [&inventory](int position) -> const Gpu& {
-    return inventory.gpus[static_cast<std::size_t>(position)];
-  };
-  std::vector<int> sorted;  // positions in inventory.gpus, in CUDA's order once sorted
-  for (std::size_t position = 0; position < inventory.gpus.size(); ++position)
-    sorted.push_back(static_cast<int>(position));
-  const auto by_pci = [&gpu](int a, int b) {
-    return detail::pci_address(gpu(a).pci_bus_id) < detail::pci_address(gpu(b).pci_bus_id);
-  };
+  const std::vector<Gpu>& gpus = inventory.gpus;
+  std::vector<detail::PciAddress> addresses;  // parsed once: sorting compares them n log n times
+  addresses.reserve(gpus.size());
+  for (const Gpu& each : gpus) addresses.push_back(detail::pci_address(each.pci_bus_id));
   CudaPhysicalOrder order;
+  order.positions.resize(gpus.size());
+  for (std::size_t position = 0; position < gpus.size(); ++position) order.positions[position] = position;
+  const auto by_pci = [&addresses](std::size_t a, std::size_t b) { return addresses[a] < addresses[b]; };
   const bool pci_order = cuda_device_order && *cuda_device_order == "PCI_BUS_ID";
   bool one_model = true;
-  for (const Gpu& each : inventory.gpus) one_model = one_model && each.name == inventory.gpus.front().name;
+  for (const Gpu& each : gpus) one_model = one_model && each.name == gpus.front().name;
   if (pci_order || one_model) {
-    detail::stable_sort_small(sorted, by_pci);
+    std::stable_sort(order.positions.begin(), order.positions.end(), by_pci);
   } else {
-    detail::stable_sort_small(sorted, [&gpu, &by_pci](int a, int b) {
-      const int capability_a = gpu(a).compute_capability_major * 10 + gpu(a).compute_capability_minor;
-      const int capability_b = gpu(b).compute_capability_major * 10 + gpu(b).compute_capability_minor;
-      if (capability_a != capability_b) return capability_a > capability_b;
+    const auto capability = [&gpus](std::size_t position) {
+      return gpus[position].compute_capability_major * 10 + gpus[position].compute_capability_minor;
+    };
+    std::stable_sort(order.positions.begin(), order.positions.end(), [&](std::size_t a, std::size_t b) {
+      if (capability(a) != capability(b)) return capability(a) > capability(b);
       return by_pci(a, b);
     });
     order.exact = false;
@@ -339,19 +360,31 @@ inline CudaPhysicalOrder cuda_physical_order(const Inventory& inventory,
         "FASTEST_FIRST by a heuristic NVML cannot reproduce exactly, so nvidia-smi's numbers may not be CUDA's "
         "(set CUDA_DEVICE_ORDER=PCI_BUS_ID to make them agree)";
   }
-  for (const int position : sorted) {
-    if (!gpu(position).mig_enabled) continue;
+  for (const std::size_t position : order.positions) {
+    if (!gpus[position].mig_enabled) continue;
     order.exact = false;
     if (!order.caveat.empty()) order.caveat += "; ";
-    order.caveat += "GPU " + std::to_string(gpu(position).nvml_index) +
+    order.caveat += "GPU " + std::to_string(gpus[position].nvml_index) +
                     " is in MIG mode: CUDA shows its MIG instances, which this list does not describe";
   }
-  order.devices = std::vector<PhysicalDevice>(sorted.size());
-  for (std::size_t i = 0; i < sorted.size(); ++i) {
-    const Gpu& each = gpu(sorted[i]);
-    order.devices[i] = {static_cast<int>(i), each.uuid, each.name, each.pci_bus_id, each.nvml_index};
-  }
   return order;
+}
+
+inline const Gpu& CudaPhysicalOrder::gpu(const Inventory& inventory, int physical) const {
+  if (physical < 0 || physical >= count() || positions[static_cast<std::size_t>(physical)] >= inventory.gpus.size())
+    throw Error("gpusel::CudaPhysicalOrder::gpu(" + std::to_string(physical) + "): there is no physical GPU " +
+                std::to_string(physical) + " (the order has " + std::to_string(count()) + ", the inventory " +
+                std::to_string(inventory.gpus.size()) + ")");
+  return inventory.gpus[positions[static_cast<std::size_t>(physical)]];
+}
+
+inline std::vector<std::string_view> CudaPhysicalOrder::uuids(const Inventory& inventory) const {
+  std::vector<std::string_view> result;
+  result.reserve(positions.size());
+  for (const std::size_t position : positions)
+    result.emplace_back(position < inventory.gpus.size() ? std::string_view(inventory.gpus[position].uuid)
+                                                         : std::string_view());
+  return result;
 }
 
 }  // namespace gpusel

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "gpusel/detail/decimal.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel {
@@ -53,26 +54,23 @@ inline constexpr MemoryUnit memory_units[] = {
 }  // namespace detail
 
 // Parses a size (Note [Memory size grammar]) into bytes. Throws Error quoting the text.
-inline std::uint64_t parse_memory_size(std::string_view text) {
+[[nodiscard]] inline std::uint64_t parse_memory_size(std::string_view text) {
   const auto reject = [text](const std::string& why) {
     return Error("gpusel::parse_memory_size(\"" + std::string(text) + "\"): " + why +
                  "; expected a number and a unit with nothing between them, e.g. 8GiB, 512MiB, 10GB or 1.5GiB "
                  "(units: B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
   };
-  const auto digits_from = [&](std::size_t start) {
-    std::size_t end = start;
-    while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
-    return end;
-  };
-  const std::size_t whole_end = digits_from(0);
-  if (whole_end == 0) throw reject(text.empty() ? "the size is empty" : "it does not start with a digit");
+  const detail::DecimalRead whole = detail::read_decimal(text, detail::DecimalGrammar::leading_digits);
+  if (!whole.ok) throw reject(text.empty() ? "the size is empty" : "it does not start with a digit");
   std::string_view fraction;
-  std::size_t position = whole_end;
+  std::size_t position = whole.end;
   if (position < text.size() && text[position] == '.') {
-    const std::size_t fraction_end = digits_from(position + 1);
-    if (fraction_end == position + 1) throw reject("the '.' is not followed by a digit");
-    fraction = text.substr(position + 1, fraction_end - position - 1);
-    position = fraction_end;
+    // Only the digits' extent: the fraction is added exactly, digit by digit, below.
+    const detail::DecimalRead digits =
+        detail::read_decimal(text.substr(position + 1), detail::DecimalGrammar::leading_digits);
+    if (!digits.ok) throw reject("the '.' is not followed by a digit");
+    fraction = text.substr(position + 1, digits.end);
+    position += 1 + digits.end;
   }
   const std::string_view unit_text = text.substr(position);
   const detail::MemoryUnit* unit = nullptr;
@@ -97,14 +95,8 @@ inline std::uint64_t parse_memory_size(std::string_view text) {
   if (fraction.size() > 9) throw reject("more than 9 digits after the '.'");
 
   constexpr std::uint64_t limit = ~std::uint64_t{0};
-  std::uint64_t whole = 0;
-  for (const char c : text.substr(0, whole_end)) {
-    const auto digit = static_cast<std::uint64_t>(c - '0');
-    if (whole > (limit - digit) / 10) throw reject("the size is too large");
-    whole = whole * 10 + digit;
-  }
-  if (whole > limit / unit->bytes) throw reject("the size is too large");
-  std::uint64_t bytes = whole * unit->bytes;
+  if (whole.overflow || whole.value > limit / unit->bytes) throw reject("the size is too large");
+  std::uint64_t bytes = whole.value * unit->bytes;
 
   // The fraction, exactly: `owed` counts units of 10^-j bytes after j digits,
   // so no floating-point rounding decides a threshold. With at most 9 digits

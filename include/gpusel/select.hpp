@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <climits>
 #include <cstdint>
 #include <optional>
@@ -24,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "gpusel/detail/stable_sort.hpp"
+#include "gpusel/detail/decimal.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/inventory.hpp"
 #include "gpusel/memory_size.hpp"
@@ -84,12 +83,12 @@ struct Candidate {
   bool fits() const noexcept { return rejected_because.empty(); }
 };
 
-namespace detail {
+// This process's real user, named as GpuProcess::user names processes' owners
+// (so the two compare alike; see Note [Whose process is it]).
+inline std::string current_user() { return detail::process_user(static_cast<unsigned int>(getpid())); }
 
-// This process's real user, named as inventory.hpp names processes' owners.
-inline std::string current_user() { return process_user(static_cast<unsigned int>(getpid())); }
-
-inline std::string describe_process(const GpuProcess& process) {
+// "pid 4242 of alice (python3), 2.0 GiB", "pid 31337, owner unknown: not visible from this PID namespace".
+inline std::string describe(const GpuProcess& process) {
   std::string text = "pid " + std::to_string(process.pid);
   if (process.user.empty()) {
     text += ", owner unknown: not visible from this PID namespace";
@@ -101,17 +100,11 @@ inline std::string describe_process(const GpuProcess& process) {
   return text;
 }
 
-inline bool starts_with_ignoring_case(std::string_view text, std::string_view prefix) {
-  if (prefix.size() > text.size()) return false;
-  for (std::size_t i = 0; i < prefix.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(text[i])) != std::tolower(static_cast<unsigned char>(prefix[i])))
-      return false;
-  return true;
-}
+namespace detail {
 
-// The nvidia-smi numbers of the GPUs `exclude` names; throws Error for a name that matches none or several.
-inline std::vector<int> excluded_gpus(const std::vector<std::string>& exclude, const std::vector<Gpu>& gpus) {
-  std::vector<int> indices;
+// Which of `gpus` (by position) `exclude` names; throws Error for a name that matches none or several.
+inline std::vector<bool> excluded_gpus(const std::vector<std::string>& exclude, const std::vector<Gpu>& gpus) {
+  std::vector<bool> excluded(gpus.size(), false);
   for (const std::string& name : exclude) {
     const auto reject = [&](const std::string& why) {
       std::string message = "gpusel::pick: cannot exclude \"" + name + "\": ";
@@ -119,23 +112,25 @@ inline std::vector<int> excluded_gpus(const std::vector<std::string>& exclude, c
       message += "; name a GPU by nvidia-smi's number (0, 1, ...) or by its UUID or a unique prefix (GPU-8d2a)";
       return Error(message);
     };
-    const bool digits = !name.empty() && name.find_first_not_of("0123456789") == std::string::npos;
-    std::vector<int> matches;
-    if (digits) {
-      for (const Gpu& gpu : gpus)
-        if (name.size() <= 9 && gpu.nvml_index == std::stoi(name)) matches.push_back(gpu.nvml_index);
+    const DecimalRead number = read_decimal(name, DecimalGrammar::whole_text);
+    std::vector<std::size_t> matches;  // positions in gpus
+    if (number.ok) {
+      for (std::size_t position = 0; position < gpus.size(); ++position)
+        if (gpus[position].nvml_index >= 0 && !number.overflow &&
+            static_cast<std::uint64_t>(gpus[position].nvml_index) == number.value)
+          matches.push_back(position);
       if (matches.empty()) throw reject("there is no GPU with that number (" + std::to_string(gpus.size()) + " GPUs)");
     } else if (name.rfind("GPU-", 0) == 0 && name.size() > 4) {
-      for (const Gpu& gpu : gpus)
-        if (starts_with_ignoring_case(gpu.uuid, name)) matches.push_back(gpu.nvml_index);
+      for (std::size_t position = 0; position < gpus.size(); ++position)
+        if (starts_with_ignoring_case(gpus[position].uuid, name)) matches.push_back(position);
       if (matches.empty()) throw reject("no GPU has that UUID");
       if (matches.size() > 1) throw reject("the prefix matches " + std::to_string(matches.size()) + " GPUs");
     } else {
       throw reject("it is neither a number nor a GPU UUID");
     }
-    indices.push_back(matches.front());
+    excluded[matches.front()] = true;
   }
-  return indices;
+  return excluded;
 }
 
 inline std::string describe_candidate(const Candidate& candidate) {
@@ -150,6 +145,17 @@ inline std::string describe_candidate(const Candidate& candidate) {
 
 inline int wanted_at_most(const PickCriteria& criteria) {
   return criteria.at_most ? *criteria.at_most : criteria.at_least;
+}
+
+inline void check_criteria(const PickCriteria& criteria) {
+  if (criteria.at_least < 0)
+    throw Error("gpusel::pick: at_least cannot be negative, got " + std::to_string(criteria.at_least));
+  if (wanted_at_most(criteria) < criteria.at_least)
+    throw Error("gpusel::pick: at_most (" + std::to_string(wanted_at_most(criteria)) + ") is below at_least (" +
+                std::to_string(criteria.at_least) + ")");
+  if (criteria.max_utilization && (*criteria.max_utilization < 0 || *criteria.max_utilization > 100))
+    throw Error("gpusel::pick: max_utilization is a percentage from 0 to 100, got " +
+                std::to_string(*criteria.max_utilization));
 }
 
 }  // namespace detail
@@ -178,55 +184,49 @@ inline std::string describe(const PickCriteria& criteria) {
 // Every GPU of `map`, in CUDA's physical order, with the reasons it does not
 // fit `criteria`; `user` is whose processes are not another user's. Pure: reads
 // nothing but its arguments. Throws Error for criteria that make no sense.
-inline std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
-  if (criteria.at_least < 0)
-    throw Error("gpusel::pick: at_least cannot be negative, got " + std::to_string(criteria.at_least));
-  if (detail::wanted_at_most(criteria) < criteria.at_least)
-    throw Error("gpusel::pick: at_most (" + std::to_string(detail::wanted_at_most(criteria)) + ") is below at_least (" +
-                std::to_string(criteria.at_least) + ")");
-  if (criteria.max_utilization && (*criteria.max_utilization < 0 || *criteria.max_utilization > 100))
-    throw Error("gpusel::pick: max_utilization is a percentage from 0 to 100, got " +
-                std::to_string(*criteria.max_utilization));
-  const std::vector<int> excluded = detail::excluded_gpus(criteria.exclude, map.inventory.gpus);
+[[nodiscard]] inline std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map,
+                                                   const std::string& user) {
+  detail::check_criteria(criteria);
+  const std::vector<bool> excluded = detail::excluded_gpus(criteria.exclude, map.inventory.gpus);
   const bool variable_set = map.visible.variable().has_value();
 
   std::vector<Candidate> candidates;
-  for (const PhysicalDevice& device : map.order.devices) {
-    const Gpu* gpu = map.inventory.find_uuid(device.uuid);
-    if (gpu == nullptr) continue;  // cannot happen: the order is made from the inventory
-    Candidate candidate{*gpu, device.index, {}};
+  candidates.reserve(map.order.positions.size());
+  for (int physical = 0; physical < map.order.count(); ++physical) {
+    const Gpu& gpu = map.order.gpu(map.inventory, physical);
+    Candidate candidate{gpu, physical, {}};
     // Every reason as a std::string: one push_back to compile, not an emplace_back per literal's length.
     const auto reject = [&candidate](std::string why) { candidate.rejected_because.push_back(std::move(why)); };
-    if (std::find(excluded.begin(), excluded.end(), gpu->nvml_index) != excluded.end()) reject("excluded");
-    if (criteria.only_visible && variable_set && !map.visible.logical(device.index))
+    if (excluded[map.order.positions[static_cast<std::size_t>(physical)]]) reject("excluded");
+    if (criteria.only_visible && variable_set && !map.visible.logical(physical))
       reject("hidden by " + detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable()));
-    if (gpu->mig_enabled)
+    if (gpu.mig_enabled)
       reject(
           "MIG mode is enabled: CUDA shows its MIG instances, not the GPU (name an instance by its MIG- UUID "
           "from nvidia-smi -L)");
     if (criteria.min_free_memory.bytes > 0) {
-      if (!gpu->memory_free_bytes) {
+      if (!gpu.memory_free_bytes) {
         reject("its free memory is unknown (NVML could not tell)");
-      } else if (*gpu->memory_free_bytes < criteria.min_free_memory.bytes) {
-        reject("only " + format_memory_size(*gpu->memory_free_bytes) + " free, " +
+      } else if (*gpu.memory_free_bytes < criteria.min_free_memory.bytes) {
+        reject("only " + format_memory_size(*gpu.memory_free_bytes) + " free, " +
                format_memory_size(criteria.min_free_memory.bytes) + " needed");
       }
     }
     if (criteria.max_utilization) {
-      if (!gpu->utilization_percent) {
+      if (!gpu.utilization_percent) {
         reject("its utilization is unknown (NVML could not tell)");
-      } else if (*gpu->utilization_percent > *criteria.max_utilization) {
-        reject(std::to_string(*gpu->utilization_percent) + "% utilized, at most " +
+      } else if (*gpu.utilization_percent > *criteria.max_utilization) {
+        reject(std::to_string(*gpu.utilization_percent) + "% utilized, at most " +
                std::to_string(*criteria.max_utilization) + "% allowed");
       }
     }
     if (!criteria.allow_other_users) {
-      if (!gpu->processes) {
+      if (!gpu.processes) {
         reject("its compute processes are unknown (NVML could not list them)");
       } else {
-        for (const GpuProcess& process : *gpu->processes)
+        for (const GpuProcess& process : *gpu.processes)
           if (process.user.empty() || process.user != user)
-            reject("another user's compute process runs on it (" + detail::describe_process(process) + ")");
+            reject("another user's compute process runs on it (" + describe(process) + ")");
       }
     }
     candidates.push_back(std::move(candidate));
@@ -234,20 +234,19 @@ inline std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceM
   return candidates;
 }
 
-// The GPUs that fit, best first (criteria.order), at most criteria.at_most of
-// them. Throws Error when fewer than criteria.at_least fit, naming every GPU
-// and why it was rejected. Pure, like assess.
-inline std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
-  if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
-  std::vector<Candidate> all = assess(criteria, map, user);
-  std::vector<int> fitting;  // positions in `all`, best first once sorted
+// The GPUs among `assessed` (assess's verdicts) that fit, best first
+// (criteria.order), at most criteria.at_most of them. Throws Error when fewer
+// than criteria.at_least fit, naming every GPU and why it was rejected.
+[[nodiscard]] inline std::vector<Candidate> choose(const PickCriteria& criteria, std::vector<Candidate> assessed) {
+  detail::check_criteria(criteria);
+  std::vector<Candidate>& all = assessed;
+  std::vector<std::size_t> fitting;  // positions in `all`, best first once sorted
   for (std::size_t position = 0; position < all.size(); ++position)
-    if (all[position].fits()) fitting.push_back(static_cast<int>(position));
+    if (all[position].fits()) fitting.push_back(position);
 
-  const auto candidate_at = [&all](int position) -> Candidate& { return all[static_cast<std::size_t>(position)]; };
-  const auto free_bytes = [&](int c) { return candidate_at(c).gpu.memory_free_bytes.value_or(0); };
-  const auto utilization = [&](int c) { return candidate_at(c).gpu.utilization_percent.value_or(101); };
-  detail::stable_sort_small(fitting, [&](int a, int b) {
+  const auto free_bytes = [&all](std::size_t c) { return all[c].gpu.memory_free_bytes.value_or(0); };
+  const auto utilization = [&all](std::size_t c) { return all[c].gpu.utilization_percent.value_or(101); };
+  std::stable_sort(fitting.begin(), fitting.end(), [&](std::size_t a, std::size_t b) {
     switch (criteria.order) {
       case PickOrder::most_free_memory:
         if (free_bytes(a) != free_bytes(b)) return free_bytes(a) > free_bytes(b);
@@ -260,10 +259,10 @@ inline std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap
       case PickOrder::index:
         break;
     }
-    return candidate_at(a).physical_index < candidate_at(b).physical_index;
+    return all[a].physical_index < all[b].physical_index;
   });
 
-  if (static_cast<int>(fitting.size()) < criteria.at_least) {
+  if (static_cast<long long>(fitting.size()) < criteria.at_least) {
     std::string message = "gpusel::pick: " + std::to_string(fitting.size()) + " of " + std::to_string(all.size()) +
                           (all.size() == 1 ? " GPU fits" : " GPUs fit") + ", " + std::to_string(criteria.at_least) +
                           (criteria.at_least == 1 ? " is" : " are") + " needed (" + describe(criteria) + "):";
@@ -282,13 +281,23 @@ inline std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap
   const auto keep = static_cast<std::size_t>(
       std::min<long long>(detail::wanted_at_most(criteria), static_cast<long long>(fitting.size())));
   std::vector<Candidate> picked;
-  for (std::size_t i = 0; i < keep; ++i) picked.push_back(std::move(candidate_at(fitting[i])));
+  picked.reserve(keep);
+  for (std::size_t i = 0; i < keep; ++i) picked.push_back(std::move(all[fitting[i]]));
   return picked;
 }
 
+// The GPUs of `map` that fit: choose(criteria, assess(criteria, map, user)).
+// Pure, like assess. Throws Error when the map is unknown (no NVML) or fewer
+// than criteria.at_least fit.
+[[nodiscard]] inline std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map,
+                                                 const std::string& user) {
+  if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
+  return choose(criteria, assess(criteria, map, user));
+}
+
 // The GPUs of this machine that fit, read through NVML now; see the pure overload.
-inline std::vector<Candidate> pick(const PickCriteria& criteria = {}) {
-  return pick(criteria, visible_devices(InventoryOptions{{}, true}), detail::current_user());
+[[nodiscard]] inline std::vector<Candidate> pick(const PickCriteria& criteria = {}) {
+  return pick(criteria, visible_devices(InventoryOptions::with_usage()), current_user());
 }
 
 // Picks GPUs (pick(criteria)) and makes exactly those visible to this process,

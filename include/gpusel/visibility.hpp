@@ -73,26 +73,34 @@ inline bool cuda_started() noexcept { return detail::cuda_driver_initialized(); 
 struct DeviceMap {
   Inventory inventory;      // the physical GPUs; when !known(), its status and reason say why not
   CudaPhysicalOrder order;  // CUDA's physical order of them (Note [CUDA's physical order])
-  VisibleDevices visible;   // the map: parse_visible_devices(environment, order.devices)
+  VisibleDevices visible;   // the map: parse_visible_devices(environment, order.uuids(inventory))
   // Whether the map could be worked out (NVML answered). When not, `visible`
   // describes an empty machine and only the variables' text is meaningful.
   bool known() const noexcept { return inventory.ok(); }
-  // The physical GPU behind cuda:logical, or nullptr when there is none or !known().
-  const PhysicalDevice* device(int logical) const noexcept {
+  // The GPU behind cuda:logical, or nullptr when there is none or !known().
+  const Gpu* device(int logical) const noexcept {
     if (logical < 0 || logical >= visible.count()) return nullptr;
-    return &order.devices[static_cast<std::size_t>(visible.physical(logical))];
+    return physical_device(visible.physical_indices()[static_cast<std::size_t>(logical)]);
+  }
+  // Physical GPU `physical` (CUDA's physical index), or nullptr when there is none.
+  const Gpu* physical_device(int physical) const noexcept {
+    if (physical < 0 || physical >= order.count()) return nullptr;
+    const std::size_t position = order.positions[static_cast<std::size_t>(physical)];
+    return position < inventory.gpus.size() ? &inventory.gpus[position] : nullptr;
   }
 };
 
 // The map for this process from CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER and
-// NVML. Starts nothing and throws nothing but std::bad_alloc.
-inline DeviceMap visible_devices(const InventoryOptions& options = InventoryOptions{{}, false}) {
-  Inventory inventory = query_inventory(options);
+// NVML; each GPU's identity only, unless options ask for usage
+// (InventoryOptions::with_usage()). Starts nothing and throws nothing but std::bad_alloc.
+[[nodiscard]] inline DeviceMap visible_devices(const InventoryOptions& options = {}) {
+  DeviceMap map;
+  map.inventory = query_inventory(options);
   const auto order_variable = detail::environment_variable("CUDA_DEVICE_ORDER");
-  const auto visible_variable = detail::environment_variable("CUDA_VISIBLE_DEVICES");
-  CudaPhysicalOrder order = cuda_physical_order(inventory, order_variable);
-  VisibleDevices visible = parse_visible_devices(visible_variable, order.devices, order_variable);
-  return DeviceMap{std::move(inventory), std::move(order), std::move(visible)};
+  map.order = cuda_physical_order(map.inventory, order_variable);
+  map.visible = parse_visible_devices(detail::environment_variable("CUDA_VISIBLE_DEVICES"),
+                                      map.order.uuids(map.inventory), order_variable);
+  return map;
 }
 
 namespace detail {
@@ -122,11 +130,10 @@ inline std::string pad(std::string text, std::size_t width) {
   return text;
 }
 
-inline std::string describe_gpu(const PhysicalDevice& device) {
-  std::string text = "physical " + std::to_string(device.index) + "  nvidia-smi " +
-                     (device.nvml_index >= 0 ? std::to_string(device.nvml_index) : std::string("?")) + "  ";
-  if (!device.name.empty()) text += device.name + "  ";
-  return text + device.uuid + "  " + device.pci_bus_id;
+inline std::string describe_gpu(int physical, const Gpu& gpu) {
+  std::string text = "physical " + std::to_string(physical) + "  nvidia-smi " + std::to_string(gpu.nvml_index) + "  ";
+  if (!gpu.name.empty()) text += gpu.name + "  ";
+  return text + gpu.uuid + "  " + gpu.pci_bus_id;
 }
 
 }  // namespace detail
@@ -136,7 +143,7 @@ inline std::string describe_gpu(const PhysicalDevice& device) {
 //   1 CUDA device is visible:
 //     cuda:0  physical 1  nvidia-smi 1  NVIDIA H200  GPU-...  00000000:18:00.0
 // Starts nothing; says so when there is no NVML (no driver).
-inline std::string explain(const DeviceMap& map) {
+[[nodiscard]] inline std::string explain(const DeviceMap& map) {
   const VisibleDevices& visible = map.visible;
   std::string text = detail::describe_value("CUDA_VISIBLE_DEVICES", visible.variable()) + "  " +
                      detail::describe_value("CUDA_DEVICE_ORDER", visible.device_order()) +
@@ -161,13 +168,18 @@ inline std::string explain(const DeviceMap& map) {
               visible.error_name() + ".\n";
     } else {
       text += detail::visible_count_text(visible.count()) + ":\n";
+      // As wide as the widest label and two blanks: "cuda:1000" needs more than "cuda:0".
+      const std::size_t width = std::string("cuda:").size() + std::to_string(visible.count() - 1).size() + 2;
       for (int logical = 0; logical < visible.count(); ++logical)
-        text += "  " + detail::pad("cuda:" + std::to_string(logical), 8) + detail::describe_gpu(*map.device(logical)) +
-                "\n";
+        text +=
+            "  " + detail::pad("cuda:" + std::to_string(logical), width < 8 ? 8 : width) +
+            detail::describe_gpu(visible.physical_indices()[static_cast<std::size_t>(logical)], *map.device(logical)) +
+            "\n";
     }
     std::string hidden;
-    for (const PhysicalDevice& device : map.order.devices)
-      if (!visible.logical(device.index)) hidden += "  " + detail::describe_gpu(device) + "\n";
+    for (int physical = 0; physical < map.order.count(); ++physical)
+      if (!visible.logical(physical))
+        hidden += "  " + detail::describe_gpu(physical, map.order.gpu(map.inventory, physical)) + "\n";
     if (!hidden.empty()) text += "Hidden from this process:\n" + hidden;
     if (!map.order.exact) text += "Caution: " + map.order.caveat + ".\n";
   }
@@ -181,7 +193,7 @@ inline std::string explain(const DeviceMap& map) {
   return text;
 }
 
-inline std::string explain() { return explain(visible_devices()); }
+[[nodiscard]] inline std::string explain() { return explain(visible_devices()); }
 
 namespace detail {
 
@@ -195,7 +207,7 @@ inline void set_visible_value(const std::string& call, const std::string& value,
   const DeviceMap map = visible_devices();
   if (map.known()) {
     const VisibleDevices checked =
-        parse_visible_devices(value, map.order.devices, environment_variable("CUDA_DEVICE_ORDER"));
+        parse_visible_devices(value, map.order.uuids(map.inventory), environment_variable("CUDA_DEVICE_ORDER"));
     if (tokens > 0 && (!checked.ok() || static_cast<std::size_t>(checked.count()) != tokens)) {
       std::string why = checked.reason();
       for (const VisibleToken& token : checked.tokens())

@@ -1,6 +1,6 @@
 // CUDA_VISIBLE_DEVICES exactly as the CUDA driver reads it: a pure parser.
 //
-//   auto map = gpusel::parse_visible_devices("2,0", physical);   // physical: CUDA's physical order
+//   auto map = gpusel::parse_visible_devices("2,0", uuids);   // uuids: the GPUs' UUIDs, CUDA's physical order
 //   map.ok(); map.count();          // true, 2
 //   map.physical(0);                // 2: cuda:0 is physical GPU 2
 //   map.logical(0);                 // 1: physical GPU 0 is cuda:1
@@ -18,19 +18,35 @@
 #include <string_view>
 #include <vector>
 
+#include "gpusel/detail/decimal.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel {
 
-// One physical GPU, at position `index` in CUDA's physical order (the order
-// CUDA_DEVICE_ORDER selects; see Note [CUDA's physical order] in inventory.hpp).
-// The parser expects physical[i].index == i.
-struct PhysicalDevice {
-  int index = 0;
-  std::string uuid;        // "GPU-f9ee9551-5061-9acc-ea2a-e3926e258ba9"
-  std::string name;        // "NVIDIA H200"; may be empty
-  std::string pci_bus_id;  // "00000000:17:00.0"; may be empty
-  int nvml_index = -1;     // nvidia-smi's number for it; -1 when unknown
+// The physical GPUs as parse_visible_devices reads them: one UUID per GPU, in
+// CUDA's physical order (CUDA_DEVICE_ORDER; see Note [CUDA's physical order] in
+// inventory.hpp), so uuids[i] is physical GPU i's ("GPU-f9ee9551-5061-...";
+// an empty one matches no token). The parser needs nothing else of a GPU, so
+// this is a view of the caller's strings: it owns nothing, and is meant to be
+// passed straight to parse_visible_devices, which keeps no part of it.
+class PhysicalUuids {
+ public:
+  // No GPU: parse_visible_devices(value, {}).
+  PhysicalUuids() noexcept = default;
+  // Implicit, so that a list of UUIDs can be passed as it is.
+  PhysicalUuids(const std::vector<std::string>& uuids) noexcept : strings_(uuids.data()), size_(uuids.size()) {}
+  PhysicalUuids(const std::vector<std::string_view>& uuids) noexcept : views_(uuids.data()), size_(uuids.size()) {}
+
+  std::size_t size() const noexcept { return size_; }
+  // Physical GPU i's UUID; i < size().
+  std::string_view operator[](std::size_t i) const noexcept {
+    return strings_ != nullptr ? std::string_view(strings_[i]) : views_[i];
+  }
+
+ private:
+  const std::string* strings_ = nullptr;
+  const std::string_view* views_ = nullptr;
+  std::size_t size_ = 0;
 };
 
 // Note [How the driver reads CUDA_VISIBLE_DEVICES]
@@ -73,7 +89,7 @@ struct PhysicalDevice {
 //  - An invalid CUDA_DEVICE_ORDER wins over an empty list: the order decides what
 //    the indices mean, so it is checked first (both are errors either way).
 //  - MIG devices: a "MIG-" token is matched against GPU UUIDs, as observed; the
-//    UUIDs of MIG instances are not in a PhysicalDevice list, so a MIG-instance
+//    UUIDs of MIG instances are not among the physical GPUs' UUIDs, so a MIG-instance
 //    UUID ends the list here, while the driver would select that instance.
 
 // What happened to one token of CUDA_VISIBLE_DEVICES.
@@ -146,9 +162,10 @@ class VisibleDevices {
   std::string summary() const;
 
  private:
-  friend VisibleDevices parse_visible_devices(std::optional<std::string_view>, const std::vector<PhysicalDevice>&,
+  friend VisibleDevices parse_visible_devices(std::optional<std::string_view>, PhysicalUuids,
                                               std::optional<std::string_view>);
   std::vector<int> physical_;
+  std::vector<int> logical_;  // logical_[physical]: its cuda:N, -1 when hidden (every one when not ok())
   std::vector<VisibleToken> tokens_;
   std::optional<std::string> variable_;
   std::optional<std::string> device_order_;
@@ -159,19 +176,16 @@ class VisibleDevices {
 };
 
 // What the CUDA runtime would make of these variables on a machine whose GPUs,
-// in CUDA's physical order, are `physical` (nullopt = the variable is unset).
-// See Note [How the driver reads CUDA_VISIBLE_DEVICES]. Never throws Error.
-VisibleDevices parse_visible_devices(std::optional<std::string_view> cuda_visible_devices,
-                                     const std::vector<PhysicalDevice>& physical,
-                                     std::optional<std::string_view> cuda_device_order = std::nullopt);
+// in CUDA's physical order, have the UUIDs `physical` (nullopt = the variable
+// is unset). See Note [How the driver reads CUDA_VISIBLE_DEVICES]. Never throws
+// Error. Takes time linear in the value's length and in the number of GPUs.
+[[nodiscard]] VisibleDevices parse_visible_devices(std::optional<std::string_view> cuda_visible_devices,
+                                                   PhysicalUuids physical,
+                                                   std::optional<std::string_view> cuda_device_order = std::nullopt);
 
 // --- implementation ----------------------------------------------------------
 
 namespace detail {
-
-inline bool is_c_space(char c) noexcept {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
-}
 
 inline bool is_uuid_token(std::string_view token) noexcept {
   return token.substr(0, 4) == "GPU-" || token.substr(0, 4) == "MIG-";
@@ -180,42 +194,114 @@ inline bool is_uuid_token(std::string_view token) noexcept {
 // An index token as the driver reads it (Note [How the driver reads CUDA_VISIBLE_DEVICES]):
 // nullopt when it has no digit, else the 32-bit signed value.
 inline std::optional<int> read_index_token(std::string_view token) noexcept {
-  std::size_t at = 0;
-  while (at < token.size() && is_c_space(token[at])) ++at;
-  bool negative = false;
-  if (at < token.size() && (token[at] == '+' || token[at] == '-')) negative = token[at++] == '-';
-  std::uint64_t value = 0;
-  bool digits = false;
-  bool overflow = false;
-  for (; at < token.size() && token[at] >= '0' && token[at] <= '9'; ++at) {
-    digits = true;
-    const auto digit = static_cast<std::uint64_t>(token[at] - '0');
-    if (value > (UINT64_MAX - digit) / 10)
-      overflow = true;
-    else if (!overflow)
-      value = value * 10 + digit;
-  }
-  if (!digits) return std::nullopt;
-  if (overflow)
-    value = UINT64_MAX;  // strtoul saturates and does not apply the sign
-  else if (negative)
-    value = 0 - value;
-  const auto low = static_cast<std::uint32_t>(value);
+  const DecimalRead read = read_decimal(token, DecimalGrammar::strtoul);
+  if (!read.ok) return std::nullopt;
+  const auto low = static_cast<std::uint32_t>(read.value);
   // The low 32 bits as a two's complement int, without implementation-defined conversions.
   return low <= 0x7fffffffu ? static_cast<int>(low) : -static_cast<int>(~low) - 1;
 }
 
-inline char lower_ascii(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+constexpr char lower_ascii(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 
-// Whether a UUID token's text after "GPU-"/"MIG-" selects the GPU with this UUID.
-inline bool uuid_selects(std::string_view rest, std::string_view uuid) noexcept {
-  if (uuid.substr(0, 4) == "GPU-" || uuid.substr(0, 4) == "MIG-") uuid.remove_prefix(4);
-  const std::size_t length = rest.size() < uuid.size() ? rest.size() : uuid.size();
-  if (length == 0) return false;
-  for (std::size_t i = 0; i < length; ++i)
-    if (lower_ascii(rest[i]) != lower_ascii(uuid[i])) return false;
+// Whether `text` starts with `prefix`, ASCII letters compared ignoring case:
+// UUIDs are ASCII, and the locale must not decide what matches.
+constexpr bool starts_with_ignoring_case(std::string_view text, std::string_view prefix) noexcept {
+  if (prefix.size() > text.size()) return false;
+  for (std::size_t i = 0; i < prefix.size(); ++i)
+    if (lower_ascii(text[i]) != lower_ascii(prefix[i])) return false;
   return true;
 }
+
+// `text` in lower case (ASCII letters only).
+inline std::string lower_ascii(std::string_view text) {
+  std::string lower(text);
+  for (char& c : lower) c = lower_ascii(c);
+  return lower;
+}
+
+// A GPU's UUID as UUID tokens' text after their "GPU-"/"MIG-" is compared with
+// it: without its own "GPU-"/"MIG-", in lower case.
+inline std::string uuid_key(std::string_view uuid) {
+  if (is_uuid_token(uuid)) uuid.remove_prefix(4);
+  return lower_ascii(uuid);
+}
+
+// The physical GPUs' uuid_keys in a trie, to find which GPUs a UUID token
+// selects in time linear in the token, however many GPUs there are (a sort
+// would need <algorithm>, which this cheap core header does without).
+class UuidIndex {
+ public:
+  explicit UuidIndex(PhysicalUuids physical) : nodes_(1) {
+    for (std::size_t i = 0; i < physical.size(); ++i) {
+      const std::string key = uuid_key(physical[i]);
+      if (key.empty()) continue;  // selects nothing: a token's text must be non-empty and match
+      std::size_t node = 0;
+      for (const char c : key) {
+        node = find_or_add_child(node, c);
+        nodes_[node].below.add(static_cast<int>(i));
+      }
+      nodes_[node].ending.add(static_cast<int>(i));
+    }
+  }
+
+  // How many GPUs `rest` (a token's text after "GPU-") selects, the shorter of
+  // it and a UUID being a prefix of the longer: 0, 1 or 2 (2: several), and
+  // which one when 1.
+  struct Match {
+    int count = 0;
+    int physical = -1;
+  };
+  Match match(std::string_view rest) const {
+    const std::string key = lower_ascii(rest);  // compared as it is: "MIG-GPU-..." does not name GPU-...
+    Matches found;
+    std::size_t node = 0;
+    for (std::size_t i = 0; i < key.size(); ++i) {
+      node = find_child(node, key[i]);
+      if (node == 0) break;  // no GPU's key continues this way
+      // Past the token's end, every key below matches; before it, keys that end here.
+      found.add(i + 1 == key.size() ? nodes_[node].below : nodes_[node].ending);
+    }
+    return {found.count, found.count == 1 ? found.physical : -1};
+  }
+
+ private:
+  // Counts GPUs up to 2 (several), remembering one.
+  struct Matches {
+    int count = 0;
+    int physical = -1;
+    void add(int gpu) noexcept { add(Matches{1, gpu}); }
+    void add(const Matches& more) noexcept {
+      if (more.count == 0) return;
+      physical = count == 0 ? more.physical : physical;
+      count = count + more.count > 2 ? 2 : count + more.count;
+    }
+  };
+  struct Node {
+    char c = 0;
+    std::size_t first_child = 0;   // 0: none (the root is no one's child)
+    std::size_t next_sibling = 0;  // 0: none
+    Matches ending;                // GPUs whose key ends here
+    Matches below;                 // GPUs whose key passes through or ends here
+  };
+
+  // The child of `node` for `c`; 0 when there is none.
+  std::size_t find_child(std::size_t node, char c) const noexcept {
+    for (std::size_t at = nodes_[node].first_child; at != 0; at = nodes_[at].next_sibling)
+      if (nodes_[at].c == c) return at;
+    return 0;
+  }
+  std::size_t find_or_add_child(std::size_t node, char c) {
+    if (const std::size_t found = find_child(node, c)) return found;
+    Node added;
+    added.c = c;
+    added.next_sibling = nodes_[node].first_child;
+    nodes_.push_back(added);
+    nodes_[node].first_child = nodes_.size() - 1;
+    return nodes_.size() - 1;
+  }
+
+  std::vector<Node> nodes_;  // nodes_[0] is the root
+};
 
 inline std::string quote(std::string_view text) {
   std::string quoted = "\"";
@@ -336,9 +422,10 @@ inline int VisibleDevices::physical(int logical) const {
 }
 
 inline std::optional<int> VisibleDevices::logical(int physical) const noexcept {
-  for (std::size_t logical = 0; logical < physical_.size(); ++logical)
-    if (physical_[logical] == physical) return static_cast<int>(logical);
-  return std::nullopt;
+  if (physical < 0 || static_cast<std::size_t>(physical) >= logical_.size()) return std::nullopt;
+  const int logical = logical_[static_cast<std::size_t>(physical)];
+  if (logical < 0) return std::nullopt;
+  return logical;
 }
 
 inline std::string VisibleDevices::summary() const {
@@ -348,8 +435,7 @@ inline std::string VisibleDevices::summary() const {
 }
 
 inline VisibleDevices parse_visible_devices(std::optional<std::string_view> cuda_visible_devices,
-                                            const std::vector<PhysicalDevice>& physical,
-                                            std::optional<std::string_view> cuda_device_order) {
+                                            PhysicalUuids physical, std::optional<std::string_view> cuda_device_order) {
   VisibleDevices result;
   result.physical_count_ = static_cast<int>(physical.size());
   if (cuda_visible_devices) result.variable_ = std::string(*cuda_visible_devices);
@@ -371,25 +457,26 @@ inline VisibleDevices parse_visible_devices(std::optional<std::string_view> cuda
   }
 
   std::string duplicate_reason;
+  result.logical_.assign(physical.size(), -1);
+  const auto keep = [&result](int physical_index) {
+    result.logical_[static_cast<std::size_t>(physical_index)] = static_cast<int>(result.physical_.size());
+    result.physical_.push_back(physical_index);
+  };
   if (!cuda_visible_devices) {
-    for (int index = 0; index < physical_count; ++index) result.physical_.push_back(index);
+    for (int index = 0; index < physical_count; ++index) keep(index);
   } else {
+    std::optional<detail::UuidIndex> uuids;
+    if (result.uuid_list_) uuids.emplace(physical);
     for (VisibleToken& token : result.tokens_) {
       int selected = -1;
       if (detail::is_uuid_token(token.text) != result.uuid_list_) {
         token.outcome = TokenOutcome::other_kind;
       } else if (result.uuid_list_) {
-        const std::string_view rest = std::string_view(token.text).substr(4);
-        int matches = 0;
-        for (int index = 0; index < physical_count; ++index) {
-          if (detail::uuid_selects(rest, physical[static_cast<std::size_t>(index)].uuid)) {
-            ++matches;
-            selected = index;
-          }
-        }
-        token.outcome = matches == 0  ? TokenOutcome::unknown_uuid
-                        : matches > 1 ? TokenOutcome::ambiguous_uuid
-                                      : TokenOutcome::kept;
+        const detail::UuidIndex::Match match = uuids->match(std::string_view(token.text).substr(4));
+        selected = match.physical;
+        token.outcome = match.count == 0  ? TokenOutcome::unknown_uuid
+                        : match.count > 1 ? TokenOutcome::ambiguous_uuid
+                                          : TokenOutcome::kept;
       } else {
         const std::optional<int> index = detail::read_index_token(token.text);
         if (index) token.value = *index;
@@ -412,7 +499,7 @@ inline VisibleDevices parse_visible_devices(std::optional<std::string_view> cuda
                            std::to_string(selected) + " twice (the second time as " + detail::quote(token.text) + ")";
         break;
       }
-      result.physical_.push_back(selected);
+      keep(selected);
     }
   }
 
@@ -420,6 +507,7 @@ inline VisibleDevices parse_visible_devices(std::optional<std::string_view> cuda
     result.error_code_ = code;
     result.reason_ = std::move(reason);
     result.physical_.clear();
+    result.logical_.assign(result.logical_.size(), -1);
   };
   if (cuda_device_order && *cuda_device_order != "FASTEST_FIRST" && *cuda_device_order != "PCI_BUS_ID") {
     fail(VisibleDevices::kInvalidDevice,

@@ -16,6 +16,7 @@
 //   init_error 9                  # nvmlInit_v2 fails with this NVML status (9: driver not loaded)
 //   gpu name="NVIDIA H200" uuid=GPU-... pci=00000000:17:00.0 memory_mib=143771 used_mib=1024
 //       utilization=35 memory_utilization=12 cc=9.0 mig=1 processes=unsupported
+//       uuid_error=999            # nvmlDeviceGetUUID fails with this NVML status
 //   process gpu=0 pid=4242 used_mib=512        # used_mib=na: NVML_VALUE_NOT_AVAILABLE
 //
 // gpu lines are in nvidia-smi's order (index 0, 1, ...); every key is optional:
@@ -59,6 +60,7 @@ struct Gpu {
   int cc_minor = 0;
   bool mig = false;
   bool processes_supported = true;
+  int uuid_error = kSuccess;
   std::vector<Process> processes;
 };
 
@@ -152,6 +154,8 @@ bool read_machine(Machine& result) {
             gpu.mig = value == "1";
           else if (key == "processes")
             gpu.processes_supported = value != "unsupported";
+          else if (key == "uuid_error")
+            gpu.uuid_error = std::stoi(value);
           else
             return false;
         }
@@ -276,7 +280,9 @@ extern "C" int nvmlDeviceGetHandleByIndex_v2(unsigned index, void** handle) {
 extern "C" int nvmlDeviceGetUUID(void* handle, char* buffer, unsigned length) {
   std::lock_guard<std::mutex> lock(mutex);
   const Gpu* gpu = find(handle);
-  return gpu == nullptr ? kErrorInvalidArgument : copy_text(gpu->uuid, buffer, length);
+  if (gpu == nullptr) return kErrorInvalidArgument;
+  if (gpu->uuid_error != kSuccess) return gpu->uuid_error;
+  return copy_text(gpu->uuid, buffer, length);
 }
 
 extern "C" int nvmlDeviceGetName(void* handle, char* buffer, unsigned length) {

@@ -34,8 +34,8 @@ const char* const kUuids[] = {
 };
 
 void fuzz_visible_devices(int gpu_count, std::uint8_t flags, const std::string& text) {
-  std::vector<gpusel::PhysicalDevice> physical;
-  for (int i = 0; i < gpu_count; ++i) physical.push_back({i, kUuids[i], "", "", i});
+  std::vector<std::string> physical;
+  for (int i = 0; i < gpu_count; ++i) physical.emplace_back(kUuids[i]);
   const char* const orders[] = {nullptr, "FASTEST_FIRST", "PCI_BUS_ID", "pci_bus_id"};
   const char* order = orders[flags & 3];
   const bool unset = (flags & 4) != 0;

@@ -2,7 +2,7 @@
 # ctest tool_*: the gpusel command, end to end, on machines described to the
 # fake NVML (tests/fake_nvml), checking its output and exit statuses.
 #   check_tool.sh <gpusel program> <fake NVML library> <scenario>
-# Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, json, usage.
+# Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, odd_uuids, json, usage.
 set -uo pipefail
 gpusel=$1
 export GPUSEL_NVML_LIBRARY=$2
@@ -31,6 +31,14 @@ cat >"$work/mixed.txt" <<EOF
 gpu name="NVIDIA A100-SXM4-80GB" uuid=GPU-a1000000-0000-4000-8000-000000000000 pci=00000000:17:00.0 memory_mib=81920 used_mib=0 cc=8.0
 gpu name="NVIDIA H200" uuid=GPU-b2000000-0000-4000-8000-000000000000 pci=00000000:18:00.0 used_mib=10240 utilization=20
 gpu name="NVIDIA L4" uuid=GPU-c3000000-0000-4000-8000-000000000000 pci=00000000:19:00.0 memory_mib=23034 used_mib=0 cc=8.9
+EOF
+# And one whose NVML reports a UUID twice and two GPUs without one: each row
+# must still show its own GPU (its own PCI bus id and memory).
+cat >"$work/odd.txt" <<EOF
+gpu uuid=GPU-5a5a5a5a-0000-4000-8000-000000000000 pci=00000000:17:00.0 used_mib=1000
+gpu uuid=GPU-5a5a5a5a-0000-4000-8000-000000000000 pci=00000000:18:00.0 used_mib=2000
+gpu uuid= pci=00000000:19:00.0 used_mib=3000
+gpu uuid= pci=00000000:1A:00.0 used_mib=4000
 EOF
 export GPUSEL_FAKE_NVML_CONFIG="$work/four.txt"
 
@@ -143,6 +151,31 @@ case $scenario in
     GPUSEL_FAKE_NVML_CONFIG=/dev/null GPUSEL_NVML_LIBRARY=$2 run 0 list
     expect stdout "(NVML sees no GPU)"
     ;;
+  nvml_fails)
+    printf 'gpu\ngpu uuid_error=999\n' >"$work/failing.txt"
+    export GPUSEL_FAKE_NVML_CONFIG="$work/failing.txt"
+    for command in list pick; do
+      run 4 "$command"
+      expect stderr "gpusel: NVML failed while reading the GPUs: nvmlDeviceGetUUID failed for the GPU nvidia-smi numbers 1: Unknown Error (NVML status 999)"
+    done
+    run 4 explain
+    expect stdout "The physical GPUs are unknown: nvmlDeviceGetUUID failed"
+    ;;
+  odd_uuids)
+    export GPUSEL_FAKE_NVML_CONFIG="$work/odd.txt"
+    run 0 list
+    expect stdout "cuda:0  0     0    NVIDIA H200  GPU-5a5a5a5a-0000-4000-8000-000000000000  00000000:17:00.0  1000.0 MiB"
+    expect stdout "cuda:1  1     1    NVIDIA H200  GPU-5a5a5a5a-0000-4000-8000-000000000000  00000000:18:00.0  2.0 GiB"
+    expect stdout "cuda:2  2     2    NVIDIA H200                                            00000000:19:00.0  2.9 GiB"
+    expect stdout "cuda:3  3     3    NVIDIA H200                                            00000000:1A:00.0  3.9 GiB"
+    run 0 list --json
+    expect_json
+    for bus in 17 18 19 1A; do expect stdout "\"pci_bus_id\": \"00000000:$bus:00.0\""; done
+    run 0 pick --all --order index --format index
+    [ "$out" = "0,1,2,3" ] || { echo "FAILED: expected every GPU once, 0,1,2,3"; failures=$((failures + 1)); }
+    run 0 pick --min-free 139GiB
+    [ "$out" = 0 ] || { echo "FAILED: only GPU 0 has 139 GiB free"; failures=$((failures + 1)); }
+    ;;
   json)
     CUDA_VISIBLE_DEVICES=1,3 run 0 list --json
     expect_json
@@ -184,6 +217,35 @@ case $scenario in
     expect stderr "--at-most 2 is below --at-least 3"
     run 2 pick --count
     expect stderr "--count expects a value"
+    # help and version are commands too
+    run 0 help
+    expect stdout "usage: gpusel <command> [options]"
+    run 0 version
+    expect stdout "gpusel "
+    run 2 version --json
+    expect stderr "--json is an option of list, explain and pick only, not of version"
+    # an option that takes no value refuses one rather than turning on
+    run 2 list --json=false
+    expect stderr "--json takes no value, got \"--json=false\""
+    [ -z "$out" ] || { echo "FAILED: nothing may be listed after a usage error"; failures=$((failures + 1)); }
+    run 2 pick --all=0
+    expect stderr "--all takes no value, got \"--all=0\""
+    run 2 pick --whole-machine=yes
+    expect stderr "--whole-machine takes no value"
+    # one command at a time: a second word is an extra argument, not an option
+    run 2 list pick
+    expect stderr "unexpected argument \"pick\": list takes no arguments"
+    if grep -qF "unknown option" <<<"$err"; then echo "FAILED: \"pick\" is no option"; failures=$((failures + 1)); fi
+    # values attached with '=', options before the command
+    run 0 pick --count=1 --format=uuid
+    [ "$out" = GPU-1b2c3d4e-0000-4000-8000-000000000001 ] || { echo "FAILED: --count=1 --format=uuid"; failures=$((failures + 1)); }
+    run 2 --min-free 1GiB list
+    expect stderr "--min-free is an option of pick only, not of list"
+    # counts: too large says so, and -n with --at-most is refused (it used to depend on their order)
+    run 2 pick -n 99999999999
+    expect stderr "-n expects a whole number of at most 2147483647"
+    run 2 pick -n 2 --at-most 3
+    expect stderr "-n cannot be combined with --at-least, --at-most or --all"
     ;;
   *)
     echo "unknown scenario $scenario"
