@@ -13,6 +13,7 @@
 #include <string>  // also declares std::hash, specialized below
 #include <string_view>
 
+#include "gpusel/detail/decimal.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel {
@@ -130,20 +131,14 @@ inline Device Device::parse(std::string_view text) {
 
   const std::string_view digits = text.substr(colon + 1);
   if (digits.empty()) throw reject("the index after ':' is missing");
-  for (const char c : digits) {
-    if (c < '0' || c > '9')
-      throw reject("the index \"" + std::string(digits) + "\" is not a non-negative decimal number");
-  }
+  const detail::DecimalRead index = detail::read_decimal(digits, detail::DecimalGrammar::whole_text);
+  if (!index.ok) throw reject("the index \"" + std::string(digits) + "\" is not a non-negative decimal number");
   if (digits.size() > 1 && digits[0] == '0')
     throw reject("the index \"" + std::string(digits) + "\" has a leading zero");
-  long long index = 0;
-  for (const char c : digits) {
-    index = index * 10 + (c - '0');
-    if (index > kMaxIndex)
-      throw reject("the index " + std::string(digits) + " is out of range (0.." + std::to_string(kMaxIndex) + ")");
-  }
-  if (type == DeviceType::CPU && index != 0) throw reject("the cpu device has no index other than 0");
-  return Device(type, static_cast<Index>(index));
+  if (index.overflow || index.value > static_cast<std::uint64_t>(kMaxIndex))
+    throw reject("the index " + std::string(digits) + " is out of range (0.." + std::to_string(kMaxIndex) + ")");
+  if (type == DeviceType::CPU && index.value != 0) throw reject("the cpu device has no index other than 0");
+  return Device(type, static_cast<Index>(index.value));
 }
 
 }  // namespace gpusel

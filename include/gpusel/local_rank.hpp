@@ -11,12 +11,14 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "gpusel/detail/decimal.hpp"
 #include "gpusel/detail/environment.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
@@ -97,13 +99,10 @@ inline int parse_launcher_number(const char* variable, const std::string& value)
                  "; expected a non-negative decimal integer as launchers set it (e.g. " + variable + "=0)");
   };
   if (value.empty()) throw reject("is set but empty");
-  long long number = 0;
-  for (const char c : value) {
-    if (c < '0' || c > '9') throw reject("is not a non-negative decimal integer");
-    number = number * 10 + (c - '0');
-    if (number > Device::kMaxIndex) throw reject("is out of range");
-  }
-  return static_cast<int>(number);
+  const DecimalRead number = read_decimal(value, DecimalGrammar::whole_text);
+  if (!number.ok) throw reject("is not a non-negative decimal integer");
+  if (number.overflow || number.value > static_cast<std::uint64_t>(Device::kMaxIndex)) throw reject("is out of range");
+  return static_cast<int>(number.value);
 }
 
 }  // namespace detail
