@@ -12,6 +12,8 @@
 //
 //   state_host local|global <libstate_a.so> <libstate_b.so> shared|static <fake NVML>
 //   state_host_linked linked shared|static <fake NVML>    (built linked with both)
+// Built with GPUSEL_STATE_HOST_USES_GPUSEL=1 (state_host_with_gpusel), the host
+// also uses gpusel's default device itself, and exports its symbols.
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -19,6 +21,13 @@
 #include <cstring>
 #include <string>
 #include <thread>
+
+#ifndef GPUSEL_STATE_HOST_USES_GPUSEL
+#define GPUSEL_STATE_HOST_USES_GPUSEL 0
+#endif
+#if GPUSEL_STATE_HOST_USES_GPUSEL
+#include "gpusel/default_device.hpp"
+#endif
 
 namespace {
 
@@ -107,9 +116,11 @@ int main(int argc, char** argv) {
     // dynamic linker resolves to one object in the whole process, RTLD_LOCAL or
     // not; clang gives them weak binding, which resolves to one object only among
     // the objects in the global scope (linked, or loaded with RTLD_GLOBAL).
+    // A host that uses gpusel itself and exports its symbols (ENABLE_EXPORTS,
+    // -rdynamic) is in the global scope, so every object resolves to its copy.
 #if defined(__clang__)
   const char* compiler = "clang";
-  const bool process_shared = load != "local";
+  const bool process_shared = load != "local" || GPUSEL_STATE_HOST_USES_GPUSEL;
 #else
   const char* compiler = "g++";
   const bool process_shared = true;
@@ -137,6 +148,17 @@ int main(int argc, char** argv) {
   check(a.default_device() == (process_shared ? -2 : 1),
         std::string("after B's set_default_device(cpu), A's default device is ") +
             (process_shared ? "cpu" : "still cuda:1 (split)"));
+
+#if GPUSEL_STATE_HOST_USES_GPUSEL
+  std::printf("the host uses gpusel itself and exports its symbols\n");
+  gpusel::set_default_device(gpusel::cuda(0));
+  check(a.default_device() == 0 && b.default_device() == 0,
+        "after the host's set_default_device(cuda(0)), A's and B's default device is cuda:0");
+  a.set_default_device(1);
+  check(gpusel::default_device() == gpusel::cuda(1),
+        "after A's set_default_device(cuda(1)), the host's default device is cuda:1");
+  gpusel::set_default_device(gpusel::cpu());
+#endif
 
   (void)a.install_restore_error_handler();
   const void* handler = a.restore_error_handler();

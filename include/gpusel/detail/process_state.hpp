@@ -22,17 +22,23 @@ class Error;
 // So everything gpusel keeps for the process or for a CUDA runtime lives in
 // one object, ProcessState, reached through process_state(), whose namespace
 // has default visibility whatever the build's flags:
-//  - g++ gives the object (and the per-thread records, thread_devices())
-//    STB_GNU_UNIQUE binding: the dynamic linker resolves every copy in the
-//    process to the first one, also across objects loaded with
-//    dlopen(RTLD_LOCAL), as Python loads extensions. One state per process.
-//  - clang gives them weak binding: the copies in the global scope (the
+//  - g++ gives the object STB_GNU_UNIQUE binding: the dynamic linker
+//    resolves every copy in the process to the first one, also across objects
+//    loaded with dlopen(RTLD_LOCAL), as Python loads extensions. One state per
+//    process. (The per-thread records are thread-locals reached through the
+//    object, so they are always those of the copy whose object is used.)
+//  - clang gives it weak binding: the copies in the global scope (the
 //    program and what it links, objects loaded with RTLD_GLOBAL) resolve to
 //    one, but an object loaded with RTLD_LOCAL keeps its own. There the state
 //    is one per such object: load it with RTLD_GLOBAL (Python:
 //    sys.setdlopenflags(os.RTLD_NOW | os.RTLD_GLOBAL) before the import) to
 //    share, or accept separate state (each object then has its own default
 //    device and caches, and its own record of deferred restores).
+//  - a program's own symbols reach the dynamic linker only when exported: a
+//    program that uses gpusel itself and loads shared objects that use it
+//    links with -rdynamic (CMake: ENABLE_EXPORTS), else its copy stays apart
+//    (with g++ as well). Exported, it is in the global scope, and every
+//    object, a clang one loaded with RTLD_LOCAL included, resolves to it.
 //
 // What is whose:
 //  - per process: the default device, the restore-error handler (and whether
@@ -83,90 +89,99 @@ namespace nvml {
 struct Library;
 }  // namespace nvml
 
-namespace GPUSEL_DETAIL_STATE __attribute__((visibility("default"))) {
+// Default visibility whatever the build's -fvisibility and
+// -fvisibility-inlines-hidden (Note [One state per process]).
+#pragma GCC visibility push(default)
+namespace GPUSEL_DETAIL_STATE {
 
-  // The default device (default_device.hpp): kDefaultIsCpu, kDefaultIsCurrentCuda,
-  // or a cuda index >= 0.
-  inline constexpr int kDefaultIsCpu = -2;
-  inline constexpr int kDefaultIsCurrentCuda = -1;
+// The default device (default_device.hpp): kDefaultIsCpu, kDefaultIsCurrentCuda,
+// or a cuda index >= 0.
+inline constexpr int kDefaultIsCpu = -2;
+inline constexpr int kDefaultIsCurrentCuda = -1;
 
-  // See gpusel::set_restore_error_handler (guard.hpp).
-  using RestoreErrorHandler = void (*)(const Error& error);
+// See gpusel::set_restore_error_handler (guard.hpp).
+using RestoreErrorHandler = void (*)(const Error& error);
 
-  // Two driver functions, looked up through the runtime (Note [Reaching the
-  // driver through the runtime], detail/primary_context.hpp). The driver
-  // API types are spelled without cuda.h: CUresult is an int-sized enum whose
-  // CUDA_SUCCESS is 0, CUdevice an int.
-  struct DriverEntryPoints {
-    using DeviceGet = int (*)(int* device, int ordinal);
-    using PrimaryContextGetState = int (*)(int device, unsigned int* flags, int* active);
-    enum Lookup : int { NotYet = 0, Found = 1, Absent = 2 };
+// Two driver functions, looked up through the runtime (Note [Reaching the
+// driver through the runtime], detail/primary_context.hpp). The driver
+// API types are spelled without cuda.h: CUresult is an int-sized enum whose
+// CUDA_SUCCESS is 0, CUdevice an int.
+struct DriverEntryPoints {
+  using DeviceGet = int (*)(int* device, int ordinal);
+  using PrimaryContextGetState = int (*)(int device, unsigned int* flags, int* active);
+  enum Lookup : int { NotYet = 0, Found = 1, Absent = 2 };
 
-    std::atomic<DeviceGet> device_get{nullptr};
-    std::atomic<PrimaryContextGetState> primary_context_get_state{nullptr};
-    std::atomic<int> lookup{NotYet};
-  };
+  std::atomic<DeviceGet> device_get{nullptr};
+  std::atomic<PrimaryContextGetState> primary_context_get_state{nullptr};
+  std::atomic<int> lookup{NotYet};
+};
 
-  // What gpusel knows about a thread's device in one runtime beyond what
-  // cudaGetDevice says (Note [Restoring a device without creating its context],
-  // detail/device_switch.hpp).
-  struct ThreadDevice {
-    // The device gpusel reports while a restore is deferred, else -1.
-    int deferred_device = -1;
-    // The device the runtime was left on when the restore was deferred.
-    int runtime_device = -1;
-    // Counts gpusel's switches of this thread's device, so a guard that made no
-    // switch can tell at exit, without a CUDA call, that nothing switched inside it.
-    unsigned switches = 0;
-  };
+// What gpusel knows about a thread's device in one runtime beyond what
+// cudaGetDevice says (Note [Restoring a device without creating its context],
+// detail/device_switch.hpp).
+struct ThreadDevice {
+  // The device gpusel reports while a restore is deferred, else -1.
+  int deferred_device = -1;
+  // The device the runtime was left on when the restore was deferred.
+  int runtime_device = -1;
+  // Counts gpusel's switches of this thread's device, so a guard that made no
+  // switch can tell at exit, without a CUDA call, that nothing switched inside it.
+  unsigned switches = 0;
+};
 
-  // How many CUDA runtimes the table tells apart, and how many objects each keeps.
-  inline constexpr int kMaxRuntimes = 8;
-  inline constexpr int kObjectSlots = 8;
+// How many CUDA runtimes the table tells apart, and how many objects each keeps.
+inline constexpr int kMaxRuntimes = 8;
+inline constexpr int kObjectSlots = 8;
 
-  // What each slot of Runtime::objects holds; the others are free.
-  enum class RuntimeObject : int { staging_pool = 0, peer_access = 1 };
+// What each slot of Runtime::objects holds; the others are free.
+enum class RuntimeObject : int { staging_pool = 0, peer_access = 1 };
 
-  // One CUDA runtime of the process (Note [One state per runtime]).
-  struct Runtime {
-    // Which runtime: the address of its cudaGetDevice. Null while the entry is free.
-    std::atomic<const void*> identity{nullptr};
-    // The runtime's objects, by RuntimeObject; null until first used.
-    std::atomic<void*> objects[kObjectSlots]{};
-  };
+// One CUDA runtime of the process (Note [One state per runtime]).
+struct Runtime {
+  // Which runtime: the address of its cudaGetDevice. Null while the entry is free.
+  std::atomic<const void*> identity{nullptr};
+  // The runtime's objects, by RuntimeObject; null until first used.
+  std::atomic<void*> objects[kObjectSlots]{};
+};
 
-  struct ProcessState {
-    std::atomic<int> default_device{kDefaultIsCpu};
-    std::atomic<RestoreErrorHandler> restore_error_handler{nullptr};
-    std::atomic<bool> restore_error_printed{false};
-    DriverEntryPoints driver{};
-    // The loaded NVML libraries, newest first (detail/nvml.hpp), under nvml_mutex.
-    pthread_mutex_t nvml_mutex = PTHREAD_MUTEX_INITIALIZER;
-    const nvml::Library* nvml_libraries = nullptr;
-    // Taken to add a runtime and to fill an object slot.
-    pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
-    // runtimes[0, runtime_count) are in use, in the order the runtimes were first seen.
-    std::atomic<int> runtime_count{0};
-    Runtime runtimes[kMaxRuntimes]{};
-    // The process's objects (GPU leases, later); all free.
-    std::atomic<void*> objects[kObjectSlots]{};
-  };
+// The calling thread's records, one per runtime, indexed like
+// ProcessState::runtimes. Every copy reaches them through the state
+// (ProcessState::thread_devices), so that they are the records of the copy
+// whose state the process uses, however the copies were resolved.
+inline ThreadDevice* thread_devices() noexcept {
+  static thread_local ThreadDevice devices[kMaxRuntimes];
+  return devices;
+}
 
-  static_assert(std::is_trivially_destructible_v<ProcessState> && std::is_trivially_destructible_v<ThreadDevice>,
-                "the state is never destroyed (Note [One state per process])");
+struct ProcessState {
+  std::atomic<int> default_device{kDefaultIsCpu};
+  std::atomic<RestoreErrorHandler> restore_error_handler{nullptr};
+  std::atomic<bool> restore_error_printed{false};
+  DriverEntryPoints driver{};
+  // The loaded NVML libraries, newest first (detail/nvml.hpp), under nvml_mutex.
+  pthread_mutex_t nvml_mutex = PTHREAD_MUTEX_INITIALIZER;
+  const nvml::Library* nvml_libraries = nullptr;
+  // Taken to add a runtime and to fill an object slot.
+  pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+  // runtimes[0, runtime_count) are in use, in the order the runtimes were first seen.
+  std::atomic<int> runtime_count{0};
+  Runtime runtimes[kMaxRuntimes]{};
+  // The process's objects (GPU leases, later); all free.
+  std::atomic<void*> objects[kObjectSlots]{};
+  // The calling thread's records: thread_devices() of the copy that owns this state.
+  ThreadDevice* (*thread_devices)() noexcept = &GPUSEL_DETAIL_STATE::thread_devices;
+};
 
-  inline ProcessState& process_state() noexcept {
-    static ProcessState state;
-    return state;
-  }
+static_assert(std::is_trivially_destructible_v<ProcessState> && std::is_trivially_destructible_v<ThreadDevice>,
+              "the state is never destroyed (Note [One state per process])");
 
-  // The calling thread's records, one per runtime, indexed like ProcessState::runtimes.
-  inline ThreadDevice* thread_devices() noexcept {
-    static thread_local ThreadDevice devices[kMaxRuntimes];
-    return devices;
-  }
+inline ProcessState& process_state() noexcept {
+  static ProcessState state;
+  return state;
+}
 
-}  // namespace )
+}  // namespace GPUSEL_DETAIL_STATE
+#pragma GCC visibility pop
 
 using GPUSEL_DETAIL_STATE::DriverEntryPoints;
 using GPUSEL_DETAIL_STATE::kDefaultIsCpu;
@@ -177,7 +192,6 @@ using GPUSEL_DETAIL_STATE::ProcessState;
 using GPUSEL_DETAIL_STATE::RestoreErrorHandler;
 using GPUSEL_DETAIL_STATE::Runtime;
 using GPUSEL_DETAIL_STATE::RuntimeObject;
-using GPUSEL_DETAIL_STATE::thread_devices;
 using GPUSEL_DETAIL_STATE::ThreadDevice;
 
 // Holds a pthread mutex of the state for a scope. Locking a default mutex

@@ -32,8 +32,8 @@ namespace gpusel::detail {
 // sees it: one libcudart.so gives every object the same address, a static
 // runtime inside each object gives each its own. The process state
 // (Note [One state per process]) has a table of up to kMaxRuntimes runtimes;
-// each entry holds that runtime's objects, and thread_devices() holds, per
-// thread, one record per entry. A shared object looks its entry up once (the
+// each entry holds that runtime's objects, and the state's thread_devices()
+// holds, per thread, one record per entry. A shared object looks its entry up once (the
 // first time it needs it) and keeps what it found in per-object caches, so the
 // guard's fast path stays one cudaGetDevice and one thread-local read. A ninth
 // runtime in one process gets an entry of its own in each shared object (its
@@ -77,7 +77,7 @@ GPUSEL_DETAIL_PER_OBJECT inline RuntimeEntry this_runtime() noexcept {
 // context], detail/device_switch.hpp).
 GPUSEL_DETAIL_PER_OBJECT inline ThreadDevice& find_thread_device() noexcept {
   const int index = this_runtime().index;
-  if (index >= 0) return thread_devices()[index];
+  if (index >= 0) return process_state().thread_devices()[index];
   static thread_local ThreadDevice own;  // a runtime outside the table
   return own;
 }
