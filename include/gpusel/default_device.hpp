@@ -10,24 +10,32 @@
 
 #include <atomic>
 
+#include "gpusel/detail/process_state.hpp"
 #include "gpusel/device.hpp"
 
 namespace gpusel {
 
 // Note [The default device is per process]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// set_default_device changes the default for every thread of the process, as
-// torch.set_default_tensor_type did (the first seed's
-// `torch.set_default_tensor_type('torch.cuda.FloatTensor')`), and as a program
-// that sets it once at start-up expects: a worker thread started later makes
-// its Buffers where the main thread said. (PyTorch's newer
-// torch.set_default_device is also process-wide unless used as a context
-// manager.) Which GPU a thread uses is already per thread: that is the current
-// device (set_device, DeviceGuard). So the natural pairing is
+// set_default_device changes the default for every thread of the process: a
+// program sets it once at start-up ("new data goes to the GPU"), and the
+// worker threads it starts later make their Buffers where it said, without
+// each having to repeat it. PyTorch chose otherwise: since PyTorch #116014,
+// torch.set_default_device keeps the default per thread (a thread-local
+// device mode), so a thread that did not set it gets cpu. gpusel keeps it per
+// process because which GPU a thread uses is already per thread: that is the
+// current device (set_device, DeviceGuard), and `cuda` without an index is
+// resolved to the calling thread's current device each time a Buffer is made.
+// So the natural pairing is
 //   set_default_device(gpusel::cuda());   // once: "new data goes to the GPU"
 //   DeviceGuard guard(rank);              // per thread: "which GPU"
-// since `cuda` without an index is resolved to the calling thread's current
-// device each time a Buffer is made.
+// and a per-thread default would only add a second per-thread setting that
+// worker threads forget to make.
+//
+// Per process means also across shared objects: every copy of gpusel in the
+// process (two Python extensions, each built with hidden visibility) reads and
+// sets the one default in the process state (Note [One state per process],
+// detail/process_state.hpp; clang with RTLD_LOCAL is the exception it names).
 //
 // The device is stored in one atomic int, so reading and setting it from
 // several threads is safe and costs a relaxed load. It is not checked against
@@ -36,14 +44,8 @@ namespace gpusel {
 
 namespace detail {
 
-// kDefaultIsCpu, kDefaultIsCurrentCuda, or a cuda index >= 0.
-inline constexpr int kDefaultIsCpu = -2;
-inline constexpr int kDefaultIsCurrentCuda = -1;
-
-inline std::atomic<int>& default_device_code() noexcept {
-  static std::atomic<int> code{kDefaultIsCpu};
-  return code;
-}
+// kDefaultIsCpu, kDefaultIsCurrentCuda (detail/process_state.hpp), or a cuda index >= 0.
+inline std::atomic<int>& default_device_code() noexcept { return process_state().default_device; }
 
 }  // namespace detail
 

@@ -59,7 +59,15 @@
 //    returns, where the real runtime returns at once and finishes the work
 //    later; operations_left_to_stream_destroy() counts such work so tests can
 //    check that gpusel never reuses memory a destroyed stream still uses;
-//  - there are no kernels, and no error ever becomes sticky.
+//  - there are no kernels, and no error ever becomes sticky;
+//  - built twice, as a static library (each shared object that links it gets
+//    its own copy, hidden inside it, as with libcudart_static.a) and as a
+//    shared library (gpusel_emulated_cudart_shared, as libcudart.so), for the
+//    state test (tests/state). A static copy also emulates its own driver:
+//    the driver functions one copy hands out answer about that copy's
+//    contexts, where the runtimes of a real process all reach one libcuda.
+//    And every copy reads the same environment and loads the same stand-in
+//    libcuda.so.1.
 #include "emulated_runtime.hpp"
 
 #include <dlfcn.h>

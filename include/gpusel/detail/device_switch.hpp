@@ -11,13 +11,12 @@
 
 #include "gpusel/detail/cuda_status.hpp"
 #include "gpusel/detail/primary_context.hpp"
+#include "gpusel/detail/process_state.hpp"
+#include "gpusel/detail/runtime_state.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel::detail {
-
-// See gpusel::set_restore_error_handler (guard.hpp).
-using RestoreErrorHandler = void (*)(const Error& error);
 
 // Note [Restoring a device without creating its context]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -52,27 +51,19 @@ using RestoreErrorHandler = void (*)(const Error& error);
 //    runtime is no longer on the device it left and reports the runtime's device
 //    from then on. (A raw cudaSetDevice to the very device the guard left is the
 //    one case gpusel cannot tell from no call at all.)
-// The deferral belongs to one thread and never touches another thread's device.
+// The deferral belongs to one thread and one CUDA runtime, and never touches
+// another thread's device: every copy of gpusel in the process that calls the
+// same runtime sees it, one that calls another runtime (a shared object with
+// the static runtime in it) does not (Note [One state per runtime]).
 //
 // The fast path pays nothing for this: a guard on the device already current
-// reads cudaGetDevice and one thread-local word, and makes no call at exit. The
+// reads cudaGetDevice and the thread's record through one thread-local pointer,
+// and makes no call at exit. The
 // context state is read only when a guard really switched and must switch back.
 
-// What gpusel knows about the calling thread's device beyond what cudaGetDevice says.
-struct ThreadDevice {
-  // The device gpusel reports while a restore is deferred, else -1.
-  int deferred_device = -1;
-  // The device the runtime was left on when the restore was deferred.
-  int runtime_device = -1;
-  // Counts gpusel's switches of this thread's device, so a guard that made no
-  // switch can tell at exit, without a CUDA call, that nothing switched inside it.
-  unsigned switches = 0;
-};
-
-inline ThreadDevice& thread_device() noexcept {
-  static thread_local ThreadDevice state;
-  return state;
-}
+// The calling thread's record (ThreadDevice) is kept per runtime, shared by
+// every copy of gpusel that calls the runtime: thread_device(),
+// detail/runtime_state.hpp (Note [One state per runtime]).
 
 // The device the runtime has current for this thread and the one gpusel reports.
 struct CurrentDevice {
@@ -170,16 +161,15 @@ inline RestoreResult restore_device(int device, bool check_first) noexcept {
 }
 
 // --- reporting a failed restore -------------------------------------------------
+// One handler per process (Note [One state per process]).
 inline std::atomic<RestoreErrorHandler>& restore_error_handler() noexcept {
-  static std::atomic<RestoreErrorHandler> handler{nullptr};
-  return handler;
+  return process_state().restore_error_handler;
 }
 
 // The default report: the first failed restore of the process goes to stderr
 // (a program that wants every one sets a handler).
 inline void print_restore_error_once(const char* message) noexcept {
-  static std::atomic<bool> printed{false};
-  if (printed.exchange(true)) return;
+  if (process_state().restore_error_printed.exchange(true)) return;
   std::fprintf(stderr,
                "gpusel: %s\n(gpusel reports the first failed device restore of a process here; "
                "gpusel::set_restore_error_handler receives every one)\n",

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <string>
 
+#include "gpusel/detail/process_state.hpp"
+
 namespace gpusel::detail::nvml {
 
 using Return = int;  // nvmlReturn_t
@@ -93,12 +95,13 @@ bool bind(void* handle, const char* symbol, Function& function) {
 // the process, shared by every caller (nvmlInit is slow, and NVML is
 // thread-safe); a failure is not remembered, so a later call tries again.
 inline LoadResult load(const std::string& path) {
-  // Never destroyed: a query from another static object's destructor must still work.
   // The loaded libraries form a list, newest first: a process loads one NVML, or a
-  // few in tests, so a search by path needs no map.
-  static std::mutex& mutex = *new std::mutex;
-  static const Library* loaded = nullptr;
-  std::lock_guard<std::mutex> lock(mutex);
+  // few in tests, so a search by path needs no map. The list is one per process,
+  // shared by every copy of gpusel in it (Note [One state per process]), and never
+  // destroyed: a query from another static object's destructor must still work.
+  ProcessState& process = process_state();
+  const StateLock lock(process.nvml_mutex);
+  const Library*& loaded = process.nvml_libraries;
   for (const Library* known = loaded; known != nullptr; known = known->next)
     if (known->path == path) return {known, LoadStatus::loaded, {}};
 

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "gpusel/detail/runtime_state.hpp"
 #include "gpusel/guard.hpp"
 
 namespace gpusel::detail {
@@ -25,9 +26,11 @@ namespace gpusel::detail {
 // release_cached_resources() forgets the table, for use before cudaDeviceReset.
 class PeerAccess {
  public:
-  static PeerAccess& instance() {
-    static PeerAccess table;
-    return table;
+  // The table of the CUDA runtime the caller links, shared by every copy of
+  // gpusel that calls it (Note [One state per runtime]).
+  static PeerAccess& instance() noexcept {
+    return runtime_object<PeerAccess>(RuntimeObject::peer_access,
+                                      [](void* storage) noexcept { return new (storage) PeerAccess; });
   }
 
   // Whether `destination` can now read `source`'s memory directly. Never throws.

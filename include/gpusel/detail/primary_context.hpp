@@ -10,6 +10,8 @@
 
 #include <atomic>
 
+#include "gpusel/detail/process_state.hpp"
+
 namespace gpusel::detail {
 
 enum class PrimaryContextState { Active, Inactive, Unknown };
@@ -24,9 +26,6 @@ enum class PrimaryContextState { Active, Inactive, Unknown };
 // Neither lookup nor the two functions create a context (observed on an H200
 // with CUDA 13).
 //
-// The driver API types are spelled here without including cuda.h: CUresult is
-// an int-sized enum whose CUDA_SUCCESS is 0, CUdevice is an int.
-//
 // The pointers are looked up once per process, the first time a restore needs
 // them, by whichever thread gets there first (the atomics make a concurrent
 // second lookup harmless: it stores the same values). A definite answer is
@@ -34,20 +33,11 @@ enum class PrimaryContextState { Active, Inactive, Unknown };
 // runtime not initialized) is not kept, so a later call asks again. Without
 // the functions the state is Unknown and callers restore eagerly, as CUDA
 // before 12 did without cost.
-struct DriverEntryPoints {
-  using DeviceGet = int (*)(int* device, int ordinal);
-  using PrimaryContextGetState = int (*)(int device, unsigned int* flags, int* active);
-  enum Lookup : int { NotYet = 0, Found = 1, Absent = 2 };
-
-  std::atomic<DeviceGet> device_get{nullptr};
-  std::atomic<PrimaryContextGetState> primary_context_get_state{nullptr};
-  std::atomic<int> lookup{NotYet};
-};
-
-inline DriverEntryPoints& driver_entry_points() noexcept {
-  static DriverEntryPoints points;
-  return points;
-}
+//
+// The pointers live in the process state (DriverEntryPoints, in
+// detail/process_state.hpp): a process has one driver, so one lookup serves
+// every runtime and every shared object in it (Note [One state per process]).
+inline DriverEntryPoints& driver_entry_points() noexcept { return process_state().driver; }
 
 // One symbol from the driver; nullptr when the driver lacks it. `failed` is set
 // when the runtime could not answer at all.

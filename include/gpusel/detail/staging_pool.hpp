@@ -12,6 +12,7 @@
 
 #include "gpusel/current_device.hpp"
 #include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/detail/runtime_state.hpp"
 
 namespace gpusel::detail {
 
@@ -37,9 +38,11 @@ inline constexpr std::size_t kMaxIdleChunks = 32;  // 128 MiB
 
 class StagingPool {
  public:
-  static StagingPool& instance() {
-    static StagingPool pool;
-    return pool;
+  // The pool of the CUDA runtime the caller links, shared by every copy of
+  // gpusel that calls it (Note [One state per runtime]).
+  static StagingPool& instance() noexcept {
+    return runtime_object<StagingPool>(RuntimeObject::staging_pool,
+                                       [](void* storage) noexcept { return new (storage) StagingPool; });
   }
 
   // A chunk of kStagingChunkBytes pinned bytes. Throws Error when pinning fails.
