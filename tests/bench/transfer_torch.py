@@ -14,7 +14,8 @@ median over rounds. Prints one parseable line per measurement:
 
 (args "-" when the gpusel benchmark has none). Each sample times enough calls
 to last about 20 ms (one call for the slow ones) after a first, untimed call
-that also warms the caching allocator. Every measurement checks that the bytes
+that also warms the caching allocator (a first call over 0.2 s is the first
+sample instead). Every measurement checks that the bytes
 arrived. Exits 0 with a "torch transfers skipped: ..." line when torch or a GPU
 is missing.
 
@@ -33,6 +34,7 @@ KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 SMALL = [4 * KIB, 64 * KIB]
 LARGE = [40 * MIB, 1 * GIB]
 SAMPLE_SECONDS = 0.02
+SLOW_SECONDS = 0.2
 MODELS = ["resnet50", "bert_base"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -42,21 +44,25 @@ def report(name, args, seconds, samples):
 
 
 def timed(function, sync, repeats):
-    """(median seconds per call, samples): a first call untimed, then `repeats`
-    samples of enough calls to last about SAMPLE_SECONDS."""
+    """(median seconds per call, samples, the last call's result): a first call
+    untimed, then `repeats` samples of enough calls to last about SAMPLE_SECONDS.
+    A first call slower than SLOW_SECONDS counts as the first sample instead
+    (1 GiB into new host memory takes most of a second: a round cannot afford
+    a warm-up of it, and the median of three tolerates one cold call)."""
     start = time.perf_counter()
-    function()
+    result = function()
     sync()
     once = time.perf_counter() - start
+    samples = [once] if once > SLOW_SECONDS else []
     calls = max(1, math.ceil(SAMPLE_SECONDS / max(once, 1e-9)))
-    samples = []
-    for _ in range(repeats):
+    while len(samples) < repeats:
         start = time.perf_counter()
         for _ in range(calls):
-            function()
+            result = None  # dropped first, as buffer_bench drops its last result
+            result = function()
         sync()
         samples.append((time.perf_counter() - start) / calls)
-    return statistics.median(samples), len(samples)
+    return statistics.median(samples), len(samples), result
 
 
 def pattern(torch, nbytes):
@@ -68,45 +74,51 @@ def pattern(torch, nbytes):
 
 
 def transfers(torch, device, sizes, repeats):
+    """Each result is checked where it lies: on the host against the pattern,
+    on the GPU against a device copy checked once through pinned memory (so no
+    check pays for a slow copy into new host memory)."""
     sync = torch.cuda.synchronize
     for nbytes in sizes:
         host = pattern(torch, nbytes)
+        pinned = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
         on_gpu = host.to(device)
-        assert torch.equal(on_gpu.cpu(), host), "host->device bytes differ"
+        pinned.copy_(on_gpu)
+        assert torch.equal(pinned, host), "host->device bytes differ"
         destination = torch.zeros(nbytes, dtype=torch.uint8, device=device)
 
         # pageable host -> existing device memory: dst.copy_(host) (gpusel: copy_from)
-        seconds, n = timed(lambda: destination.copy_(host), sync, repeats)
-        assert torch.equal(destination.cpu(), host), "host->device bytes differ"
+        seconds, n, _ = timed(lambda: destination.copy_(host), sync, repeats)
+        assert torch.equal(destination, on_gpu), "host->device bytes differ"
         report("torch_pageable_to_device", nbytes, seconds, n)
         if nbytes in LARGE:
             # x.to("cuda"), allocation included (gpusel: Buffer::to(cuda(0)))
-            seconds, n = timed(lambda: host.to(device), sync, repeats)
+            seconds, n, last = timed(lambda: host.to(device), sync, repeats)
+            assert torch.equal(last, on_gpu), "host->new device bytes differ"
             report("torch_to_cuda", nbytes, seconds, n)
-            pinned = host.pin_memory()
+            del last
+            pinned.copy_(host)
             destination.zero_()
-            seconds, n = timed(lambda: destination.copy_(pinned), sync, repeats)
-            assert torch.equal(destination.cpu(), host), "pinned->device bytes differ"
+            seconds, n, _ = timed(lambda: destination.copy_(pinned), sync, repeats)
+            assert torch.equal(destination, on_gpu), "pinned->device bytes differ"
             report("torch_pinned_to_device", nbytes, seconds, n)
             pinned.zero_()
-            seconds, n = timed(lambda: pinned.copy_(on_gpu), sync, repeats)
+            seconds, n, _ = timed(lambda: pinned.copy_(on_gpu), sync, repeats)
             assert torch.equal(pinned, host), "device->pinned bytes differ"
             report("torch_device_to_pinned", nbytes, seconds, n)
-            del pinned
             destination.zero_()
-            seconds, n = timed(lambda: destination.copy_(on_gpu), sync, repeats)
-            assert torch.equal(destination.cpu(), host), "device->device bytes differ"
+            seconds, n, _ = timed(lambda: destination.copy_(on_gpu), sync, repeats)
+            assert torch.equal(destination, on_gpu), "device->device bytes differ"
             report("torch_device_to_device", nbytes, seconds, n)
         else:
             existing = torch.zeros(nbytes, dtype=torch.uint8)
-            seconds, n = timed(lambda: existing.copy_(on_gpu), sync, repeats)
+            seconds, n, _ = timed(lambda: existing.copy_(on_gpu), sync, repeats)
             assert torch.equal(existing, host), "device->host bytes differ"
             report("torch_device_to_host", nbytes, seconds, n)
         # device -> a new host tensor: .to("cpu")
-        seconds, n = timed(lambda: on_gpu.to("cpu"), sync, repeats)
-        assert torch.equal(on_gpu.to("cpu"), host), "device->new host bytes differ"
+        seconds, n, last = timed(lambda: on_gpu.to("cpu"), sync, repeats)
+        assert torch.equal(last, host), "device->new host bytes differ"
         report("torch_device_to_new_host", nbytes, seconds, n)
-        del host, on_gpu, destination
+        del host, pinned, on_gpu, destination, last
         torch.cuda.empty_cache()
 
 
@@ -117,7 +129,7 @@ def make_drop(torch, device, repeats):
         temporary = torch.empty(nbytes, dtype=torch.uint8, device=device)
         del temporary
 
-    seconds, n = timed(once, torch.cuda.synchronize, repeats)
+    seconds, n, _ = timed(once, torch.cuda.synchronize, repeats)
     expected = pattern(torch, nbytes)
     last = torch.empty(nbytes, dtype=torch.uint8, device=device)
     last.copy_(expected)

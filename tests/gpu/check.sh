@@ -25,8 +25,8 @@
 #  5. PyTorch rounds, where `import torch` works: GPUSEL_CHECK_ROUNDS (5)
 #     times, buffer_bench --benchmark_filter='^gpusel_' (GPUSEL_CHECK_ROUND_REPETITIONS,
 #     3, repetitions) then tests/bench/transfer_torch.py (GPUSEL_CHECK_TORCH_REPEATS,
-#     3, samples); a round starts only when the budget has room for one more
-#     as long as the last one took;
+#     3, samples; GPUSEL_CHECK_TORCH_ARGS adds arguments); a round starts only
+#     when the budget has room for one more as long as the last one took;
 #  6. tests/gpu/summarize.py: the table.
 # Some tests describe made-up machines to a fake NVML, found in
 # <build>/tests/fake_nvml/: copy it along with the tests. Each step has a hard
@@ -97,6 +97,7 @@ round_repetitions=${GPUSEL_CHECK_ROUND_REPETITIONS:-${defaults[3]}}
 round_min_time=${GPUSEL_CHECK_ROUND_MIN_TIME:-${defaults[4]}}
 torch_repeats=${GPUSEL_CHECK_TORCH_REPEATS:-${defaults[5]}}
 calibration_args=${GPUSEL_CHECK_CALIBRATION_ARGS:-${defaults[6]}}
+torch_args=${GPUSEL_CHECK_TORCH_ARGS:-}  # more arguments for transfer_torch.py (--sizes, --groups)
 echo "repetitions $repetitions min_time $min_time rounds $rounds round_repetitions $round_repetitions" \
   "torch_repeats $torch_repeats budget $budget" > "$results/settings"
 
@@ -184,8 +185,9 @@ else
     run_step "round $round: buffer_bench gpusel_*" "$round_timeout" "$results/rounds/gpusel.$round.log" \
       "$gpusel_side" --benchmark_filter='^gpusel_' "--benchmark_repetitions=$round_repetitions" \
       --benchmark_enable_random_interleaving=true "--benchmark_min_time=$round_min_time" --benchmark_color=false
+    # shellcheck disable=SC2086 # torch_args are words on purpose
     run_step "round $round: transfer_torch.py" "$round_timeout" "$results/rounds/torch.$round.log" \
-      python3 "$torch_script" "--repeats=$torch_repeats"
+      python3 "$torch_script" "--repeats=$torch_repeats" $torch_args
     last_round=$((SECONDS - round_start))
   done
 fi

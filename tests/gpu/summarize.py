@@ -360,8 +360,7 @@ def main():
         lines.append(f"{'vs PyTorch, ' + str(len(round_numbers)) + ' alternating rounds':<{width}} "
                      f"{'size':>7} {'n':>3} {'gpusel (median)':>19} {'torch':>9} {'ratio':>7} {'':<13} "
                      f"{'reads as':<13} target" + (f"  [{stopped}]" if stopped else ""))
-        keys = sorted({key for by_key in gpusel_by_round.values() for key in by_key},
-                      key=lambda k: (k[0], len(k[1]), k[1]))
+        keys = list(dict.fromkeys(key for r in sorted(gpusel_by_round) for key in gpusel_by_round[r]))  # as printed
         for key in keys:
             gpusel_name, args = key
             pairs = [(gpusel_by_round[r][key]["gpusel_s"], torch_by_round[r][key]) for r in round_numbers
