@@ -125,6 +125,47 @@ struct ArmedFailure {
   cudaError_t status;
 };
 
+// Note [The call log is bounded]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A benchmark makes millions of calls: a log of every one grew to 605 MB in
+// 1.8 s of the emulated buffer benchmark. So the log keeps the last
+// kCallLogCapacity calls, in order (a ring of pointers to the functions'
+// names, which are string literals), and counts the ones it let go
+// (dropped_calls()); calls() counts every call exactly, whatever the cap.
+// Tests read short logs (a few calls after clear_calls()), far under the cap.
+constexpr std::size_t kCallLogCapacity = std::size_t{1} << 16;  // 512 KiB of pointers
+
+class CallLog {
+ public:
+  void add(const char* function) {
+    if (ring_.size() < kCallLogCapacity) {
+      ring_.push_back(function);
+    } else {
+      ring_[oldest_] = function;
+      oldest_ = (oldest_ + 1) % kCallLogCapacity;
+    }
+    ++total_;
+  }
+  // Oldest first.
+  std::vector<std::string> entries() const {
+    std::vector<std::string> in_order;
+    in_order.reserve(ring_.size());
+    for (std::size_t i = 0; i < ring_.size(); ++i) in_order.emplace_back(ring_[(oldest_ + i) % ring_.size()]);
+    return in_order;
+  }
+  std::uint64_t dropped() const { return total_ - ring_.size(); }
+  void clear() {
+    ring_.clear();
+    oldest_ = 0;
+    total_ = 0;
+  }
+
+ private:
+  std::vector<const char*> ring_;
+  std::size_t oldest_ = 0;  // where the oldest entry is, once the ring is full
+  std::uint64_t total_ = 0;
+};
+
 struct State {
   std::mutex mutex;
   Config config;
@@ -134,7 +175,7 @@ struct State {
   std::set<CUstream_st*> streams;
   std::set<CUevent_st*> events;
   std::map<std::string, int> call_counts;
-  std::vector<std::string> call_log;
+  CallLog call_log;  // Note [The call log is bounded]
   std::vector<ArmedFailure> failures;
   int peer_copies = 0;
   int staged_device_copies = 0;
@@ -203,7 +244,7 @@ class Call {
   Call(const char* function, bool counts_as_initialization = true)
       : s_(state()), lock_(s_.mutex), thread_(thread_state(s_)) {
     ++s_.call_counts[function];
-    s_.call_log.emplace_back(function);
+    s_.call_log.add(function);
     for (auto it = s_.failures.begin(); it != s_.failures.end(); ++it) {
       if (it->function != function) continue;
       if (it->remaining_calls > 1) {
@@ -412,8 +453,16 @@ int calls(const std::string& function) {
 std::vector<std::string> call_log() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  return s.call_log;
+  return s.call_log.entries();
 }
+
+std::uint64_t dropped_calls() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.call_log.dropped();
+}
+
+std::size_t call_log_capacity() { return kCallLogCapacity; }
 
 void clear_calls() {
   State& s = state();

@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -48,8 +49,12 @@ void reset(const Config& config = Config{});
 // --- what happened --------------------------------------------------------
 // How many times `function` ("cudaSetDevice") was called since the last reset or clear_calls().
 int calls(const std::string& function);
-// Every call since the last reset, in order, across threads.
+// The calls since the last reset or clear_calls(), in order, across threads:
+// the last call_log_capacity() of them (see Note [The call log is bounded]).
 std::vector<std::string> call_log();
+// Calls made since the last reset or clear_calls() that the log no longer holds.
+std::uint64_t dropped_calls();
+std::size_t call_log_capacity();
 void clear_calls();
 
 // Whether the device's primary context exists (cuDevicePrimaryCtxGetState's `active`).

@@ -158,6 +158,24 @@ TEST_F(EmulatedRuntime, CountsCalls) {
   EXPECT_EQ(emu::calls("cudaGetDevice"), 0);
 }
 
+TEST_F(EmulatedRuntime, TheCallLogKeepsTheLastCallsAndTheCountsStayExact) {
+  const std::size_t capacity = emu::call_log_capacity();
+  int device = 0;
+  (void)cudaSetDevice(1);
+  for (std::size_t i = 0; i < capacity + 9; ++i) (void)cudaGetDevice(&device);
+  EXPECT_EQ(emu::calls("cudaGetDevice"), static_cast<int>(capacity + 9)) << "counts are not capped";
+  EXPECT_EQ(emu::calls("cudaSetDevice"), 1);
+  const std::vector<std::string> log = emu::call_log();
+  ASSERT_EQ(log.size(), capacity);
+  EXPECT_EQ(emu::dropped_calls(), 10u) << "cudaSetDevice and the first nine cudaGetDevice calls";
+  EXPECT_EQ(log.front(), "cudaGetDevice");
+  (void)cudaSetDevice(0);
+  EXPECT_EQ(emu::call_log().back(), "cudaSetDevice") << "the newest call is last";
+  emu::clear_calls();
+  EXPECT_TRUE(emu::call_log().empty());
+  EXPECT_EQ(emu::dropped_calls(), 0u);
+}
+
 TEST_F(EmulatedRuntime, FailsTheNthCallAsArmedAndOnlyThatOne) {
   emu::fail_call("cudaMalloc", 2, cudaErrorMemoryAllocation);
   void* a = nullptr;
