@@ -85,11 +85,10 @@ class Module {
         if (entry.device() == target) return;
         try {
           entry.prepare(target);
-        } catch (const Error& error) {
-          throw Error(error.code(), error.code_name(),
-                      "gpusel::Module::to(" + target.str() + "): moving buffer \"" + name + "\" (" +
-                          std::to_string(entry.bytes()) + " bytes on " + entry.device().str() +
-                          ") failed, so no buffer was moved: " + error.what());
+        } catch (const Error& error) {  // an OutOfMemory stays one
+          detail::rethrow_with_prefix(error, "gpusel::Module::to(" + target.str() + "): moving buffer \"" + name +
+                                                 "\" (" + std::to_string(entry.bytes()) + " bytes on " +
+                                                 entry.device().str() + ") failed, so no buffer was moved");
         }
       });
     } catch (...) {

@@ -30,8 +30,8 @@ namespace gpusel::detail {
 // does not keep its peak forever. The pool lives until the process exits and
 // frees its chunks then, ignoring errors: the CUDA runtime may already have
 // shut down (cudaErrorCudartUnloading), and a destructor must not throw.
-// release_cached_resources() (buffer.hpp) empties it earlier: call it before
-// cudaDeviceReset, which frees pinned memory behind the pool's back.
+// release_cached_resources() (cached_resources.hpp) empties it earlier: call
+// it before cudaDeviceReset, which frees pinned memory behind the pool's back.
 inline constexpr std::size_t kStagingChunkBytes = std::size_t{4} << 20;
 inline constexpr std::size_t kMaxIdleChunks = 32;  // 128 MiB
 
