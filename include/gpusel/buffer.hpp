@@ -65,6 +65,7 @@ class Buffer {
   Buffer() noexcept = default;
 
   // `size` elements on `device`, contents unspecified (like torch.empty).
+  // Throws OutOfMemory when the memory ran out.
   explicit Buffer(std::size_t size, const Device& device = default_device())
       : memory_(detail::allocate_elements({"gpusel::Buffer", size, sizeof(T), device})) {}
 
@@ -78,7 +79,8 @@ class Buffer {
       : Buffer(values.begin(), values.size(), device) {}
 
   // `size` elements of pinned host memory, contents unspecified.
-  // Throws Error when no CUDA driver is usable (pinning needs one).
+  // Throws Error when no CUDA driver is usable (pinning needs one), and
+  // OutOfMemory when pinned memory ran out.
   static Buffer pinned(std::size_t size) {
     return Buffer(detail::allocate_elements({"gpusel::Buffer::pinned", size, sizeof(T), cpu()}, detail::kPinnedHost));
   }

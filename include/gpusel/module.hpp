@@ -75,7 +75,8 @@ class Module {
   // as one transaction (Note [Module::to is a transaction]), and returns
   // *this, so that `&m.to(d) == &m` and calls chain. `cuda` means the current
   // device. Buffers already there are not copied (pinned host buffers stay
-  // pinned on to(cpu())).
+  // pinned on to(cpu())). Throws OutOfMemory when the copies do not fit, and
+  // Error for any other failure; either way no buffer was moved.
   Module& to(const Device& device) {
     const Device target = device.is_cpu() ? cpu() : cuda(detail::resolve_cuda_index(device, [&] {
       return "gpusel::Module::to(" + device.str() + ")";

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #if defined(__linux__)
@@ -74,13 +75,23 @@ inline std::string describe_free_memory(int device) {
          std::to_string(total_bytes >> 20) + " MiB";
 }
 
+// Throws `error` (a failed allocation's), as an OutOfMemory when `status` says
+// the memory ran out, so that a caller can catch that case apart.
+[[noreturn]] inline void throw_allocation_error(cudaError_t status, const Error& error) {
+  if (status == cudaErrorMemoryAllocation) throw OutOfMemory(error.code(), error.code_name(), error.what());
+  throw error;
+}
+
 inline void* allocate_pageable(std::size_t bytes, ErrorContext what) {
   const bool large = bytes >= kHugePageWorthwhileBytes;
   const std::size_t alignment = large ? kHugePageBytes : kHostAlignment;
-  void* pointer = std::aligned_alloc(alignment, round_up(bytes, alignment));
+  // A size within `alignment` of SIZE_MAX would round up to almost nothing.
+  void* pointer = bytes <= std::numeric_limits<std::size_t>::max() - alignment
+                      ? std::aligned_alloc(alignment, round_up(bytes, alignment))
+                      : nullptr;
   if (pointer == nullptr) {
-    throw Error(static_cast<int>(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation",
-                what() + " on cpu: out of host memory (" + std::to_string(bytes) + " bytes)");
+    throw OutOfMemory(static_cast<int>(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation",
+                      what() + " on cpu: out of host memory (" + std::to_string(bytes) + " bytes)");
   }
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (large) (void)madvise(pointer, round_up(bytes, alignment), MADV_HUGEPAGE);  // advice; see Note [Fresh host memory]
@@ -92,8 +103,8 @@ inline void* allocate_pinned(std::size_t bytes, ErrorContext what) {
   void* pointer = nullptr;
   const cudaError_t status = cudaMallocHost(&pointer, bytes);
   if (status != cudaSuccess) {
-    throw cuda_error(status, what() + " in pinned host memory: cudaMallocHost", std::to_string(bytes) + " bytes",
-                     describe_visible_devices());
+    throw_allocation_error(status, cuda_error(status, what() + " in pinned host memory: cudaMallocHost",
+                                              std::to_string(bytes) + " bytes", describe_visible_devices()));
   }
   return pointer;
 }
@@ -105,14 +116,14 @@ inline void* allocate_device(std::size_t bytes, int device, ErrorContext what) {
   if (status != cudaSuccess) {
     const std::string context =
         status == cudaErrorMemoryAllocation ? describe_free_memory(device) : describe_visible_devices();
-    throw cuda_error(status, what() + ": cudaMalloc", cuda(device), context);
+    throw_allocation_error(status, cuda_error(status, what() + ": cudaMalloc", cuda(device), context));
   }
   return pointer;
 }
 
 // `bytes` in `place`, or nullptr for zero bytes; `what` names the owner for
-// errors ("gpusel::Buffer(1024 elements, 4096 bytes, cuda:1)"). Throws Error
-// when it cannot allocate.
+// errors ("gpusel::Buffer(1024 elements, 4096 bytes, cuda:1)"). Throws
+// OutOfMemory when the memory ran out, Error for any other failure.
 inline void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorContext what) {
   if (bytes == 0) return nullptr;
   switch (place.kind) {

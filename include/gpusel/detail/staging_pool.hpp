@@ -12,6 +12,7 @@
 
 #include "gpusel/current_device.hpp"
 #include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/detail/memory.hpp"
 
 namespace gpusel::detail {
 
@@ -42,7 +43,8 @@ class StagingPool {
     return pool;
   }
 
-  // A chunk of kStagingChunkBytes pinned bytes. Throws Error when pinning fails.
+  // A chunk of kStagingChunkBytes pinned bytes. Throws OutOfMemory when pinned
+  // memory ran out, Error when pinning fails otherwise.
   void* acquire() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -51,8 +53,9 @@ class StagingPool {
     void* chunk = nullptr;
     const cudaError_t status = cudaMallocHost(&chunk, kStagingChunkBytes);
     if (status != cudaSuccess) {
-      throw cuda_error(status, "gpusel copy engine: cudaMallocHost",
-                       std::to_string(kStagingChunkBytes) + " bytes of staging", describe_visible_devices());
+      throw_allocation_error(
+          status, cuda_error(status, "gpusel copy engine: cudaMallocHost",
+                             std::to_string(kStagingChunkBytes) + " bytes of staging", describe_visible_devices()));
     }
     return chunk;
   }

@@ -28,7 +28,7 @@ class UntypedBuffer {
   UntypedBuffer() noexcept = default;
 
   // `bytes` in `place`, contents unspecified; zero bytes allocate nothing.
-  // `what` names the owner for errors.
+  // `what` names the owner for errors. Throws OutOfMemory when the memory ran out.
   [[nodiscard]] static UntypedBuffer allocate(std::size_t bytes, const MemoryPlace& place, ErrorContext what) {
     return UntypedBuffer(allocate_memory(bytes, place, what), bytes, place);
   }
@@ -177,10 +177,10 @@ inline MemoryPlace target_place(const Device& device, const MemoryPlace& from, E
 }
 
 // `call.size` elements of `call.element_bytes` in `place`, contents
-// unspecified.
+// unspecified. A size whose bytes cannot be counted is an OutOfMemory.
 [[nodiscard]] inline UntypedBuffer allocate_elements(const ElementsCall& call, const MemoryPlace& place) {
   if (call.size > std::numeric_limits<std::size_t>::max() / call.element_bytes)
-    throw Error(call() + ": " + std::to_string(call.size) + " elements do not fit in memory");
+    throw OutOfMemory(call() + ": " + std::to_string(call.size) + " elements do not fit in memory");
   return UntypedBuffer::allocate(call.size * call.element_bytes, place, call);
 }
 
