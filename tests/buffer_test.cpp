@@ -205,7 +205,7 @@ TEST(BufferWithoutDriver, ToCudaThrowsAnErrorThatSaysWhy) {
   }
   EXPECT_EQ(x.to_vector(), (std::vector<float>{1, 2, 3})) << "the source is untouched";
   EXPECT_THROW(gpusel::Buffer<float>(4, gpusel::cuda(0)), gpusel::Error);
-  EXPECT_THROW(gpusel::Buffer<float>::pinned(4), gpusel::Error) << "pinning needs a driver";
+  EXPECT_THROW((void)gpusel::Buffer<float>::pinned(4), gpusel::Error) << "pinning needs a driver";
 }
 
 // --- on GPUs -----------------------------------------------------------------

@@ -81,7 +81,7 @@ class Buffer {
   // `size` elements of pinned host memory, contents unspecified.
   // Throws Error when no CUDA driver is usable (pinning needs one), and
   // OutOfMemory when pinned memory ran out.
-  static Buffer pinned(std::size_t size) {
+  [[nodiscard]] static Buffer pinned(std::size_t size) {
     return Buffer(detail::allocate_elements({"gpusel::Buffer::pinned", size, sizeof(T), cpu()}, detail::kPinnedHost));
   }
 
@@ -110,14 +110,15 @@ class Buffer {
 
   // A new Buffer on `device` with a copy of the elements; *this is untouched
   // (Note [A Buffer never aliases another]). Done when it returns.
-  Buffer to(const Device& device) const& {
+  [[nodiscard]] Buffer to(const Device& device) const& {
     const detail::MoveCall what{device, size(), sizeof(T), memory_.place()};
     return Buffer(memory_.copy_to(detail::target_place(device, memory_.place(), what), what));
   }
 
   // Hands this Buffer's memory over, without a copy, when it is already on
-  // `device`; otherwise copies it there and frees it here. *this is left empty.
-  Buffer to(const Device& device) && {
+  // `device`; otherwise copies it there and frees it here. *this is left
+  // empty, so discarding the result loses the elements.
+  [[nodiscard]] Buffer to(const Device& device) && {
     const detail::MoveCall what{device, size(), sizeof(T), memory_.place()};
     return Buffer(memory_.move_to(detail::target_place(device, memory_.place(), what), what));
   }
@@ -132,7 +133,7 @@ class Buffer {
   // When it returns early, YOU must keep *this and the result alive and call
   // stream.synchronize() before reading the result or writing *this.
   // The stream must belong to the GPU involved (either one between two GPUs).
-  Buffer to(const Device& device, const Stream& stream) const& {
+  [[nodiscard]] Buffer to(const Device& device, const Stream& stream) const& {
     const detail::MoveCall what{device, size(), sizeof(T), memory_.place(), "", &stream};
     detail::MemoryPlace target = detail::target_place(device, memory_.place(), what);
     if (target.is_host() && is_cuda()) target = detail::kPinnedHost;
@@ -140,13 +141,13 @@ class Buffer {
   }
 
   // A pinned host copy, like torch's pin_memory(); from a cuda Buffer too.
-  Buffer pin_memory() const {
+  [[nodiscard]] Buffer pin_memory() const {
     return Buffer(memory_.copy_to(detail::kPinnedHost,
                                   detail::MoveCall{cpu(), size(), sizeof(T), memory_.place(), " (pin_memory)"}));
   }
 
   // A copy on the same device (pinned stays pinned).
-  Buffer clone() const { return Buffer(memory_.copy_to(memory_.place(), call("gpusel::Buffer::clone"))); }
+  [[nodiscard]] Buffer clone() const { return Buffer(memory_.copy_to(memory_.place(), call("gpusel::Buffer::clone"))); }
 
   // Copies `source`'s elements into this Buffer, wherever each of them lives
   // (like tensor.copy_(source)); the sizes must match. Done when it returns.
@@ -157,7 +158,7 @@ class Buffer {
   // The elements, copied into a new std::vector (like tensor.tolist()).
   // Buffer::to(cpu()) is faster for large Buffers: a std::vector zero-fills
   // its memory on one thread before the copy (Note [Fresh host memory]).
-  std::vector<T> to_vector() const {
+  [[nodiscard]] std::vector<T> to_vector() const {
     std::vector<T> values(size());
     memory_.copy_into(values.data(), detail::MemoryPlace{}, call("gpusel::Buffer::to_vector"));
     return values;

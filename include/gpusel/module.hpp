@@ -122,7 +122,7 @@ class Module {
 
   // Every buffer of the module and its children, in registration order, own
   // buffers first, named like PyTorch's named_buffers(): "weight", "child.weight".
-  std::vector<BufferInfo> named_buffers() const {
+  [[nodiscard]] std::vector<BufferInfo> named_buffers() const {
     std::vector<BufferInfo> infos;
     for_each_buffer([&infos](const std::string& name, const detail::BufferEntry& entry) {
       infos.push_back(
