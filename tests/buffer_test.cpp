@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <string>
 #include <thread>
@@ -19,6 +20,21 @@
 #include "gpusel/stream.hpp"
 #include "gpusel_test.hpp"
 #include "text_checks.hpp"
+
+// BufferOnCpu.HostMemoryRunningOutIsAnOutOfMemory asks for more memory than
+// any machine has: malloc answers null, but the sanitizers' allocators stop
+// the program instead unless told to answer as malloc does.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define GPUSEL_TEST_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define GPUSEL_TEST_SANITIZER 1
+#endif
+#endif
+#if defined(GPUSEL_TEST_SANITIZER)
+extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
+extern "C" const char* __tsan_default_options() { return "allocator_may_return_null=1"; }
+#endif
 
 namespace {
 
@@ -139,6 +155,23 @@ TEST(BufferOnCpu, AHugeSizeIsAnErrorNotAnOverflow) {
   }
 }
 
+TEST(BufferOnCpu, HostMemoryRunningOutIsAnOutOfMemory) {
+  // 4 EiB: more than any machine's address space, so aligned_alloc returns null.
+  for (const std::size_t size : {std::size_t{1} << 62, std::numeric_limits<std::size_t>::max() - 10}) {
+    try {
+      gpusel::Buffer<std::uint8_t> x(size, gpusel::cpu());
+      FAIL() << size << " bytes were allocated";
+    } catch (const gpusel::OutOfMemory& e) {
+      EXPECT_EQ(e.code(), cudaErrorMemoryAllocation);
+      EXPECT_TRUE(contains(e.what(), "gpusel::Buffer(" + std::to_string(size) + " elements, " + std::to_string(size) +
+                                         " bytes, cpu) on cpu: out of host memory"))
+          << e.what();
+    }
+  }
+  EXPECT_THROW(gpusel::Buffer<double>(std::size_t{1} << 62, gpusel::cpu()), gpusel::OutOfMemory)
+      << "a size whose bytes cannot be counted does not fit in memory either";
+}
+
 // --- no driver: the CPU fallback ---------------------------------------------
 
 TEST(BufferWithoutDriver, CpuBuffersMakeNoCudaCall) {
@@ -172,7 +205,7 @@ TEST(BufferWithoutDriver, ToCudaThrowsAnErrorThatSaysWhy) {
   }
   EXPECT_EQ(x.to_vector(), (std::vector<float>{1, 2, 3})) << "the source is untouched";
   EXPECT_THROW(gpusel::Buffer<float>(4, gpusel::cuda(0)), gpusel::Error);
-  EXPECT_THROW(gpusel::Buffer<float>::pinned(4), gpusel::Error) << "pinning needs a driver";
+  EXPECT_THROW((void)gpusel::Buffer<float>::pinned(4), gpusel::Error) << "pinning needs a driver";
 }
 
 // --- on GPUs -----------------------------------------------------------------
@@ -461,6 +494,73 @@ TEST(BufferEmulated, OutOfMemorySaysHowMuchIsFree) {
         << e.what();
     EXPECT_TRUE(contains(e.what(), "cuda:0 has 1 MiB free of 1 MiB")) << e.what();
   }
+}
+
+TEST(BufferEmulated, DeviceMemoryRunningOutIsAnOutOfMemory) {
+  gpusel::release_cached_resources();
+  gpusel_emulated::reset(gpusel_emulated::devices(1, std::size_t{1} << 20));
+  EXPECT_THROW(gpusel::Buffer<float>(1 << 20, gpusel::cuda(0)), gpusel::OutOfMemory);
+  gpusel::Buffer<float> host(1 << 20, gpusel::cpu());
+  try {
+    auto on_gpu = host.to(gpusel::cuda(0));
+    FAIL() << "4 MiB fit in 1 MiB";
+  } catch (const gpusel::OutOfMemory& e) {
+    EXPECT_TRUE(contains(e.what(), "gpusel::Buffer::to(cuda:0) of 1048576 elements (4194304 bytes) on cpu: cudaMalloc"))
+        << e.what();
+  }
+  EXPECT_EQ(gpusel_emulated::bytes_in_use(0), 0u);
+}
+
+TEST(BufferEmulated, OnlyMemoryRunningOutIsAnOutOfMemory) {
+  machine_with(1);
+  gpusel_emulated::fail_call("cudaMalloc", 1, cudaErrorLaunchFailure);
+  try {
+    gpusel::Buffer<float> x(4, gpusel::cuda(0));
+    FAIL() << "cudaMalloc failed and the Buffer was made";
+  } catch (const gpusel::OutOfMemory& e) {
+    ADD_FAILURE() << "a launch failure came back as OutOfMemory: " << e.what();
+  } catch (const gpusel::Error& e) {
+    EXPECT_EQ(e.code(), cudaErrorLaunchFailure) << e.what();
+  }
+}
+
+TEST(BufferEmulated, PinnedMemoryRunningOutIsAnOutOfMemory) {
+  machine_with(1);
+  gpusel_emulated::fail_call("cudaMallocHost", 1, cudaErrorMemoryAllocation);
+  try {
+    auto pinned = gpusel::Buffer<int>::pinned(4);
+    FAIL() << "cudaMallocHost ran out of memory and the Buffer was made";
+  } catch (const gpusel::OutOfMemory& e) {
+    EXPECT_EQ(e.code(), cudaErrorMemoryAllocation);
+    EXPECT_TRUE(
+        contains(e.what(), "gpusel::Buffer::pinned(4 elements, 16 bytes, cpu) in pinned host memory: cudaMallocHost"))
+        << e.what();
+  }
+  gpusel::Buffer<int> pageable({1, 2}, gpusel::cpu());
+  gpusel_emulated::fail_call("cudaMallocHost", 1, cudaErrorMemoryAllocation);
+  EXPECT_THROW((void)pageable.pin_memory(), gpusel::OutOfMemory);
+  EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), 0u);
+}
+
+TEST(BufferEmulated, StagingMemoryRunningOutIsAnOutOfMemory) {
+  machine_with(1);
+  const auto bytes = pattern(kLarge, 13);
+  gpusel::Buffer<std::uint8_t> host(bytes, gpusel::cpu());
+  gpusel_emulated::fail_calls_from("cudaMallocHost", 1, cudaErrorMemoryAllocation);
+  try {
+    auto on_gpu = host.to(gpusel::cuda(0));
+    FAIL() << "a large pageable copy went through no pinned staging";
+  } catch (const gpusel::OutOfMemory& e) {
+    EXPECT_EQ(e.code(), cudaErrorMemoryAllocation);
+    EXPECT_TRUE(contains(e.what(), "gpusel::Buffer::to(cuda:0) of " + std::to_string(kLarge) + " elements"))
+        << e.what();
+    EXPECT_TRUE(contains(e.what(), "gpusel copy engine: cudaMallocHost(4194304 bytes of staging)")) << e.what();
+  }
+  gpusel_emulated::clear_failures();
+  gpusel::release_cached_resources();
+  EXPECT_EQ(gpusel_emulated::bytes_in_use(0), 0u);
+  EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), 0u);
+  EXPECT_EQ(host.to_vector(), bytes);
 }
 
 // Makes `function`'s nth call fail in every copy path, and checks each time

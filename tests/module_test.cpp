@@ -211,6 +211,27 @@ TEST(ModuleEmulated, FreesTheOldMemoryOnItsDevice) {
   EXPECT_EQ(gpusel_emulated::bytes_in_use(1), on_0);
 }
 
+TEST(ModuleEmulated, RunningOutOfDeviceMemoryIsAnOutOfMemoryAndMovesNothing) {
+  gpusel::release_cached_resources();
+  gpusel_emulated::reset(gpusel_emulated::devices(1, std::size_t{1} << 20));
+  Model m;  // "table" alone is 6 MiB
+  const Snapshot before = snapshot(m);
+  try {
+    m.to(gpusel::cuda(0));
+    FAIL() << "6 MiB fit in 1 MiB";
+  } catch (const gpusel::OutOfMemory& e) {
+    EXPECT_EQ(e.code(), cudaErrorMemoryAllocation);
+    EXPECT_TRUE(contains(e.what(),
+                         "gpusel::Module::to(cuda:0): moving buffer \"table\" (6291459 bytes on cpu) "
+                         "failed, so no buffer was moved: gpusel::Buffer::to(cuda:0)"))
+        << e.what();
+    EXPECT_TRUE(contains(e.what(), "MiB free of 1 MiB")) << e.what() << ": \"scale\" was copied already";
+  }
+  EXPECT_EQ(m.device(), gpusel::cpu());
+  EXPECT_TRUE(snapshot(m) == before);
+  EXPECT_EQ(gpusel_emulated::bytes_in_use(0), 0u);
+}
+
 // Note [Module::to is a transaction], proved: every allocation and copy point
 // of every path (host->GPU, GPU->host, GPU->GPU with and without peer access)
 // fails in turn, and each time every buffer is where it was, intact, nothing
@@ -263,6 +284,9 @@ TEST(ModuleEmulated, ToIsATransactionWhereverItFails) {
           failed = true;
           ++failures_seen;
           EXPECT_EQ(e.code(), cudaErrorMemoryAllocation) << e.what();
+          const bool allocation = std::string(function) == "cudaMalloc" || std::string(function) == "cudaMallocHost";
+          EXPECT_EQ(dynamic_cast<const gpusel::OutOfMemory*>(&e) != nullptr, allocation)
+              << function << ": only an allocation that ran out is an OutOfMemory: " << e.what();
           EXPECT_TRUE(contains(e.what(), "gpusel::Module::to(" + path.to.str() + "): moving buffer \"")) << e.what();
           EXPECT_TRUE(contains(e.what(), "no buffer was moved")) << e.what();
         }

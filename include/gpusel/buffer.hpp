@@ -8,27 +8,17 @@
 //   auto pinned = gpusel::Buffer<float>::pinned(n);   // torch.empty(n, pin_memory=True)
 #pragma once
 
-#include <cuda_runtime_api.h>
-
-#include <algorithm>
 #include <cstddef>
 #include <initializer_list>
-#include <limits>
-#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "gpusel/cached_resources.hpp"  // release_cached_resources, for users of this header
 #include "gpusel/default_device.hpp"
-#include "gpusel/detail/copy_engine.hpp"
-#include "gpusel/detail/error_context.hpp"
 #include "gpusel/detail/memory.hpp"
-#include "gpusel/detail/peer_access.hpp"
-#include "gpusel/detail/resolve_device.hpp"
-#include "gpusel/detail/staging_pool.hpp"
+#include "gpusel/detail/untyped_buffer.hpp"
 #include "gpusel/device.hpp"
-#include "gpusel/error.hpp"
-#include "gpusel/guard.hpp"
 #include "gpusel/stream.hpp"
 
 namespace gpusel {
@@ -59,6 +49,9 @@ namespace gpusel {
 // (page-locked) host memory, which the GPU's DMA engines reach directly: it
 // copies at the bus's full speed and allows asynchronous copies.
 
+// Buffer<T> is a typed view of a detail::UntypedBuffer (detail/untyped_buffer.hpp),
+// which owns the bytes and holds the code that moves them: each member here
+// adds sizeof(T) and forwards.
 template <class T>
 class Buffer {
   static_assert(std::is_trivially_copyable_v<T>, "gpusel::Buffer<T> holds raw bytes: T must be trivially copyable");
@@ -72,15 +65,13 @@ class Buffer {
   Buffer() noexcept = default;
 
   // `size` elements on `device`, contents unspecified (like torch.empty).
+  // Throws OutOfMemory when the memory ran out.
   explicit Buffer(std::size_t size, const Device& device = default_device())
-      : Buffer(allocate(size, device, [&] { return describe("gpusel::Buffer", size, device); })) {}
+      : memory_(detail::allocate_elements({"gpusel::Buffer", size, sizeof(T), device})) {}
 
   // A copy of host data, on `device`.
-  Buffer(const T* values, std::size_t size, const Device& device = default_device()) : Buffer(size, device) {
-    if (size != 0 && values == nullptr)
-      throw Error(describe("gpusel::Buffer", size, device) + ": the data pointer is null");
-    copy_in(values, detail::MemoryPlace{}, [&] { return describe("gpusel::Buffer", size, device); });
-  }
+  Buffer(const T* values, std::size_t size, const Device& device = default_device())
+      : memory_(detail::copy_host_elements({"gpusel::Buffer", size, sizeof(T), device}, values)) {}
   explicit Buffer(const std::vector<T>& values, const Device& device = default_device())
       : Buffer(values.data(), values.size(), device) {}
   // Buffer<int>{3} holds one element, 3, as std::vector<int>{3} does.
@@ -88,10 +79,10 @@ class Buffer {
       : Buffer(values.begin(), values.size(), device) {}
 
   // `size` elements of pinned host memory, contents unspecified.
-  // Throws Error when no CUDA driver is usable (pinning needs one).
-  static Buffer pinned(std::size_t size) {
-    const auto what = [&] { return describe("gpusel::Buffer::pinned", size, cpu()); };
-    return Buffer(allocate(size, detail::MemoryPlace{detail::MemoryKind::pinned_host, -1}, what));
+  // Throws Error when no CUDA driver is usable (pinning needs one), and
+  // OutOfMemory when pinned memory ran out.
+  [[nodiscard]] static Buffer pinned(std::size_t size) {
+    return Buffer(detail::allocate_elements({"gpusel::Buffer::pinned", size, sizeof(T), cpu()}, detail::kPinnedHost));
   }
 
   // Frees the memory on its own device (Note [Buffer devices]); never throws.
@@ -100,16 +91,12 @@ class Buffer {
   // Copying is deleted: see Note [A Buffer never aliases another]; use clone().
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
-  Buffer(Buffer&& other) noexcept : memory_(std::move(other.memory_)), size_(std::exchange(other.size_, 0)) {}
-  Buffer& operator=(Buffer&& other) noexcept {
-    memory_ = std::move(other.memory_);
-    size_ = std::exchange(other.size_, 0);
-    return *this;
-  }
+  Buffer(Buffer&&) noexcept = default;
+  Buffer& operator=(Buffer&&) noexcept = default;
 
-  std::size_t size() const noexcept { return size_; }
-  std::size_t bytes() const noexcept { return size_ * sizeof(T); }
-  bool empty() const noexcept { return size_ == 0; }
+  std::size_t size() const noexcept { return memory_.bytes() / sizeof(T); }
+  std::size_t bytes() const noexcept { return memory_.bytes(); }
+  bool empty() const noexcept { return memory_.bytes() == 0; }
   // cpu, or cuda:N with its index.
   Device device() const { return memory_.place().as_device(); }
   bool is_cuda() const noexcept { return memory_.place().kind == detail::MemoryKind::device; }
@@ -118,25 +105,22 @@ class Buffer {
 
   // The elements: host memory for a cpu Buffer, device memory for a cuda one
   // (for your kernels and cudaMemcpy). nullptr when empty.
-  T* data() noexcept { return static_cast<T*>(memory_.get()); }
-  const T* data() const noexcept { return static_cast<const T*>(memory_.get()); }
+  T* data() noexcept { return static_cast<T*>(memory_.data()); }
+  const T* data() const noexcept { return static_cast<const T*>(memory_.data()); }
 
   // A new Buffer on `device` with a copy of the elements; *this is untouched
   // (Note [A Buffer never aliases another]). Done when it returns.
-  Buffer to(const Device& device) const& {
-    const auto what = [&] { return describe_move(device); };  // Note [Error context costs nothing until an error]
-    return copy_to(target_place(device, what), what);
+  [[nodiscard]] Buffer to(const Device& device) const& {
+    const detail::MoveCall what{device, size(), sizeof(T), memory_.place()};
+    return Buffer(memory_.copy_to(detail::target_place(device, memory_.place(), what), what));
   }
 
   // Hands this Buffer's memory over, without a copy, when it is already on
-  // `device`; otherwise copies it there and frees it here. *this is left empty.
-  Buffer to(const Device& device) && {
-    const auto what = [&] { return describe_move(device); };
-    const detail::MemoryPlace target = target_place(device, what);
-    if (target.kind == memory_.place().kind && target.device == memory_.place().device) return std::move(*this);
-    Buffer result = copy_to(target, what);
-    *this = Buffer();
-    return result;
+  // `device`; otherwise copies it there and frees it here. *this is left
+  // empty, so discarding the result loses the elements.
+  [[nodiscard]] Buffer to(const Device& device) && {
+    const detail::MoveCall what{device, size(), sizeof(T), memory_.place()};
+    return Buffer(memory_.move_to(detail::target_place(device, memory_.place(), what), what));
   }
 
   // Like to(device), queued on `stream` where the host side is pinned:
@@ -149,155 +133,49 @@ class Buffer {
   // When it returns early, YOU must keep *this and the result alive and call
   // stream.synchronize() before reading the result or writing *this.
   // The stream must belong to the GPU involved (either one between two GPUs).
-  Buffer to(const Device& device, const Stream& stream) const& {
-    const auto what = [&] { return describe_move(device) + " on a stream of " + stream.device().str(); };
-    detail::MemoryPlace target = target_place(device, what);
-    if (target.is_host() && is_cuda()) target.kind = detail::MemoryKind::pinned_host;
-    Buffer result(allocate(size_, target, what));
-    try {
-      detail::copy_async(result.data(), target, data(), memory_.place(), bytes(), stream);
-    } catch (const Error& error) {
-      throw with_context(error, what());
-    }
-    return result;
+  [[nodiscard]] Buffer to(const Device& device, const Stream& stream) const& {
+    const detail::MoveCall what{device, size(), sizeof(T), memory_.place(), "", &stream};
+    detail::MemoryPlace target = detail::target_place(device, memory_.place(), what);
+    if (target.is_host() && is_cuda()) target = detail::kPinnedHost;
+    return Buffer(memory_.copy_to(target, stream, what));
   }
 
   // A pinned host copy, like torch's pin_memory(); from a cuda Buffer too.
-  Buffer pin_memory() const {
-    return copy_to(detail::MemoryPlace{detail::MemoryKind::pinned_host, -1},
-                   [&] { return describe_move(cpu()) + " (pin_memory)"; });
+  [[nodiscard]] Buffer pin_memory() const {
+    return Buffer(memory_.copy_to(detail::kPinnedHost,
+                                  detail::MoveCall{cpu(), size(), sizeof(T), memory_.place(), " (pin_memory)"}));
   }
 
   // A copy on the same device (pinned stays pinned).
-  Buffer clone() const {
-    return copy_to(memory_.place(), [&] { return describe("gpusel::Buffer::clone", size_, device()); });
-  }
+  [[nodiscard]] Buffer clone() const { return Buffer(memory_.copy_to(memory_.place(), call("gpusel::Buffer::clone"))); }
 
   // Copies `source`'s elements into this Buffer, wherever each of them lives
   // (like tensor.copy_(source)); the sizes must match. Done when it returns.
   void copy_from(const Buffer& source) {
-    const auto what = [&] { return describe("gpusel::Buffer::copy_from", size_, device()); };
-    if (source.size_ != size_)
-      throw Error(what() + ": the source has " + std::to_string(source.size_) + " elements, this Buffer " +
-                  std::to_string(size_));
-    if (&source != this) copy_in(source.data(), source.memory_.place(), what);
+    detail::copy_elements(memory_, source.memory_, call("gpusel::Buffer::copy_from"));
   }
 
   // The elements, copied into a new std::vector (like tensor.tolist()).
   // Buffer::to(cpu()) is faster for large Buffers: a std::vector zero-fills
   // its memory on one thread before the copy (Note [Fresh host memory]).
-  std::vector<T> to_vector() const {
-    std::vector<T> values(size_);
-    try {
-      detail::copy(values.data(), detail::MemoryPlace{}, data(), memory_.place(), bytes());
-    } catch (const Error& error) {
-      throw with_context(error, describe("gpusel::Buffer::to_vector", size_, device()));
-    }
+  [[nodiscard]] std::vector<T> to_vector() const {
+    std::vector<T> values(size());
+    memory_.copy_into(values.data(), detail::MemoryPlace{}, call("gpusel::Buffer::to_vector"));
     return values;
   }
 
   // Sets every element to `value`. On a GPU: one host chunk of copies of it is
   // sent over, then copied onto the rest of the Buffer, doubling each time (no
   // kernel needed; about log2(size / 16384) device-to-device copies).
-  void fill(const T& value) {
-    if (size_ == 0) return;
-    if (!is_cuda()) {
-      std::fill_n(data(), size_, value);
-      return;
-    }
-    const auto what = [&] { return describe("gpusel::Buffer::fill", size_, device()); };
-    const std::size_t seed_size = std::min(size_, std::max<std::size_t>(1, (std::size_t{64} << 10) / sizeof(T)));
-    const std::vector<T> seed(seed_size, value);
-    try {
-      detail::copy(data(), memory_.place(), seed.data(), detail::MemoryPlace{}, seed_size * sizeof(T));
-      DeviceGuard guard(memory_.place().device);
-      for (std::size_t filled = seed_size; filled < size_;) {
-        const std::size_t count = std::min(filled, size_ - filled);
-        detail::check_copy(
-            cudaMemcpyAsync(data() + filled, data(), count * sizeof(T), cudaMemcpyDeviceToDevice, nullptr),
-            "cudaMemcpyAsync", count * sizeof(T), memory_.place(), memory_.place());
-        filled += count;
-      }
-      detail::check_copy(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize", bytes(), memory_.place(),
-                         memory_.place());
-    } catch (const Error& error) {
-      throw with_context(error, what());
-    }
-  }
+  void fill(const T& value) { memory_.fill(&value, sizeof(T), call("gpusel::Buffer::fill")); }
 
  private:
-  explicit Buffer(detail::OwnedMemory memory) noexcept
-      : memory_(std::move(memory)), size_(memory_.bytes() / sizeof(T)) {}
+  explicit Buffer(detail::UntypedBuffer memory) noexcept : memory_(std::move(memory)) {}
 
-  static std::size_t checked_bytes(std::size_t size, detail::ErrorContext what) {
-    if (size > std::numeric_limits<std::size_t>::max() / sizeof(T))
-      throw Error(what() + ": " + std::to_string(size) + " elements do not fit in memory");
-    return size * sizeof(T);
-  }
+  // What a call of `function` on this Buffer is doing, for its errors.
+  detail::ElementsCall call(const char* function) const { return {function, size(), sizeof(T), device()}; }
 
-  static detail::OwnedMemory allocate(std::size_t size, const detail::MemoryPlace& place, detail::ErrorContext what) {
-    return detail::OwnedMemory::allocate(checked_bytes(size, what), place, what);
-  }
-  static detail::OwnedMemory allocate(std::size_t size, const Device& device, detail::ErrorContext what) {
-    return allocate(size, place_of(device, what), what);
-  }
-
-  static detail::MemoryPlace place_of(const Device& device, detail::ErrorContext what) {
-    if (device.is_cpu()) return detail::MemoryPlace{};
-    return detail::MemoryPlace{detail::MemoryKind::device, detail::resolve_cuda_index(device, what)};
-  }
-
-  // Where to(device) puts the copy: on the cpu, pinned stays pinned.
-  detail::MemoryPlace target_place(const Device& device, detail::ErrorContext what) const {
-    if (device.is_cpu()) return is_cpu() ? memory_.place() : detail::MemoryPlace{};
-    return place_of(device, what);
-  }
-
-  // "gpusel::Buffer(1024 elements, 4096 bytes, cuda:1)"
-  static std::string describe(const char* function, std::size_t size, const Device& device) {
-    return std::string(function) + "(" + std::to_string(size) + " elements, " +
-           (size <= std::numeric_limits<std::size_t>::max() / sizeof(T) ? std::to_string(size * sizeof(T))
-                                                                        : "too many") +
-           " bytes, " + device.str() + ")";
-  }
-
-  // "gpusel::Buffer::to(cuda:1) of 1024 elements (4096 bytes) on cpu"
-  std::string describe_move(const Device& device) const {
-    return "gpusel::Buffer::to(" + device.str() + ") of " + std::to_string(size_) + " elements (" +
-           std::to_string(bytes()) + " bytes) on " + (is_pinned() ? std::string("cpu (pinned)") : this->device().str());
-  }
-
-  static Error with_context(const Error& error, const std::string& what) {
-    return Error(error.code(), error.code_name(), what + ": " + error.what());
-  }
-
-  // A new Buffer at `target` holding a copy of the elements, done when it returns.
-  Buffer copy_to(const detail::MemoryPlace& target, detail::ErrorContext what) const {
-    Buffer result(allocate(size_, target, what));
-    result.copy_in(data(), memory_.place(), what);
-    return result;
-  }
-
-  // Copies bytes() from `source` in `from` into this Buffer, done when it returns.
-  void copy_in(const void* source, const detail::MemoryPlace& from, detail::ErrorContext what) {
-    try {
-      detail::copy(memory_.get(), memory_.place(), source, from, bytes());
-    } catch (const Error& error) {
-      throw with_context(error, what());
-    }
-  }
-
-  detail::OwnedMemory memory_;
-  std::size_t size_ = 0;
+  detail::UntypedBuffer memory_;
 };
-
-// Frees the pinned staging memory the copy engine keeps between copies and
-// forgets which GPU pairs have peer access enabled. Call it before
-// cudaDeviceReset (which destroys both behind gpusel's back), or to give the
-// pinned memory (up to 128 MiB) back to the system. Like torch.cuda.empty_cache().
-inline void release_cached_resources() noexcept {
-  detail::StagingPool::instance().release_idle();
-  detail::PeerAccess::instance().forget();
-}
 
 }  // namespace gpusel

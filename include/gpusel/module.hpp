@@ -75,7 +75,8 @@ class Module {
   // as one transaction (Note [Module::to is a transaction]), and returns
   // *this, so that `&m.to(d) == &m` and calls chain. `cuda` means the current
   // device. Buffers already there are not copied (pinned host buffers stay
-  // pinned on to(cpu())).
+  // pinned on to(cpu())). Throws OutOfMemory when the copies do not fit, and
+  // Error for any other failure; either way no buffer was moved.
   Module& to(const Device& device) {
     const Device target = device.is_cpu() ? cpu() : cuda(detail::resolve_cuda_index(device, [&] {
       return "gpusel::Module::to(" + device.str() + ")";
@@ -85,11 +86,10 @@ class Module {
         if (entry.device() == target) return;
         try {
           entry.prepare(target);
-        } catch (const Error& error) {
-          throw Error(error.code(), error.code_name(),
-                      "gpusel::Module::to(" + target.str() + "): moving buffer \"" + name + "\" (" +
-                          std::to_string(entry.bytes()) + " bytes on " + entry.device().str() +
-                          ") failed, so no buffer was moved: " + error.what());
+        } catch (const Error& error) {  // an OutOfMemory stays one
+          detail::rethrow_with_prefix(error, "gpusel::Module::to(" + target.str() + "): moving buffer \"" + name +
+                                                 "\" (" + std::to_string(entry.bytes()) + " bytes on " +
+                                                 entry.device().str() + ") failed, so no buffer was moved");
         }
       });
     } catch (...) {
@@ -122,7 +122,7 @@ class Module {
 
   // Every buffer of the module and its children, in registration order, own
   // buffers first, named like PyTorch's named_buffers(): "weight", "child.weight".
-  std::vector<BufferInfo> named_buffers() const {
+  [[nodiscard]] std::vector<BufferInfo> named_buffers() const {
     std::vector<BufferInfo> infos;
     for_each_buffer([&infos](const std::string& name, const detail::BufferEntry& entry) {
       infos.push_back(

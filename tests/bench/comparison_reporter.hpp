@@ -41,6 +41,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>

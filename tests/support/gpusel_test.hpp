@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "gpusel/buffer.hpp"  // release_cached_resources
+#include "gpusel/cached_resources.hpp"
 #include "gpusel/runtime.hpp"
 
 #if GPUSEL_TEST_EMULATED

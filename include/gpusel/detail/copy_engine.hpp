@@ -4,10 +4,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "gpusel/detail/cuda_status.hpp"
 #include "gpusel/detail/memory.hpp"
@@ -120,6 +122,52 @@ inline void copy_async(void* destination, const MemoryPlace& to, const void* sou
     status = cudaMemcpyAsync(destination, source, bytes, kind, stream.handle());
   }
   check_copy(status, "cudaMemcpyAsync", bytes, to, from);
+}
+
+// Fills the first `bytes` at `destination` with copies of the `pattern_bytes`
+// at `pattern`, one after another, doubling: each memcpy copies what is
+// already there onto the next stretch (`bytes` is a multiple of `pattern_bytes`).
+inline void repeat_in_place(char* destination, std::size_t bytes, const void* pattern, std::size_t pattern_bytes) {
+  std::memcpy(destination, pattern, pattern_bytes);
+  for (std::size_t filled = pattern_bytes; filled < bytes;) {
+    const std::size_t count = std::min(filled, bytes - filled);
+    std::memcpy(destination + filled, destination, count);
+    filled += count;
+  }
+}
+
+inline constexpr std::size_t kFillChunkBytes = std::size_t{64} << 10;
+
+// Sets the `bytes` at `destination` (in `to`) to copies of the `pattern_bytes`
+// at `pattern`, one after another (`bytes` is a multiple of `pattern_bytes`);
+// done when it returns. A chunk of copies of the pattern (kFillChunkBytes, or
+// one pattern if that is larger) is made first; in host memory it is made in
+// place and copied over the rest, chunk by chunk, from the cache. On a GPU it
+// is made on the host and sent over, then copied onto the rest of the
+// destination, doubling each time: no kernel is needed, and it takes about
+// log2(bytes / kFillChunkBytes) device-to-device copies.
+inline void fill(void* destination, const MemoryPlace& to, std::size_t bytes, const void* pattern,
+                 std::size_t pattern_bytes) {
+  if (bytes == 0) return;
+  char* const out = static_cast<char*>(destination);
+  const std::size_t chunk = std::min(bytes, std::max(pattern_bytes, kFillChunkBytes / pattern_bytes * pattern_bytes));
+  if (to.is_host()) {
+    repeat_in_place(out, chunk, pattern, pattern_bytes);
+    for (std::size_t filled = chunk; filled < bytes; filled += chunk)
+      std::memcpy(out + filled, out, std::min(chunk, bytes - filled));
+    return;
+  }
+  std::vector<char> host_chunk(chunk);
+  repeat_in_place(host_chunk.data(), chunk, pattern, pattern_bytes);
+  copy(out, to, host_chunk.data(), MemoryPlace{}, chunk);
+  DeviceGuard guard(to.device);
+  for (std::size_t filled = chunk; filled < bytes;) {
+    const std::size_t count = std::min(filled, bytes - filled);
+    check_copy(cudaMemcpyAsync(out + filled, out, count, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync", count,
+               to, to);
+    filled += count;
+  }
+  check_copy(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize", bytes, to, to);
 }
 
 }  // namespace gpusel::detail

@@ -1,5 +1,6 @@
-// Owned memory of the three kinds a Buffer can hold: ordinary (pageable) host
-// memory, pinned host memory, and device memory, each freed where it belongs.
+// Memory of the three kinds a Buffer can hold: ordinary (pageable) host
+// memory, pinned host memory, and device memory, each allocated and freed
+// where it belongs. Who owns it and how it is copied: detail/untyped_buffer.hpp.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -7,8 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <string>
-#include <utility>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -32,7 +33,14 @@ struct MemoryPlace {
 
   bool is_host() const noexcept { return kind != MemoryKind::device; }
   Device as_device() const { return kind == MemoryKind::device ? cuda(device) : cpu(); }
+
+  friend bool operator==(const MemoryPlace& a, const MemoryPlace& b) noexcept {
+    return a.kind == b.kind && a.device == b.device;
+  }
+  friend bool operator!=(const MemoryPlace& a, const MemoryPlace& b) noexcept { return !(a == b); }
 };
+
+inline constexpr MemoryPlace kPinnedHost{MemoryKind::pinned_host, -1};
 
 // Note [Fresh host memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
@@ -67,120 +75,89 @@ inline std::string describe_free_memory(int device) {
          std::to_string(total_bytes >> 20) + " MiB";
 }
 
-class OwnedMemory {
- public:
-  OwnedMemory() noexcept = default;
+// Throws `error` (a failed allocation's), as an OutOfMemory when `status` says
+// the memory ran out, so that a caller can catch that case apart.
+[[noreturn]] inline void throw_allocation_error(cudaError_t status, const Error& error) {
+  if (status == cudaErrorMemoryAllocation) throw OutOfMemory(error.code(), error.code_name(), error.what());
+  throw error;
+}
 
-  // `bytes` of `place`'s kind; `what` names the owner for errors
-  // ("gpusel::Buffer(1024 elements, 4096 bytes)"). Zero bytes allocate nothing.
-  static OwnedMemory allocate(std::size_t bytes, MemoryPlace place, ErrorContext what) {
-    OwnedMemory memory;
-    memory.place_ = place;
-    memory.bytes_ = bytes;
-    if (bytes == 0) return memory;
-    switch (place.kind) {
-      case MemoryKind::pageable_host:
-        memory.pointer_ = allocate_pageable(bytes, what);
-        break;
-      case MemoryKind::pinned_host:
-        memory.pointer_ = allocate_pinned(bytes, what);
-        break;
-      case MemoryKind::device:
-        memory.pointer_ = allocate_device(bytes, place.device, what);
-        break;
-    }
-    return memory;
+inline void* allocate_pageable(std::size_t bytes, ErrorContext what) {
+  const bool large = bytes >= kHugePageWorthwhileBytes;
+  const std::size_t alignment = large ? kHugePageBytes : kHostAlignment;
+  // A size within `alignment` of SIZE_MAX would round up to almost nothing.
+  void* pointer = bytes <= std::numeric_limits<std::size_t>::max() - alignment
+                      ? std::aligned_alloc(alignment, round_up(bytes, alignment))
+                      : nullptr;
+  if (pointer == nullptr) {
+    throw OutOfMemory(static_cast<int>(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation",
+                      what() + " on cpu: out of host memory (" + std::to_string(bytes) + " bytes)");
   }
-
-  ~OwnedMemory() { release(); }
-
-  // Copying is deleted: two owners would free the memory twice.
-  OwnedMemory(const OwnedMemory&) = delete;
-  OwnedMemory& operator=(const OwnedMemory&) = delete;
-
-  OwnedMemory(OwnedMemory&& other) noexcept
-      : pointer_(std::exchange(other.pointer_, nullptr)),
-        bytes_(std::exchange(other.bytes_, 0)),
-        place_(std::exchange(other.place_, MemoryPlace{})) {}
-  OwnedMemory& operator=(OwnedMemory&& other) noexcept {
-    if (this != &other) {
-      release();
-      pointer_ = std::exchange(other.pointer_, nullptr);
-      bytes_ = std::exchange(other.bytes_, 0);
-      place_ = std::exchange(other.place_, MemoryPlace{});
-    }
-    return *this;
-  }
-
-  void* get() const noexcept { return pointer_; }
-  std::size_t bytes() const noexcept { return bytes_; }
-  const MemoryPlace& place() const noexcept { return place_; }
-
- private:
-  static void* allocate_pageable(std::size_t bytes, ErrorContext what) {
-    const bool large = bytes >= kHugePageWorthwhileBytes;
-    const std::size_t alignment = large ? kHugePageBytes : kHostAlignment;
-    void* pointer = std::aligned_alloc(alignment, round_up(bytes, alignment));
-    if (pointer == nullptr) {
-      throw Error(static_cast<int>(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation",
-                  what() + " on cpu: out of host memory (" + std::to_string(bytes) + " bytes)");
-    }
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (large)
-      (void)madvise(pointer, round_up(bytes, alignment), MADV_HUGEPAGE);  // advice; see Note [Fresh host memory]
+  if (large) (void)madvise(pointer, round_up(bytes, alignment), MADV_HUGEPAGE);  // advice; see Note [Fresh host memory]
 #endif
-    return pointer;
-  }
+  return pointer;
+}
 
-  static void* allocate_pinned(std::size_t bytes, ErrorContext what) {
-    void* pointer = nullptr;
-    const cudaError_t status = cudaMallocHost(&pointer, bytes);
-    if (status != cudaSuccess) {
-      throw cuda_error(status, what() + " in pinned host memory: cudaMallocHost", std::to_string(bytes) + " bytes",
-                       describe_visible_devices());
-    }
-    return pointer;
+inline void* allocate_pinned(std::size_t bytes, ErrorContext what) {
+  void* pointer = nullptr;
+  const cudaError_t status = cudaMallocHost(&pointer, bytes);
+  if (status != cudaSuccess) {
+    throw_allocation_error(status, cuda_error(status, what() + " in pinned host memory: cudaMallocHost",
+                                              std::to_string(bytes) + " bytes", describe_visible_devices()));
   }
+  return pointer;
+}
 
-  static void* allocate_device(std::size_t bytes, int device, ErrorContext what) {
-    DeviceGuard guard(device);
-    void* pointer = nullptr;
-    const cudaError_t status = cudaMalloc(&pointer, bytes);
-    if (status != cudaSuccess) {
-      const std::string context =
-          status == cudaErrorMemoryAllocation ? describe_free_memory(device) : describe_visible_devices();
-      throw cuda_error(status, what() + ": cudaMalloc", cuda(device), context);
-    }
-    return pointer;
+inline void* allocate_device(std::size_t bytes, int device, ErrorContext what) {
+  DeviceGuard guard(device);
+  void* pointer = nullptr;
+  const cudaError_t status = cudaMalloc(&pointer, bytes);
+  if (status != cudaSuccess) {
+    const std::string context =
+        status == cudaErrorMemoryAllocation ? describe_free_memory(device) : describe_visible_devices();
+    throw_allocation_error(status, cuda_error(status, what() + ": cudaMalloc", cuda(device), context));
   }
+  return pointer;
+}
 
-  // Frees on the memory's own device whatever device is current (as rmm's
-  // device_buffer does): cudaFree acts in the current context and would make
-  // one on a device the program never used. Never throws.
-  void release() noexcept {
-    if (pointer_ == nullptr) return;
-    switch (place_.kind) {
-      case MemoryKind::pageable_host:
-        std::free(pointer_);
-        break;
-      case MemoryKind::pinned_host:
-        if (cudaFreeHost(pointer_) != cudaSuccess) (void)cudaGetLastError();
-        break;
-      case MemoryKind::device:
-        try {
-          DeviceGuard guard(place_.device);
-          if (cudaFree(pointer_) != cudaSuccess) (void)cudaGetLastError();
-        } catch (...) {  // the device cannot be made current: nothing left to free it with
-        }
-        break;
-    }
-    pointer_ = nullptr;
-    bytes_ = 0;
+// `bytes` in `place`, or nullptr for zero bytes; `what` names the owner for
+// errors ("gpusel::Buffer(1024 elements, 4096 bytes, cuda:1)"). Throws
+// OutOfMemory when the memory ran out, Error for any other failure.
+inline void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorContext what) {
+  if (bytes == 0) return nullptr;
+  switch (place.kind) {
+    case MemoryKind::pageable_host:
+      return allocate_pageable(bytes, what);
+    case MemoryKind::pinned_host:
+      return allocate_pinned(bytes, what);
+    case MemoryKind::device:
+      break;
   }
+  return allocate_device(bytes, place.device, what);
+}
 
-  void* pointer_ = nullptr;
-  std::size_t bytes_ = 0;
-  MemoryPlace place_;
-};
+// Frees what allocate_memory returned for `place`, on the memory's own device
+// whatever device is current (as rmm's device_buffer does): cudaFree acts in
+// the current context and would make one on a device the program never used.
+// Does nothing for nullptr. Never throws.
+inline void free_memory(void* pointer, const MemoryPlace& place) noexcept {
+  if (pointer == nullptr) return;
+  switch (place.kind) {
+    case MemoryKind::pageable_host:
+      std::free(pointer);
+      break;
+    case MemoryKind::pinned_host:
+      if (cudaFreeHost(pointer) != cudaSuccess) (void)cudaGetLastError();
+      break;
+    case MemoryKind::device:
+      try {
+        DeviceGuard guard(place.device);
+        if (cudaFree(pointer) != cudaSuccess) (void)cudaGetLastError();
+      } catch (...) {  // the device cannot be made current: nothing left to free it with
+      }
+      break;
+  }
+}
 
 }  // namespace gpusel::detail

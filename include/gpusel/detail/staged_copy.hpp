@@ -42,6 +42,8 @@ inline constexpr std::size_t kDirectCopyBytes = std::size_t{1} << 20;
 inline constexpr std::size_t kBytesPerCopyWorker = std::size_t{8} << 20;
 inline constexpr std::size_t kMaxHostToDeviceWorkers = 6;
 inline constexpr std::size_t kMaxDeviceToHostWorkers = 8;
+static_assert(kMaxHostToDeviceWorkers <= kMaxStagingWorkers && kMaxDeviceToHostWorkers <= kMaxStagingWorkers,
+              "the staging pool keeps the chunks of at most kMaxStagingWorkers pipelines");
 
 enum class StagedDirection { host_to_device, device_to_host };
 
@@ -144,7 +146,7 @@ class StagedPipeline {
   }
 
   Stream stream_;
-  std::array<Slot, 2> slots_;
+  std::array<Slot, kSlotsPerStagingWorker> slots_;
 };
 
 // Copies `bytes` between pageable `host` memory and `device_memory` on

@@ -13,6 +13,7 @@
 #include "gpusel/current_device.hpp"
 #include "gpusel/detail/cuda_status.hpp"
 #include "gpusel/detail/runtime_state.hpp"
+#include "gpusel/detail/memory.hpp"
 
 namespace gpusel::detail {
 
@@ -27,14 +28,23 @@ namespace gpusel::detail {
 // the DMA that used it has finished; when it cannot know that (waiting
 // failed) it frees the chunk instead (cudaFreeHost waits for the device).
 //
-// Idle chunks beyond kMaxIdleChunks are freed, so a burst of parallel copies
-// does not keep its peak forever. The pool lives until the process exits and
-// frees its chunks then, ignoring errors: the CUDA runtime may already have
-// shut down (cudaErrorCudartUnloading), and a destructor must not throw.
-// release_cached_resources() (buffer.hpp) empties it earlier: call it before
-// cudaDeviceReset, which frees pinned memory behind the pool's back.
+// The idle chunks are kept in a fixed array, so that give_back, which runs
+// where a copy ends or unwinds, never allocates and cannot fail. The array
+// holds what the largest copy engine gpusel allows keeps in flight at once,
+// kMaxStagingWorkers pipelines of kSlotsPerStagingWorker chunks; idle chunks
+// beyond that are freed, so a burst of parallel copies does not keep its peak
+// forever. The pool lives until the process exits and frees its chunks then,
+// ignoring errors: the CUDA runtime may already have shut down
+// (cudaErrorCudartUnloading), and a destructor must not throw.
+// release_cached_resources() (cached_resources.hpp) empties it earlier: call
+// it before cudaDeviceReset, which frees pinned memory behind the pool's back.
 inline constexpr std::size_t kStagingChunkBytes = std::size_t{4} << 20;
-inline constexpr std::size_t kMaxIdleChunks = 32;  // 128 MiB
+// The most staging pipelines (worker threads) any copy engine may run, room
+// for an engine whose worker counts are tunable: twice the 8 today's engine
+// runs at most (detail/staged_copy.hpp).
+inline constexpr std::size_t kMaxStagingWorkers = 16;
+inline constexpr std::size_t kSlotsPerStagingWorker = 2;  // one chunk filled while the other's DMA runs
+inline constexpr std::size_t kMaxIdleChunks = kMaxStagingWorkers * kSlotsPerStagingWorker;  // 128 MiB
 
 class StagingPool {
  public:
@@ -45,7 +55,8 @@ class StagingPool {
                                        [](void* storage) noexcept { return new (storage) StagingPool; });
   }
 
-  // A chunk of kStagingChunkBytes pinned bytes. Throws Error when pinning fails.
+  // A chunk of kStagingChunkBytes pinned bytes. Throws OutOfMemory when pinned
+  // memory ran out, Error when pinning fails otherwise.
   void* acquire() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -54,8 +65,9 @@ class StagingPool {
     void* chunk = nullptr;
     const cudaError_t status = cudaMallocHost(&chunk, kStagingChunkBytes);
     if (status != cudaSuccess) {
-      throw cuda_error(status, "gpusel copy engine: cudaMallocHost",
-                       std::to_string(kStagingChunkBytes) + " bytes of staging", describe_visible_devices());
+      throw_allocation_error(
+          status, cuda_error(status, "gpusel copy engine: cudaMallocHost",
+                             std::to_string(kStagingChunkBytes) + " bytes of staging", describe_visible_devices()));
     }
     return chunk;
   }

@@ -1,0 +1,209 @@
+// UntypedBuffer: bytes in one place (pageable host memory, pinned host memory,
+// or one GPU's memory) with one owner, and all a Buffer<T> does with them:
+// allocate, copy to another place through the copy engine, copy in and out,
+// fill with a pattern. Buffer<T> (buffer.hpp) is a typed view of one, as
+// rmm's device_uvector<T> is of a device_buffer: it adds the element type and
+// forwards, so this code, and the text of its errors, is compiled once for
+// every T rather than once per T.
+#pragma once
+
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "gpusel/detail/copy_engine.hpp"
+#include "gpusel/detail/error_context.hpp"
+#include "gpusel/detail/memory.hpp"
+#include "gpusel/detail/resolve_device.hpp"
+#include "gpusel/device.hpp"
+#include "gpusel/error.hpp"
+#include "gpusel/stream.hpp"
+
+namespace gpusel::detail {
+
+class UntypedBuffer {
+ public:
+  // Empty, in pageable host memory: the state a moved-from buffer is left in.
+  UntypedBuffer() noexcept = default;
+
+  // `bytes` in `place`, contents unspecified; zero bytes allocate nothing.
+  // `what` names the owner for errors. Throws OutOfMemory when the memory ran out.
+  [[nodiscard]] static UntypedBuffer allocate(std::size_t bytes, const MemoryPlace& place, ErrorContext what) {
+    return UntypedBuffer(allocate_memory(bytes, place, what), bytes, place);
+  }
+
+  // Frees the memory in its own place (detail/memory.hpp's free_memory); never throws.
+  ~UntypedBuffer() { free_memory(pointer_, place_); }
+
+  // Copying is deleted: two owners would free the memory twice.
+  UntypedBuffer(const UntypedBuffer&) = delete;
+  UntypedBuffer& operator=(const UntypedBuffer&) = delete;
+  UntypedBuffer(UntypedBuffer&& other) noexcept
+      : pointer_(std::exchange(other.pointer_, nullptr)),
+        bytes_(std::exchange(other.bytes_, 0)),
+        place_(std::exchange(other.place_, MemoryPlace{})) {}
+  UntypedBuffer& operator=(UntypedBuffer&& other) noexcept {
+    if (this != &other) {
+      free_memory(pointer_, place_);
+      pointer_ = std::exchange(other.pointer_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+      place_ = std::exchange(other.place_, MemoryPlace{});
+    }
+    return *this;
+  }
+
+  void* data() const noexcept { return pointer_; }
+  std::size_t bytes() const noexcept { return bytes_; }
+  const MemoryPlace& place() const noexcept { return place_; }
+
+  // A new buffer in `target` holding a copy of these bytes; done when it returns.
+  [[nodiscard]] UntypedBuffer copy_to(const MemoryPlace& target, ErrorContext what) const {
+    UntypedBuffer result = allocate(bytes_, target, what);
+    result.copy_from(pointer_, place_, what);
+    return result;
+  }
+
+  // This buffer itself when it is in `target` already; otherwise a copy
+  // there, and this buffer's memory is freed. Either way *this is left empty.
+  [[nodiscard]] UntypedBuffer move_to(const MemoryPlace& target, ErrorContext what) {
+    if (target == place_) return std::move(*this);
+    UntypedBuffer result = copy_to(target, what);
+    *this = UntypedBuffer();
+    return result;
+  }
+
+  // A new buffer in `target`, its copy queued on `stream` where no pageable
+  // memory is involved (detail/copy_engine.hpp's copy_async): then the caller
+  // keeps both alive and synchronizes the stream before using either.
+  [[nodiscard]] UntypedBuffer copy_to(const MemoryPlace& target, const Stream& stream, ErrorContext what) const {
+    UntypedBuffer result = allocate(bytes_, target, what);
+    try {
+      copy_async(result.pointer_, target, pointer_, place_, bytes_, stream);
+    } catch (const Error& error) {
+      rethrow_with_prefix(error, what());
+    }
+    return result;
+  }
+
+  // Copies bytes() from `source`, in `from`, into this buffer; done when it returns.
+  void copy_from(const void* source, const MemoryPlace& from, ErrorContext what) {
+    try {
+      copy(pointer_, place_, source, from, bytes_);
+    } catch (const Error& error) {
+      rethrow_with_prefix(error, what());
+    }
+  }
+
+  // Copies this buffer's bytes to `destination`, in `to`; done when it returns.
+  void copy_into(void* destination, const MemoryPlace& to, ErrorContext what) const {
+    try {
+      copy(destination, to, pointer_, place_, bytes_);
+    } catch (const Error& error) {
+      rethrow_with_prefix(error, what());
+    }
+  }
+
+  // Sets the buffer to copies of the `pattern_bytes` at `pattern`, one after
+  // another (bytes() is a multiple of `pattern_bytes`); done when it returns.
+  void fill(const void* pattern, std::size_t pattern_bytes, ErrorContext what) {
+    try {
+      detail::fill(pointer_, place_, bytes_, pattern, pattern_bytes);
+    } catch (const Error& error) {
+      rethrow_with_prefix(error, what());
+    }
+  }
+
+ private:
+  UntypedBuffer(void* pointer, std::size_t bytes, const MemoryPlace& place) noexcept
+      : pointer_(pointer), bytes_(bytes), place_(place) {}
+
+  void* pointer_ = nullptr;
+  std::size_t bytes_ = 0;
+  MemoryPlace place_;
+};
+
+// --- what Buffer<T> does and says, for every T -------------------------------
+// Each ErrorContext below is one type whatever T is (see Note [Error context
+// costs nothing until an error]); Buffer<T> fills in sizeof(T).
+
+// "gpusel::Buffer::clone(1024 elements, 4096 bytes, cuda:1)": a call of
+// `function` on `size` elements of `element_bytes` each, on `device`.
+struct ElementsCall {
+  const char* function;
+  std::size_t size;
+  std::size_t element_bytes;
+  Device device;
+
+  std::string operator()() const {
+    return std::string(function) + "(" + std::to_string(size) + " elements, " +
+           (size <= std::numeric_limits<std::size_t>::max() / element_bytes ? std::to_string(size * element_bytes)
+                                                                            : "too many") +
+           " bytes, " + device.str() + ")";
+  }
+};
+
+// "gpusel::Buffer::to(cuda:1) of 1024 elements (4096 bytes) on cpu", then
+// `suffix`, then " on a stream of cuda:N" when there is a stream.
+struct MoveCall {
+  Device target;
+  std::size_t size;
+  std::size_t element_bytes;
+  MemoryPlace from;
+  const char* suffix = "";
+  const Stream* stream = nullptr;
+
+  std::string operator()() const {
+    std::string text = "gpusel::Buffer::to(" + target.str() + ") of " + std::to_string(size) + " elements (" +
+                       std::to_string(size * element_bytes) + " bytes) on " +
+                       (from.kind == MemoryKind::pinned_host ? std::string("cpu (pinned)") : from.as_device().str()) +
+                       suffix;
+    if (stream != nullptr) text += " on a stream of " + stream->device().str();
+    return text;
+  }
+};
+
+// Where new memory on `device` lives: pageable host memory for cpu, the GPU's
+// memory for cuda:N, and for `cuda` the calling thread's current GPU.
+inline MemoryPlace place_of(const Device& device, ErrorContext what) {
+  if (device.is_cpu()) return MemoryPlace{};
+  return MemoryPlace{MemoryKind::device, resolve_cuda_index(device, what)};
+}
+
+// Where a Buffer in `from` puts its copy on `device`: on the cpu, pinned stays pinned.
+inline MemoryPlace target_place(const Device& device, const MemoryPlace& from, ErrorContext what) {
+  if (device.is_cpu()) return from.is_host() ? from : MemoryPlace{};
+  return place_of(device, what);
+}
+
+// `call.size` elements of `call.element_bytes` in `place`, contents
+// unspecified. A size whose bytes cannot be counted is an OutOfMemory.
+[[nodiscard]] inline UntypedBuffer allocate_elements(const ElementsCall& call, const MemoryPlace& place) {
+  if (call.size > std::numeric_limits<std::size_t>::max() / call.element_bytes)
+    throw OutOfMemory(call() + ": " + std::to_string(call.size) + " elements do not fit in memory");
+  return UntypedBuffer::allocate(call.size * call.element_bytes, place, call);
+}
+
+// The same on `call.device`.
+[[nodiscard]] inline UntypedBuffer allocate_elements(const ElementsCall& call) {
+  return allocate_elements(call, place_of(call.device, call));
+}
+
+// The same, holding a copy of the elements at `values` in host memory.
+[[nodiscard]] inline UntypedBuffer copy_host_elements(const ElementsCall& call, const void* values) {
+  UntypedBuffer buffer = allocate_elements(call);
+  if (call.size != 0 && values == nullptr) throw Error(call() + ": the data pointer is null");
+  buffer.copy_from(values, MemoryPlace{}, call);
+  return buffer;
+}
+
+// Copies `source`'s elements into `destination`'s, which must be as many.
+inline void copy_elements(UntypedBuffer& destination, const UntypedBuffer& source, const ElementsCall& call) {
+  const std::size_t source_size = source.bytes() / call.element_bytes;
+  if (source_size != call.size)
+    throw Error(call() + ": the source has " + std::to_string(source_size) + " elements, this Buffer " +
+                std::to_string(call.size));
+  if (&source != &destination) destination.copy_from(source.data(), source.place(), call);
+}
+
+}  // namespace gpusel::detail
