@@ -14,9 +14,9 @@
 #include "gpusel/detail/cuda_status.hpp"
 #include "gpusel/detail/device_switch.hpp"
 #include "gpusel/detail/environment.hpp"
+#include "gpusel/detail/visible_tokens.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
-#include "gpusel/visible_devices.hpp"
 
 namespace gpusel {
 
@@ -62,18 +62,14 @@ inline DeviceCountResult query_device_count() noexcept {
 inline std::string describe_visible_devices() {
   const DeviceCountResult result = query_device_count();
   if (result.status != cudaSuccess) return no_device_reason(result.status);
-  const std::string devices =
-      result.count == 1 ? "1 CUDA device is visible (cuda:0)"
-                        : std::to_string(result.count) +
-                              " CUDA devices are visible (cuda:0..cuda:" + std::to_string(result.count - 1) + ")";
+  const std::string devices = visible_count_text(result.count);
   // The map read from the variable alone: no NVML, nothing slow (see describe_runtime_map).
   const std::string map = describe_runtime_map(environment_variable("CUDA_VISIBLE_DEVICES"), result.count);
   return devices + "; " + describe_variable("CUDA_VISIBLE_DEVICES") + (map.empty() ? "" : ": " + map);
 }
 
-static_assert(VisibleDevices::kNoDevice == cudaErrorNoDevice &&
-                  VisibleDevices::kInvalidDevice == cudaErrorInvalidDevice,
-              "visible_devices.hpp spells these cudaError_t values without a CUDA header");
+static_assert(kCudaErrorNoDevice == cudaErrorNoDevice && kCudaErrorInvalidDevice == cudaErrorInvalidDevice,
+              "detail/visible_tokens.hpp spells these cudaError_t values without a CUDA header");
 
 [[noreturn]] inline void throw_not_cuda(const char* function, const Device& device) {
   throw Error(std::string(function) + "(" + device.str() + "): expected a cuda device, got " + device.str());
