@@ -231,6 +231,36 @@ TEST(Buffer, CudaWithoutAnIndexIsResolvedWhenTheBufferIsMade) {
   EXPECT_EQ(gpusel::Buffer<int>({1}, gpusel::cpu()).to(gpusel::cuda()).device(), gpusel::cuda(1));
 }
 
+TEST(Buffer, CudaAndCpuArePyTorchsSpellingsOfTo) {
+  if (auto why = machine_with(2)) GTEST_SKIP() << *why;
+  const gpusel::Buffer<int> x({1, 2, 3}, gpusel::cpu());
+  EXPECT_EQ(x.cuda(1).device(), gpusel::cuda(1)) << "x.cuda(1)";
+  EXPECT_EQ(x.cuda(1).cpu().to_vector(), (std::vector<int>{1, 2, 3})) << "x.cuda(1).cpu()";
+  {
+    gpusel::DeviceGuard guard(1);
+    EXPECT_EQ(x.cuda().device(), gpusel::cuda(1)) << "x.cuda() is the current device, as in PyTorch";
+  }
+  EXPECT_EQ(x.device(), gpusel::cpu()) << "a new Buffer each time: x stays where it was";
+  gpusel::Buffer<int> moved = x.cuda(0);
+  const int* memory = moved.data();
+  gpusel::Buffer<int> same = std::move(moved).cuda(0);
+  EXPECT_EQ(same.data(), memory) << "std::move(x).cuda() hands the memory over, as std::move(x).to() does";
+  EXPECT_EQ(moved.size(), 0u);
+}
+
+TEST(Buffer, FactoriesMakeZerosOnesAndAFilledValueOnADevice) {
+  if (auto why = machine_with(1)) GTEST_SKIP() << *why;
+  const gpusel::Buffer<float> z = gpusel::zeros<float>(5, gpusel::cuda(0));  // torch.zeros(5, device=cuda0)
+  const gpusel::Buffer<float> o = gpusel::ones<float>(5, gpusel::cuda(0));   // torch.ones(5, device=cuda0)
+  const gpusel::Buffer<int> f = gpusel::full<int>(3, 7, gpusel::cuda(0));    // torch.full((3,), 7, device=cuda0)
+  EXPECT_EQ(z.device(), gpusel::cuda(0));
+  EXPECT_EQ(z.to_vector(), (std::vector<float>(5, 0.0f)));
+  EXPECT_EQ(o.to_vector(), (std::vector<float>(5, 1.0f)));
+  EXPECT_EQ(f.to_vector(), (std::vector<int>{7, 7, 7}));
+  EXPECT_EQ(gpusel::ones<int>(2, gpusel::cpu()).to_vector(), (std::vector<int>{1, 1}));
+  EXPECT_EQ(gpusel::zeros<int>(0, gpusel::cuda(0)).size(), 0u);
+}
+
 TEST(Buffer, ToTheSameGpuCopiesAndMovingThereDoesNot) {
   if (auto why = machine_with(1)) GTEST_SKIP() << *why;
   gpusel::Buffer<int> x({4, 5, 6}, gpusel::cuda(0));

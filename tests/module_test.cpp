@@ -170,6 +170,22 @@ TEST(Module, CudaWithoutAnIndexIsTheCurrentDevice) {
   EXPECT_EQ(m.head.bias.device(), gpusel::cuda(1));
 }
 
+TEST(Module, CudaAndCpuArePyTorchsSpellingsOfToAndReturnTheModule) {
+  if (auto why = machine_with(2)) GTEST_SKIP() << *why;
+  Model m;
+  const Snapshot before = snapshot(m);
+  EXPECT_EQ(&m.cuda(1), &m) << "model.cuda(1) moves in place and returns the model";
+  EXPECT_EQ(m.device(), gpusel::cuda(1));
+  EXPECT_EQ(&m.cpu(), &m);
+  EXPECT_EQ(m.device(), gpusel::cpu());
+  {
+    gpusel::DeviceGuard guard(1);
+    m.cuda();  // model.cuda(): the current device
+  }
+  EXPECT_EQ(m.device(), gpusel::cuda(1));
+  EXPECT_TRUE(snapshot(m) == before);
+}
+
 TEST(Module, MovesBetweenGpus) {
   if (auto why = machine_with(2)) GTEST_SKIP() << *why;
   Model m;

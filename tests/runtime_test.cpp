@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 
+#include "gpusel/guard.hpp"
 #include "gpusel_test.hpp"
 #include "text_checks.hpp"
 
@@ -40,6 +42,14 @@ TEST(RuntimeWithoutDriver, SetDeviceThrowsAnErrorThatSaysThereIsNoDriver) {
   }
 }
 
+TEST(RuntimeWithoutDriver, SaysWhyNoDeviceIsUsableWithoutProvokingAnError) {
+  if (auto why = gpusel_test::need_no_driver()) GTEST_SKIP() << *why;
+  const std::optional<std::string> reason = gpusel::no_cuda_device_reason();
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_TRUE(contains(*reason, "no NVIDIA driver was found")) << *reason;
+  EXPECT_EQ(gpusel::describe_cuda_devices(), *reason);
+}
+
 TEST(RuntimeWithoutDriver, CurrentDeviceThrowsLikePyTorch) {
   if (auto why = gpusel_test::need_no_driver()) GTEST_SKIP() << *why;
   EXPECT_THROW((void)gpusel::current_device(), gpusel::Error);
@@ -70,6 +80,20 @@ TEST(Runtime, CountsTheVisibleDevices) {
 TEST(Runtime, PrefersTheCurrentCudaDevice) {
   if (auto why = gpusel_test::need_devices(1)) GTEST_SKIP() << *why;
   EXPECT_EQ(gpusel::preferred_device(), gpusel::cuda(gpusel::current_device()));
+}
+
+TEST(Runtime, DescribesTheVisibleDevicesAndHasNoReasonForNone) {
+  if (auto why = gpusel_test::need_devices(1)) GTEST_SKIP() << *why;
+  EXPECT_EQ(gpusel::no_cuda_device_reason(), std::nullopt);
+  EXPECT_TRUE(contains(gpusel::describe_cuda_devices(), "visible (cuda:0")) << gpusel::describe_cuda_devices();
+}
+
+TEST(Runtime, PreferredDeviceFollowsTheCurrentDeviceLikeTorchDeviceCuda) {
+  // preferred_device() is torch.device("cuda" if torch.cuda.is_available() else "cpu") resolved to the
+  // current device: cuda:1 inside a guard on 1, not always cuda:0.
+  if (auto why = gpusel_test::need_devices(2)) GTEST_SKIP() << *why;
+  gpusel::DeviceGuard guard(1);
+  EXPECT_EQ(gpusel::preferred_device(), gpusel::cuda(1));
 }
 
 TEST(Runtime, SetDeviceMakesADeviceCurrent) {
@@ -147,6 +171,9 @@ TEST(RuntimeEmulated, NoDeviceBecauseTheVariableHidesThemAllSaysSo) {
   ::unsetenv("CUDA_VISIBLE_DEVICES");
   EXPECT_EQ(gpusel::device_count(), 0);
   EXPECT_EQ(gpusel::preferred_device(), gpusel::cpu());
+  ::setenv("CUDA_VISIBLE_DEVICES", "NoDevFiles", 1);
+  EXPECT_TRUE(contains(gpusel::no_cuda_device_reason().value_or(""), "hides every GPU"));
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
 TEST(RuntimeEmulated, SetDeviceErrorQuotesTheVariable) {

@@ -82,7 +82,8 @@ class Buffer {
   // Throws Error when no CUDA driver is usable (pinning needs one), and
   // OutOfMemory when pinned memory ran out.
   [[nodiscard]] static Buffer pinned(std::size_t size) {
-    return Buffer(detail::allocate_elements({"gpusel::Buffer::pinned", size, sizeof(T), cpu()}, detail::kPinnedHost));
+    return Buffer(
+        detail::allocate_elements({"gpusel::Buffer::pinned", size, sizeof(T), gpusel::cpu()}, detail::kPinnedHost));
   }
 
   // Frees the memory on its own device (Note [Buffer devices]); never throws.
@@ -140,10 +141,20 @@ class Buffer {
     return Buffer(memory_.copy_to(target, stream, what));
   }
 
+  // PyTorch's spellings of to(): x.cuda() (the current device), x.cuda(1),
+  // x.cpu(). The same operation as to(gpusel::cuda()), to(gpusel::cuda(1)) and
+  // to(gpusel::cpu()): a new Buffer, or, on an rvalue, the memory handed over.
+  [[nodiscard]] Buffer cuda() const& { return to(gpusel::cuda()); }
+  [[nodiscard]] Buffer cuda(Device::Index index) const& { return to(gpusel::cuda(index)); }
+  [[nodiscard]] Buffer cpu() const& { return to(gpusel::cpu()); }
+  [[nodiscard]] Buffer cuda() && { return std::move(*this).to(gpusel::cuda()); }
+  [[nodiscard]] Buffer cuda(Device::Index index) && { return std::move(*this).to(gpusel::cuda(index)); }
+  [[nodiscard]] Buffer cpu() && { return std::move(*this).to(gpusel::cpu()); }
+
   // A pinned host copy, like torch's pin_memory(); from a cuda Buffer too.
   [[nodiscard]] Buffer pin_memory() const {
-    return Buffer(memory_.copy_to(detail::kPinnedHost,
-                                  detail::MoveCall{cpu(), size(), sizeof(T), memory_.place(), " (pin_memory)"}));
+    return Buffer(memory_.copy_to(
+        detail::kPinnedHost, detail::MoveCall{gpusel::cpu(), size(), sizeof(T), memory_.place(), " (pin_memory)"}));
   }
 
   // A copy on the same device (pinned stays pinned).
@@ -177,5 +188,24 @@ class Buffer {
 
   detail::UntypedBuffer memory_;
 };
+
+// Factories like torch.zeros(n, device=d), torch.ones(n, device=d) and
+// torch.full((n,), value, device=d): `count` elements on `device` (the default
+// device when none is given). A Buffer has no shape: the count is its size.
+// (Buffer<float>{2, 4} is the two values 2 and 4, as torch.tensor([2, 4]).)
+template <class T>
+[[nodiscard]] Buffer<T> full(std::size_t count, const T& value, const Device& device = default_device()) {
+  Buffer<T> buffer(count, device);
+  buffer.fill(value);
+  return buffer;
+}
+template <class T>
+[[nodiscard]] Buffer<T> zeros(std::size_t count, const Device& device = default_device()) {
+  return full<T>(count, T{}, device);
+}
+template <class T>
+[[nodiscard]] Buffer<T> ones(std::size_t count, const Device& device = default_device()) {
+  return full<T>(count, T{1}, device);
+}
 
 }  // namespace gpusel

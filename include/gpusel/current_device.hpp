@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <optional>
 #include <string>
 
 #include "gpusel/detail/cuda_status.hpp"
@@ -76,6 +77,21 @@ static_assert(kCudaErrorNoDevice == cudaErrorNoDevice && kCudaErrorInvalidDevice
 }
 
 }  // namespace detail
+
+// What the CUDA runtime shows this process, in words, for messages and logs:
+//   "2 CUDA devices are visible (cuda:0..cuda:1); CUDA_VISIBLE_DEVICES=1,3: cuda:0 is physical GPU 1, ..."
+// or, when no device is usable, why:
+//   "no CUDA device is usable: no NVIDIA driver was found, or it is older than this CUDA runtime ..."
+// Asks the runtime (cudaGetDeviceCount), which starts CUDA; creates no context.
+inline std::string describe_cuda_devices() { return detail::describe_visible_devices(); }
+
+// Why no CUDA device is usable, in the words of describe_cuda_devices(); nullopt
+// when one is. Asks the runtime, which starts CUDA; creates no context.
+inline std::optional<std::string> no_cuda_device_reason() {
+  const detail::DeviceCountResult result = detail::query_device_count();
+  if (result.status == cudaSuccess && result.count > 0) return std::nullopt;
+  return detail::no_device_reason(result.status == cudaSuccess ? cudaErrorNoDevice : result.status);
+}
 
 // The calling thread's current device index, like torch.cuda.current_device().
 // After a guard's deferred restore this is the restored device, which raw

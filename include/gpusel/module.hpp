@@ -78,7 +78,7 @@ class Module {
   // pinned on to(cpu())). Throws OutOfMemory when the copies do not fit, and
   // Error for any other failure; either way no buffer was moved.
   Module& to(const Device& device) {
-    const Device target = device.is_cpu() ? cpu() : cuda(detail::resolve_cuda_index(device, [&] {
+    const Device target = device.is_cpu() ? gpusel::cpu() : gpusel::cuda(detail::resolve_cuda_index(device, [&] {
       return "gpusel::Module::to(" + device.str() + ")";
     }));
     try {
@@ -100,6 +100,13 @@ class Module {
     set_last_device(target);
     return *this;
   }
+
+  // PyTorch's spellings: model.cuda() (the current device), model.cuda(1),
+  // model.cpu(). The same as to(gpusel::cuda()), to(gpusel::cuda(1)) and
+  // to(gpusel::cpu()): in place, all or nothing, and they return the module.
+  Module& cuda() { return to(gpusel::cuda()); }
+  Module& cuda(Device::Index index) { return to(gpusel::cuda(index)); }
+  Module& cpu() { return to(gpusel::cpu()); }
 
   // The device every buffer is on. A module without buffers reports the
   // device of its last to() (cpu before). Throws Error when the buffers are
@@ -218,7 +225,7 @@ class Module {
 
   std::vector<Entry> buffers_;
   std::vector<Child> children_;
-  Device last_device_ = cpu();
+  Device last_device_ = gpusel::cpu();
 };
 
 }  // namespace gpusel

@@ -38,7 +38,9 @@ inline int device_count() noexcept {
 inline bool is_available() noexcept { return device_count() > 0; }
 
 // The current CUDA device when one is usable, else cpu: the C++ spelling of
-// `"cuda:0" if torch.cuda.is_available() else "cpu"`, which follows set_device.
+// `torch.device("cuda" if torch.cuda.is_available() else "cpu")` resolved to
+// the current device: it follows set_device and guards (cuda:1 inside
+// DeviceGuard g(1)), and is cuda:0 only on a thread that chose no device.
 inline Device preferred_device() noexcept {
   if (!is_available()) return cpu();
   int index = 0;
