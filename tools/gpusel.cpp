@@ -846,6 +846,11 @@ int run_run(const Arguments& arguments) {
     value +=
         (value.empty() ? "" : ",") +
         (arguments.print_uuids ? candidate.gpu.uuid : std::to_string(pci_bus_index(map, candidate.physical_index)));
+  for (const gpusel::Candidate& candidate : attempt.chosen)
+    std::cerr << "gpusel: " << (attempt.lease.empty() ? "using " : "leased ")
+              << gpusel::detail::describe_candidate(candidate) << "\n";
+  std::cerr << "gpusel: running " << arguments.command_line[0] << " with CUDA_VISIBLE_DEVICES=" << value
+            << (arguments.print_uuids ? "" : " CUDA_DEVICE_ORDER=PCI_BUS_ID") << "\n";
   if (setenv("CUDA_VISIBLE_DEVICES", value.c_str(), 1) != 0 ||
       (!arguments.print_uuids && setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1) != 0)) {
     std::cerr << "gpusel: setenv failed\n";
