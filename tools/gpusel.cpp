@@ -474,6 +474,7 @@ void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_in
   optional_value(json, "memory_total_bytes", gpu.memory_total_bytes);
   optional_value(json, "memory_used_bytes", gpu.memory_used_bytes);
   optional_value(json, "memory_free_bytes", gpu.memory_free_bytes);
+  optional_value(json, "memory_reserved_bytes", gpu.memory_reserved_bytes);
   optional_value(json, "utilization_percent", gpu.utilization_percent);
   json.key("processes");
   if (!gpu.processes) {
@@ -553,6 +554,9 @@ int run_list(const Arguments& arguments) {
               << Column{std::to_string(gpu.nvml_index), index_width - 1} << Column{gpu.name, name_width + 2}
               << Column{gpu.uuid, uuid_width + 2} << Column{gpu.pci_bus_id, 18} << Column{memory(gpu), 24}
               << Column{percent(gpu.utilization_percent), 6} << (gpu.mig_enabled ? "MIG mode; " : "")
+              << (gpu.memory_reserved_bytes && *gpu.memory_reserved_bytes > 0
+                      ? gpusel::format_memory_size(*gpu.memory_reserved_bytes) + " reserved by the driver; "
+                      : std::string())
               << describe_processes(gpu) << "\n";
   }
   if (map.inventory.gpus.empty()) std::cout << "(NVML sees no GPU)\n";

@@ -3,7 +3,7 @@
 # fake NVML (tests/fake_nvml), checking its output and exit statuses.
 #   check_tool.sh <gpusel program> <fake NVML library> <scenario>
 # Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, odd_uuids, json, usage,
-# run, run_leases, run_wait, run_local_rank, exclude_numbering, device_order.
+# run, run_leases, run_wait, run_local_rank, exclude_numbering, device_order, memory.
 set -uo pipefail
 gpusel=$1
 export GPUSEL_NVML_LIBRARY=$2
@@ -413,6 +413,21 @@ EOF
     CUDA_VISIBLE_DEVICES=MIG-4a5b6c7d-0000-4000-8000-000000000000 run 0 explain
     expect stdout "names a MIG instance"
     expect stdout "CUDA's to decide"
+    ;;
+  memory)
+    # NVML's v2 memory call: "used" as nvidia-smi shows it, the driver's reservation apart; v1 where v2 is missing.
+    cat >"$work/reserved.txt" <<EOF
+gpu uuid=GPU-0a000000-0000-4000-8000-000000000000 pci=00000000:17:00.0 used_mib=0 reserved_mib=615
+gpu uuid=GPU-1b000000-0000-4000-8000-000000000000 pci=00000000:18:00.0 used_mib=0 reserved_mib=615 memory_v2=unsupported
+EOF
+    export GPUSEL_FAKE_NVML_CONFIG="$work/reserved.txt"
+    run 0 list
+    expect stdout "00000000:17:00.0  0 B / 140.4 GiB         0%    615.0 MiB reserved by the driver; none"
+    expect stdout "00000000:18:00.0  615.0 MiB / 140.4 GiB   0%    none"
+    run 0 list --json
+    expect_json
+    expect stdout '"memory_reserved_bytes": 644874240'
+    expect stdout '"memory_reserved_bytes": null'
     ;;
   *)
     echo "unknown scenario $scenario"
