@@ -2,10 +2,11 @@
 //
 //   gpusel::PickCriteria criteria;
 //   criteria.min_free_memory = "8GiB";   criteria.max_utilization = 10;
-//   gpusel::use_free_gpus(criteria);     // CUDA_VISIBLE_DEVICES = the best GPU
+//   auto leased = gpusel::use_free_gpus(criteria);   // CUDA_VISIBLE_DEVICES = the best GPU, leased
 //
-// Picking reads NVML only and creates no CUDA context. From a shell the gpusel
-// command does the same: CUDA_VISIBLE_DEVICES=$(gpusel pick --min-free 8GiB) ./train
+// Picking reads NVML only and creates no CUDA context. The GPUs stay leased while
+// `leased` lives, so another job picking at the same moment gets another GPU.
+// From a shell the gpusel command does the same: gpusel run --min-free 8GiB -- ./train
 // When nothing fits (or there is no GPU) the Error lists every GPU and why,
 // and this example runs on the CPU instead.
 #include <gpusel/gpusel.hpp>
@@ -17,10 +18,12 @@ int main() {
   criteria.min_free_memory = "8GiB";  // or a number of bytes
   criteria.max_utilization = 10;      // percent
   std::cout << "looking for: " << gpusel::describe(criteria) << "\n";
+  gpusel::LeasedGpus leased;  // held until the end of main: the GPUs are ours while we use them
   try {
-    for (const gpusel::Candidate& gpu : gpusel::use_free_gpus(criteria))
+    leased = gpusel::use_free_gpus(criteria);
+    for (const gpusel::Candidate& gpu : leased.gpus)
       std::cout << "picked physical GPU " << gpu.physical_index << " (" << gpu.gpu.name << ", " << gpu.gpu.uuid
-                << ")\n";
+                << "), leased\n";
   } catch (const gpusel::Error& error) {
     std::cout << "no GPU picked: " << error.what() << "\n";
   }

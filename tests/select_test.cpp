@@ -16,12 +16,14 @@
 
 #include "fake_nvml_machine.hpp"
 #include "gpusel_test.hpp"
+#include "lease_directory.hpp"
 #include "text_checks.hpp"
 
 namespace {
 
 using gpusel_test::FakeNvmlMachine;
 using gpusel_test::ScopedEnvironment;
+using gpusel_test::ScopedLeaseDirectory;
 
 constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 
@@ -206,6 +208,39 @@ TEST(Pick, AnExclusionThatNamesNoGpuIsAnError) {
   criteria.exclude = {"GPU-"};
   EXPECT_TRUE(
       contains(error_from([&] { (void)gpusel::pick(criteria, map, "alice"); }), "neither a number nor a GPU UUID"));
+}
+
+TEST(Pick, ExcludesByTheNumbersPickPrintsAndNvidiaSmisWrittenSmi) {
+  // nvidia-smi 0 is an A100, 1 an H200; under FASTEST_FIRST CUDA's physical 0 is the H200.
+  const auto map = machine({gpu(0, 70, 0, "NVIDIA A100-SXM4-80GB", 80), gpu(1, 130, 0)});
+  const auto printed = gpusel::pick({}, map, "alice");
+  ASSERT_EQ(indices(printed), std::vector<int>{0});
+  gpusel::PickCriteria criteria;
+  criteria.exclude = {std::to_string(printed[0].physical_index)};
+  const auto next = gpusel::pick(criteria, map, "alice");
+  EXPECT_EQ(next[0].gpu.name, "NVIDIA A100-SXM4-80GB") << "excluding what pick printed excludes that GPU";
+  criteria.exclude = {"smi:0"};
+  EXPECT_EQ(gpusel::pick(criteria, map, "alice")[0].gpu.name, "NVIDIA H200") << "smi:0 is nvidia-smi's 0, the A100";
+  criteria.exclude = {"smi:2"};
+  EXPECT_TRUE(
+      contains(error_from([&] { (void)gpusel::pick(criteria, map, "alice"); }), "nvidia-smi numbers no GPU so"));
+  criteria.exclude = {"smi:"};
+  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::pick(criteria, map, "alice"); }), "cannot exclude \"smi:\""));
+}
+
+TEST(Pick, FailsUnderAnInvalidCudaDeviceOrderAsTheRuntimeWould) {
+  const auto map = machine({gpu(0, 130, 0), gpu(1, 120, 0)}, std::nullopt, "pci_bus_id");
+  const std::string message = error_from([&] { (void)gpusel::pick({}, map, "alice"); });
+  EXPECT_TRUE(contains(message, "0 of 2 GPUs fit")) << message;
+  EXPECT_TRUE(
+      contains(message,
+               "CUDA_DEVICE_ORDER=pci_bus_id is neither FASTEST_FIRST nor PCI_BUS_ID, so the CUDA runtime fails "
+               "with cudaErrorInvalidDevice"))
+      << message;
+  gpusel::PickCriteria whole_machine;
+  whole_machine.only_visible = false;
+  EXPECT_FALSE(error_from([&] { (void)gpusel::pick(whole_machine, map, "alice"); }).empty())
+      << "the order matters on the whole machine too";
 }
 
 TEST(Pick, AnAmbiguousUuidPrefixIsAnError) {
@@ -399,6 +434,7 @@ TEST(PickThroughNvml, ReadsTheMachineAndMakesNoCudaCall) {
 #if GPUSEL_TEST_EMULATED
   gpusel_emulated::reset(gpusel_emulated::devices(4));
 #endif
+  ScopedLeaseDirectory leases;
   FakeNvmlMachine nvml(four_gpus());
   ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
   gpusel::PickCriteria criteria = count(2);
@@ -414,6 +450,7 @@ TEST(PickThroughNvml, ReadsTheMachineAndMakesNoCudaCall) {
 }
 
 TEST(PickThroughNvml, SaysWhyNothingFits) {
+  ScopedLeaseDirectory leases;
   FakeNvmlMachine nvml(four_gpus());
   ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
   const std::string message = error_from([] { (void)gpusel::pick(count(4)); });
@@ -425,6 +462,7 @@ TEST(PickThroughNvml, UseFreeGpusMakesThePickedGpusVisibleBestFirst) {
 #if GPUSEL_TEST_EMULATED
   gpusel_emulated::reset(gpusel_emulated::devices(4));
 #endif
+  ScopedLeaseDirectory leases;
   FakeNvmlMachine nvml(four_gpus());
   ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
   ScopedEnvironment order("CUDA_DEVICE_ORDER", std::nullopt);
@@ -433,7 +471,11 @@ TEST(PickThroughNvml, UseFreeGpusMakesThePickedGpusVisibleBestFirst) {
     return;
   }
   const auto picked = gpusel::use_free_gpus(count(2));
-  ASSERT_EQ(picked.size(), 2u);
+  ASSERT_EQ(picked.gpus.size(), 2u);
+  EXPECT_EQ(picked.lease.uuids(), (std::vector<std::string>{"GPU-33333333-aaaa-0000-0000-000000000000",
+                                                            "GPU-11111111-aaaa-0000-0000-000000000000"}))
+      << "the picked GPUs stay leased while the result lives";
+  EXPECT_TRUE(gpusel::lease_holder("GPU-33333333-aaaa-0000-0000-000000000000").has_value());
   ASSERT_NE(std::getenv("CUDA_VISIBLE_DEVICES"), nullptr);
   EXPECT_EQ(std::string(std::getenv("CUDA_VISIBLE_DEVICES")),
             "GPU-33333333-aaaa-0000-0000-000000000000,GPU-11111111-aaaa-0000-0000-000000000000");
@@ -447,10 +489,46 @@ TEST(PickThroughNvml, UseFreeGpusMakesThePickedGpusVisibleBestFirst) {
 }
 
 TEST(PickThroughNvml, UseFreeGpusChangesNothingWhenTooFewFit) {
+  ScopedLeaseDirectory leases;
   FakeNvmlMachine nvml(four_gpus());
   ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "0,1,2,3");
   EXPECT_THROW((void)gpusel::use_free_gpus(count(4)), gpusel::Error);
   EXPECT_EQ(std::string(std::getenv("CUDA_VISIBLE_DEVICES")), "0,1,2,3");
+}
+
+TEST(PickThroughNvml, AGpuLeasedByAnotherJobIsBusyAndPassedOver) {
+  ScopedLeaseDirectory leases;
+  FakeNvmlMachine nvml(four_gpus());
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  const gpusel::LeasedGpus first = gpusel::lease_free_gpus(count(1));
+  ASSERT_EQ(first.gpus.size(), 1u);
+  EXPECT_EQ(first.gpus[0].physical_index, 3) << "the most free memory";
+  const gpusel::LeasedGpus second = gpusel::lease_free_gpus(count(1));
+  ASSERT_EQ(second.gpus.size(), 1u);
+  EXPECT_EQ(second.gpus[0].physical_index, 1) << "the next best: 3 is leased";
+  gpusel::PickCriteria idle = count(1);
+  idle.max_utilization = 10;  // GPU 0 is 90% utilized
+  const std::string message = error_from([&] { (void)gpusel::pick(idle); });
+  EXPECT_TRUE(contains(message,
+                       "GPU-33333333-aaaa-0000-0000-000000000000), 139.4 GiB free, 0% utilized: leased by "
+                       "another job (pid " +
+                           std::to_string(getpid())))
+      << message;
+  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::lease_free_gpus(idle); }), "0 of 4 GPUs fit"));
+}
+
+TEST(PickThroughNvml, UseFreeGpusOverTheWholeMachineLeavesTheAllocationAsAsked) {
+#if GPUSEL_TEST_EMULATED
+  gpusel_emulated::reset(gpusel_emulated::devices(4));
+#endif
+  ScopedLeaseDirectory leases;
+  FakeNvmlMachine nvml(four_gpus());
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "0,1");
+  if (gpusel::cuda_started()) GTEST_SKIP() << "CUDA has started in this test process";
+  gpusel::PickCriteria criteria = count(1);
+  criteria.only_visible = false;
+  const auto picked = gpusel::use_free_gpus(criteria);
+  EXPECT_EQ(std::string(std::getenv("CUDA_VISIBLE_DEVICES")), "GPU-33333333-aaaa-0000-0000-000000000000");
 }
 
 TEST(PickThroughNvml, WithoutNvmlIsAnErrorThatSaysSo) {

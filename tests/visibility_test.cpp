@@ -146,7 +146,7 @@ TEST(SetVisibleDevices, SetsTheVariableBeforeCudaStarts) {
   gpusel::set_visible_devices({2, 0});
   EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "2,0");
   EXPECT_EQ(gpusel::visible_devices().visible.physical(0), 2);
-  gpusel::set_visible_devices({"GPU-11111111"});
+  gpusel::set_visible_devices({"GPU-11111111"}, gpusel::VisibleScope::whole_machine);  // 2,0 hides it
   EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "GPU-11111111");
   gpusel::set_visible_devices(std::vector<int>{});
   EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "") << "an empty list hides every GPU";
@@ -173,6 +173,53 @@ TEST(SetVisibleDevices, RejectsWhatCudaWouldNotShow) {
   EXPECT_TRUE(contains(message([] { gpusel::set_visible_devices({"GPU-ff"}); }), "a UUID prefix that no GPU has"));
   EXPECT_TRUE(contains(message([] { gpusel::set_visible_devices({"948e02bd"}); }), "is not a GPU UUID"));
   EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "3") << "a rejected change changes nothing";
+}
+
+TEST(SetVisibleDevices, StaysWithinTheAllocationUnlessTheWholeMachineIsAskedFor) {
+  if (auto why = need_cuda_not_started()) GTEST_SKIP() << *why;
+  FakeNvmlMachine machine(kFourGpus);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "2,3");  // the job's allocation, as Slurm sets it
+  const std::string message = gpusel_test::error_from([] { gpusel::set_visible_devices({1}); });
+  EXPECT_TRUE(contains(message,
+                       "physical GPU 1 (GPU-11111111-aaaa-0000-0000-000000000000) is hidden by "
+                       "CUDA_VISIBLE_DEVICES=2,3, this job's allocation"))
+      << message;
+  EXPECT_TRUE(contains(gpusel_test::error_from([] { gpusel::set_visible_devices({"GPU-0000"}); }), "is hidden by"));
+  EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "2,3") << "a rejected change changes nothing";
+  gpusel::set_visible_devices({3});
+  EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "3") << "within the allocation";
+  gpusel::set_visible_devices({1}, gpusel::VisibleScope::whole_machine);
+  EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "1");
+}
+
+TEST(KeepVisibleDevices, NarrowsWhatIsVisibleByLogicalIndexAsTensorFlowDoes) {
+  if (auto why = need_cuda_not_started()) GTEST_SKIP() << *why;
+  FakeNvmlMachine machine(kFourGpus);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "2,3");
+  gpusel::keep_visible_devices({1});
+  EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "3") << "cuda:1 of 2,3 is physical 3";
+  EXPECT_TRUE(contains(gpusel_test::error_from([] { gpusel::keep_visible_devices({1}); }), "there is no cuda:1"));
+  setenv("CUDA_VISIBLE_DEVICES", "GPU-3333,GPU-1111", 1);
+  gpusel::keep_visible_devices({1, 0});
+  EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "GPU-1111,GPU-3333") << "UUIDs stay as written";
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  gpusel::keep_visible_devices({2});
+  EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "2");
+  EXPECT_TRUE(contains(gpusel_test::error_from([] { gpusel::keep_visible_devices({0, 0}); }), "named twice"));
+}
+
+TEST(SetVisibleDevices, AcceptsMigInstancesAndExplainLeavesThemToCuda) {
+  if (auto why = need_cuda_not_started()) GTEST_SKIP() << *why;
+  FakeNvmlMachine machine(kFourGpus);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  const std::string mig = "MIG-4a5b6c7d-0000-4000-8000-000000000000";
+  gpusel::set_visible_devices({mig});
+  EXPECT_EQ(std::string(std::getenv("CUDA_VISIBLE_DEVICES")), mig);
+  const std::string text = gpusel::explain();
+  EXPECT_TRUE(contains(text, "names a MIG instance (\"" + mig + "\")")) << text;
+  EXPECT_TRUE(contains(text, "CUDA's to decide")) << text;
+  EXPECT_FALSE(contains(text, "No CUDA device is visible")) << "not observed, so not stated: " << text;
+  EXPECT_TRUE(contains(text, "whether CUDA shows that instance only CUDA can say")) << text;
 }
 
 // --- on a real machine: NVML's answer is the runtime's ------------------------------------
@@ -240,7 +287,7 @@ TEST(VisibilityEmulated, ADriverThatNvmlLoadedButNobodyInitializedHasNotStarted)
   EXPECT_FALSE(gpusel::cuda_started()) << "loaded is not initialized: the variables still matter";
   EXPECT_EQ(gpusel::device_count(), 2);
   EXPECT_TRUE(gpusel_emulated::call_log().empty()) << "counted from NVML, without the runtime";
-  EXPECT_NO_THROW(gpusel::set_visible_devices({0}));
+  EXPECT_NO_THROW(gpusel::set_visible_devices({0}, gpusel::VisibleScope::whole_machine));  // 3,1 hides 0
   EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "0");
   gpusel::set_device(0);
   EXPECT_TRUE(gpusel::cuda_started());

@@ -1,18 +1,28 @@
 // The gpusel command: the machine's GPUs, this process's view of them, and
 // free GPUs picked for CUDA_VISIBLE_DEVICES. It reads NVML only and never
 // starts CUDA, so it is safe to run beside jobs and before them:
-//   CUDA_VISIBLE_DEVICES=$(gpusel pick -n 2 --min-free 8GiB) ./train
+//   gpusel run -n 2 --min-free 8GiB -- ./train      (picks, leases, runs, returns ./train's status)
 // `gpusel help` says everything. The program is a parser (kOptions, kCommands),
 // one function per command, and exit statuses that mean what kUsage says.
+#include <gpusel/lease.hpp>
+#include <gpusel/local_rank.hpp>
 #include <gpusel/memory_size.hpp>
 #include <gpusel/select.hpp>
 #include <gpusel/version.hpp>
 #include <gpusel/visibility.hpp>
 
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <iomanip>
 #include <iostream>
@@ -21,6 +31,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -37,6 +48,10 @@ constexpr int kExitUsage = 2;
 constexpr int kExitNoDriver = 3;
 constexpr int kExitNvmlFailed = 4;
 constexpr int kExitInternalError = 5;
+// run's own failures, as env(1) and timeout(1) give them, so they cannot be taken for the command's.
+constexpr int kExitRunFailed = 125;
+constexpr int kExitCannotRun = 126;
+constexpr int kExitNotFound = 127;
 
 constexpr const char* kUsage = R"(usage: gpusel <command> [options]
 
@@ -46,34 +61,55 @@ Commands (none of them starts CUDA or creates a context on any GPU):
             utilization and compute processes
   explain   how CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER map cuda:N to the
             physical GPUs here, and what was ignored and why
-  pick      choose free GPUs and print them for CUDA_VISIBLE_DEVICES:
-              CUDA_VISIBLE_DEVICES=$(gpusel pick -n 2 --min-free 8GiB) ./train
+  run       choose free GPUs, lease them and run a command on exactly those:
+              gpusel run -n 2 --min-free 8GiB -- ./train --epochs 10
+            the command's CUDA_VISIBLE_DEVICES names the GPUs chosen, in order;
+            gpusel waits for it, forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT to
+            it, and exits with its status (128+N when signal N killed it)
+  pick      choose free GPUs and print them, for scripts (fails, printing
+            nothing, when too few fit; takes no lease)
   help      this text (also -h, --help after any command)
   version   gpusel's version (also --version)
 
 Options:
   --json                 machine-readable output (list, explain, pick)
 
-Options of pick (by default: 1 GPU, no other user's compute process on it,
-most free memory first, among the GPUs CUDA_VISIBLE_DEVICES already shows):
+Options of pick and run (by default: 1 GPU, no other user's compute process
+on it, no other job's lease, most free memory first, among the GPUs
+CUDA_VISIBLE_DEVICES already shows):
   -n, --count N          exactly N GPUs
-  --at-least N           at least N GPUs (fewer is a failure) ...
+  --at-least N           at least N GPUs, N >= 1 (fewer is a failure) ...
   --at-most M            ... and at most M of them
   --all                  every GPU that fits (at least 1, or --at-least N)
   --min-free SIZE        free memory each needs: 8GiB, 512MiB, 10GB, 1.5GiB
   --max-util PERCENT     highest utilization allowed, 0-100
   --allow-other-users    GPUs where another user's compute process runs may be picked
-  --exclude LIST         never these: nvidia-smi numbers or UUIDs, comma-separated
+  --exclude LIST         never these, comma-separated, named as pick prints them:
+                         CUDA's physical index (2), a UUID or prefix (GPU-8d2a);
+                         nvidia-smi's numbers are written smi:2
   --order free|util|index  most free memory, least utilized, or CUDA's order first
-  --format index|uuid    print CUDA's physical indices (default) or UUIDs;
-                         UUIDs are exact even where CUDA's order is a guess
+  --format index|uuid    pick: print CUDA's physical indices (default) or UUIDs;
+                         UUIDs are exact even where CUDA's order is a guess.
+                         run: give the command UUIDs (default) or indices, with
+                         CUDA_DEVICE_ORDER=PCI_BUS_ID set so that they are exact
   --whole-machine        choose among all GPUs, whatever CUDA_VISIBLE_DEVICES says
+
+Options of run only:
+  --wait[=DURATION]      until enough GPUs fit: forever, or at most DURATION
+                         (30s, 5m, 1h; a bare number is seconds)
+  --no-lease             take no lease (other jobs may then get the same GPUs)
+  --local-rank           this process's GPU as a rank of a job (torchrun, mpirun,
+                         srun): local rank i gets the i-th GPU CUDA_VISIBLE_DEVICES
+                         shows, leased; a GPU another job leases is an error, not a
+                         reason to take another. Takes no pick option but --format.
+  -- COMMAND [ARGS...]   the command (the first word that is no option starts it too)
 
 An option's value follows it (--count 2) or is attached (--count=2); an option
 that takes no value takes none (--json=false is a usage error).
 
-Environment: CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, and GPUSEL_NVML_LIBRARY
-(the NVML library to load; default libnvidia-ml.so.1).
+Environment: CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, GPUSEL_NVML_LIBRARY (the
+NVML library to load; default libnvidia-ml.so.1) and GPUSEL_LEASE_DIR (where
+leases are kept; default /tmp/gpusel-leases, shared by every user).
 
 Exit status:
   0  success
@@ -82,6 +118,10 @@ Exit status:
   3  no NVIDIA driver: NVML could not be loaded (explain still prints what it can)
   4  NVML failed while reading the GPUs
   5  internal error: a bug in gpusel (the message says what failed; please report it)
+run exits with the command's status, or with its own:
+  125  nothing fits (each GPU and why, on stderr), or gpusel failed: the command was not started
+  126  the command cannot be run
+  127  the command is not found
 )";
 
 // A mistake in the command line: exit status 2.
@@ -104,6 +144,14 @@ struct Arguments {
   std::optional<int> at_most;
   bool all = false;
   bool print_uuids = false;
+  bool format_given = false;
+  // run's
+  std::vector<std::string> command_line;  // the command and its arguments
+  bool wait = false;
+  std::optional<std::chrono::milliseconds> wait_at_most;  // nullopt with `wait`: forever
+  bool lease = true;
+  bool local_rank = false;
+  std::vector<std::string> pick_options;  // pick options given, as spelled: --local-rank takes none
 };
 
 // --- the commands -----------------------------------------------------------------------
@@ -111,13 +159,16 @@ struct Arguments {
 int run_list(const Arguments& arguments);
 int run_explain(const Arguments& arguments);
 int run_pick(const Arguments& arguments);
+int run_run(const Arguments& arguments);
 int run_help(const Arguments& arguments);
 int run_version(const Arguments& arguments);
 
 // Which commands an option belongs to.
 using CommandSet = unsigned;
-constexpr CommandSet kList = 1u << 0, kExplain = 1u << 1, kPick = 1u << 2, kHelp = 1u << 3, kVersion = 1u << 4;
-constexpr CommandSet kEveryCommand = kList | kExplain | kPick | kHelp | kVersion;
+constexpr CommandSet kList = 1u << 0, kExplain = 1u << 1, kPick = 1u << 2, kHelp = 1u << 3, kVersion = 1u << 4,
+                     kRun = 1u << 5;
+constexpr CommandSet kEveryCommand = kList | kExplain | kPick | kHelp | kVersion | kRun;
+constexpr CommandSet kChoosing = kPick | kRun;  // the pick options
 
 struct Command {
   std::string_view name;
@@ -127,13 +178,13 @@ struct Command {
 
 constexpr Command kCommands[] = {
     {"list", kList, run_list}, {"explain", kExplain, run_explain}, {"pick", kPick, run_pick},
-    {"help", kHelp, run_help}, {"version", kVersion, run_version},
+    {"run", kRun, run_run},    {"help", kHelp, run_help},          {"version", kVersion, run_version},
 };
 
 const Command& command_named(std::string_view name) {
   for (const Command& command : kCommands)
     if (command.name == name) return command;
-  throw UsageError("unknown command \"" + std::string(name) + "\" (commands: list, explain, pick, help, version)");
+  throw UsageError("unknown command \"" + std::string(name) + "\" (commands: list, explain, pick, run, help, version)");
 }
 
 // "pick", "list, explain and pick".
@@ -175,7 +226,22 @@ std::vector<std::string> split_list(const std::string& text) {
   }
 }
 
-enum class Takes : bool { nothing, value };
+// A duration as --wait takes it: 30s, 5m, 1h, or a bare number of seconds.
+std::chrono::milliseconds parse_duration(std::string_view option, const std::string& text) {
+  std::string digits = text;
+  long long unit = 1000;
+  if (!digits.empty() && (digits.back() == 's' || digits.back() == 'm' || digits.back() == 'h')) {
+    unit = digits.back() == 's' ? 1000 : digits.back() == 'm' ? 60000 : 3600000;
+    digits.pop_back();
+  }
+  unsigned long long number = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), number);
+  if (digits.empty() || end != digits.data() + digits.size() || error != std::errc() || number > 1000000000ULL)
+    throw UsageError(std::string(option) + " expects a duration such as 30s, 5m or 1h, got \"" + text + "\"");
+  return std::chrono::milliseconds(static_cast<long long>(number) * unit);
+}
+
+enum class Takes { nothing, value, optional_value };  // optional_value: only attached, --wait=30s
 
 struct Option {
   std::string_view name;   // "--count"
@@ -199,20 +265,20 @@ const Option kOptions[] = {
      }},
     {"--json", "", Takes::nothing, kList | kExplain | kPick,
      [](Arguments& a, std::string_view, const std::string&) { a.json = true; }},
-    {"--count", "-n", Takes::value, kPick,
+    {"--count", "-n", Takes::value, kChoosing,
      [](Arguments& a, std::string_view spelled, const std::string& value) {
        a.count = parse_count(spelled, value, 1);
      }},
-    {"--at-least", "", Takes::value, kPick,
+    {"--at-least", "", Takes::value, kChoosing,
      [](Arguments& a, std::string_view spelled, const std::string& value) {
-       a.at_least = parse_count(spelled, value, 0);
+       a.at_least = parse_count(spelled, value, 1);  // 0 would let pick print an empty list
      }},
-    {"--at-most", "", Takes::value, kPick,
+    {"--at-most", "", Takes::value, kChoosing,
      [](Arguments& a, std::string_view spelled, const std::string& value) {
        a.at_most = parse_count(spelled, value, 1);
      }},
-    {"--all", "", Takes::nothing, kPick, [](Arguments& a, std::string_view, const std::string&) { a.all = true; }},
-    {"--min-free", "", Takes::value, kPick,
+    {"--all", "", Takes::nothing, kChoosing, [](Arguments& a, std::string_view, const std::string&) { a.all = true; }},
+    {"--min-free", "", Takes::value, kChoosing,
      [](Arguments& a, std::string_view spelled, const std::string& value) {
        try {
          a.criteria.min_free_memory = value;
@@ -220,20 +286,20 @@ const Option kOptions[] = {
          throw UsageError(std::string(spelled) + ": " + error.what());
        }
      }},
-    {"--max-util", "", Takes::value, kPick,
+    {"--max-util", "", Takes::value, kChoosing,
      [](Arguments& a, std::string_view spelled, const std::string& value) {
        const int percent = parse_count(spelled, value, 0);
        if (percent > 100)
          throw UsageError(std::string(spelled) + " expects a percentage from 0 to 100, got \"" + value + "\"");
        a.criteria.max_utilization = percent;
      }},
-    {"--allow-other-users", "", Takes::nothing, kPick,
+    {"--allow-other-users", "", Takes::nothing, kChoosing,
      [](Arguments& a, std::string_view, const std::string&) { a.criteria.allow_other_users = true; }},
-    {"--exclude", "", Takes::value, kPick,
+    {"--exclude", "", Takes::value, kChoosing,
      [](Arguments& a, std::string_view, const std::string& value) {
        for (std::string& name : split_list(value)) a.criteria.exclude.push_back(std::move(name));
      }},
-    {"--order", "", Takes::value, kPick,
+    {"--order", "", Takes::value, kChoosing,
      [](Arguments& a, std::string_view spelled, const std::string& value) {
        if (value == "free")
          a.criteria.order = gpusel::PickOrder::most_free_memory;
@@ -244,14 +310,24 @@ const Option kOptions[] = {
        else
          throw UsageError(std::string(spelled) + " expects free, util or index, got \"" + value + "\"");
      }},
-    {"--format", "", Takes::value, kPick,
+    {"--format", "", Takes::value, kChoosing,
      [](Arguments& a, std::string_view spelled, const std::string& value) {
        if (value != "index" && value != "uuid")
          throw UsageError(std::string(spelled) + " expects index or uuid, got \"" + value + "\"");
        a.print_uuids = value == "uuid";
+       a.format_given = true;
      }},
-    {"--whole-machine", "", Takes::nothing, kPick,
+    {"--whole-machine", "", Takes::nothing, kChoosing,
      [](Arguments& a, std::string_view, const std::string&) { a.criteria.only_visible = false; }},
+    {"--wait", "", Takes::optional_value, kRun,
+     [](Arguments& a, std::string_view spelled, const std::string& value) {
+       a.wait = true;
+       if (!value.empty()) a.wait_at_most = parse_duration(spelled, value);
+     }},
+    {"--no-lease", "", Takes::nothing, kRun,
+     [](Arguments& a, std::string_view, const std::string&) { a.lease = false; }},
+    {"--local-rank", "", Takes::nothing, kRun,
+     [](Arguments& a, std::string_view, const std::string&) { a.local_rank = true; }},
 };
 
 const Option* option_named(std::string_view name) {
@@ -287,6 +363,12 @@ Arguments parse_arguments(const std::vector<std::string>& words) {
   std::vector<std::pair<const Option*, std::string>> given;  // each option as spelled, checked against the command
   for (std::size_t i = 0; i < words.size() && !arguments.done; ++i) {
     const std::string& word = words[i];
+    if (arguments.command != nullptr && arguments.command->bit == kRun &&
+        (word == "--" || word.size() < 2 || word[0] != '-')) {
+      arguments.command_line.assign(words.begin() + static_cast<std::ptrdiff_t>(i + (word == "--" ? 1 : 0)),
+                                    words.end());
+      break;
+    }
     if (word.size() < 2 || word[0] != '-') {
       if (arguments.command != nullptr)
         throw UsageError("unexpected argument \"" + word + "\": " + std::string(arguments.command->name) +
@@ -304,6 +386,11 @@ Arguments parse_arguments(const std::vector<std::string>& words) {
     if (option->takes == Takes::nothing) {
       if (equals != std::string::npos)
         throw UsageError(name + " takes no value, got \"" + word + "\" (give " + name + " alone to turn it on)");
+    } else if (option->takes == Takes::optional_value) {
+      if (equals != std::string::npos) {
+        value = word.substr(equals + 1);
+        if (value.empty()) throw UsageError(name + "= expects a value (or give " + name + " alone)");
+      }
     } else if (equals != std::string::npos) {
       value = word.substr(equals + 1);
     } else if (i + 1 < words.size()) {
@@ -313,14 +400,25 @@ Arguments parse_arguments(const std::vector<std::string>& words) {
     }
     option->apply(arguments, name, value);
     given.emplace_back(option, name);
+    if ((option->commands & kPick) != 0 && option->name != "--format" && option->name != "--help")
+      arguments.pick_options.push_back(name);
   }
-  if (arguments.command == nullptr) throw UsageError("no command given (commands: list, explain, pick, help, version)");
+  if (arguments.command == nullptr)
+    throw UsageError("no command given (commands: list, explain, pick, run, help, version)");
   if (arguments.done) return arguments;
   for (const auto& [option, spelled] : given)
     if ((option->commands & arguments.command->bit) == 0)
       throw UsageError(spelled + " is an option of " + command_names(option->commands) + " only, not of " +
                        std::string(arguments.command->name));
   settle_counts(arguments);
+  if (arguments.command->bit == kRun) {
+    if (arguments.command_line.empty())
+      throw UsageError("run expects a command to run: gpusel run [options] -- COMMAND [ARGS...]");
+    if (arguments.local_rank && !arguments.pick_options.empty())
+      throw UsageError("--local-rank takes the rank's own GPU, so " + arguments.pick_options.front() +
+                       " cannot apply (only --format, --wait and --no-lease go with it)");
+    if (!arguments.format_given) arguments.print_uuids = true;  // run gives UUIDs unless asked
+  }
   return arguments;
 }
 
@@ -376,6 +474,7 @@ void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_in
   optional_value(json, "memory_total_bytes", gpu.memory_total_bytes);
   optional_value(json, "memory_used_bytes", gpu.memory_used_bytes);
   optional_value(json, "memory_free_bytes", gpu.memory_free_bytes);
+  optional_value(json, "memory_reserved_bytes", gpu.memory_reserved_bytes);
   optional_value(json, "utilization_percent", gpu.utilization_percent);
   json.key("processes");
   if (!gpu.processes) {
@@ -455,6 +554,9 @@ int run_list(const Arguments& arguments) {
               << Column{std::to_string(gpu.nvml_index), index_width - 1} << Column{gpu.name, name_width + 2}
               << Column{gpu.uuid, uuid_width + 2} << Column{gpu.pci_bus_id, 18} << Column{memory(gpu), 24}
               << Column{percent(gpu.utilization_percent), 6} << (gpu.mig_enabled ? "MIG mode; " : "")
+              << (gpu.memory_reserved_bytes && *gpu.memory_reserved_bytes > 0
+                      ? gpusel::format_memory_size(*gpu.memory_reserved_bytes) + " reserved by the driver; "
+                      : std::string())
               << describe_processes(gpu) << "\n";
   }
   if (map.inventory.gpus.empty()) std::cout << "(NVML sees no GPU)\n";
@@ -514,7 +616,11 @@ void print_pick_json(const Arguments& arguments, const gpusel::DeviceMap& map,
   json.key("criteria").value(gpusel::describe(arguments.criteria));
   json.key("ok").value(failure.empty());
   json.key("error").value(failure);
-  json.key("cuda_visible_devices").value(value);
+  json.key("cuda_visible_devices");
+  if (failure.empty())
+    json.value(value);
+  else
+    json.null();  // nothing fitted: no value to set, rather than an empty one that hides every GPU
   json.key("picked").begin_array();
   for (const gpusel::Candidate& candidate : picked) {
     json.begin_object();
@@ -546,6 +652,12 @@ int run_pick(const Arguments& arguments) {
     std::cerr << "gpusel: " << error.what() << "\nTry 'gpusel help'.\n";
     return kExitUsage;
   }
+  try {
+    gpusel::reject_leased_gpus(assessed);  // another job's lease makes a GPU busy
+  } catch (const gpusel::Error& error) {
+    std::cerr << error.what() << "\n";
+    return kExitNothingFits;
+  }
   std::vector<gpusel::Candidate> picked;
   std::string failure;
   try {
@@ -570,6 +682,185 @@ int run_pick(const Arguments& arguments) {
   if (!arguments.print_uuids && !map.order.exact)
     std::cerr << "gpusel: caution: " << map.order.caveat << "; --format uuid names the GPUs exactly\n";
   return kExitOk;
+}
+
+// --- run ---------------------------------------------------------------------------------
+
+pid_t g_child = 0;  // the command, once started: where the signals go
+
+// Forwards a signal sent to gpusel (kill, a scheduler) to the command. One from the
+// terminal (Ctrl-C) is not forwarded: the terminal sends it to the command too.
+void forward_signal(int signal_number, siginfo_t* info, void*) {
+  const int saved = errno;
+  if (g_child > 0 && (info == nullptr || info->si_code <= 0)) (void)kill(g_child, signal_number);
+  errno = saved;
+}
+
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+// Starts `command_line`, waits for it, and returns its status as a shell gives it.
+int start_and_wait(const std::vector<std::string>& command_line) {
+  sigset_t forwarded, previous;
+  sigemptyset(&forwarded);
+  for (const int signal_number : kForwarded) sigaddset(&forwarded, signal_number);
+  struct sigaction action {};
+  action.sa_sigaction = forward_signal;
+  action.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  for (const int signal_number : kForwarded) sigaction(signal_number, &action, nullptr);
+  // Blocked until the child's pid is known, so none is lost; the child starts with them unblocked
+  // and at their default dispositions.
+  sigprocmask(SIG_BLOCK, &forwarded, &previous);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  posix_spawnattr_setsigdefault(&attributes, &forwarded);
+  posix_spawnattr_setsigmask(&attributes, &previous);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  std::vector<char*> argv;
+  for (const std::string& word : command_line) argv.push_back(const_cast<char*>(word.c_str()));
+  argv.push_back(nullptr);
+  pid_t child = 0;
+  const int error = posix_spawnp(&child, argv[0], nullptr, &attributes, argv.data(), environ);
+  posix_spawnattr_destroy(&attributes);
+  if (error != 0) {
+    sigprocmask(SIG_SETMASK, &previous, nullptr);
+    std::cerr << "gpusel: cannot run \"" << command_line[0] << "\": " << std::strerror(error) << "\n";
+    return error == ENOENT ? kExitNotFound : kExitCannotRun;
+  }
+  g_child = child;
+  sigprocmask(SIG_SETMASK, &previous, nullptr);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) {
+      std::cerr << "gpusel: waiting for the command failed: " << std::strerror(errno) << "\n";
+      return kExitRunFailed;
+    }
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return kExitRunFailed;
+}
+
+// Physical GPU `physical` of `map` as PCI_BUS_ID numbers it: what an index means to
+// the command, which runs with CUDA_DEVICE_ORDER=PCI_BUS_ID.
+int pci_bus_index(const gpusel::DeviceMap& map, int physical) {
+  const gpusel::CudaPhysicalOrder pci = gpusel::cuda_physical_order(map.inventory, std::string_view("PCI_BUS_ID"));
+  const std::size_t position = map.order.positions[static_cast<std::size_t>(physical)];
+  for (int index = 0; index < pci.count(); ++index)
+    if (pci.positions[static_cast<std::size_t>(index)] == position) return index;
+  return physical;
+}
+
+// One attempt at the GPUs: the chosen ones (and their lease), or why there are none.
+struct Attempt {
+  std::vector<gpusel::Candidate> chosen;
+  gpusel::GpuLease lease;
+  std::string failure;  // "" when chosen
+};
+
+Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& map) {
+  Attempt attempt;
+  const auto rank = gpusel::local_rank();  // throws Error for a malformed variable
+  if (!map.visible.ok()) {
+    attempt.failure = "no CUDA device is visible to this rank: " + map.visible.reason();
+    return attempt;
+  }
+  const gpusel::Device device = gpusel::device_for_local_rank(rank, map.visible.count());
+  if (device.is_cpu()) {
+    attempt.failure = "no GPU is visible, so " + (rank ? rank->describe() : std::string("this process")) + " has none";
+    return attempt;
+  }
+  const int physical = map.visible.physical(device.index());
+  const gpusel::Gpu& gpu = *map.physical_device(physical);
+  const std::string who = rank ? rank->describe() : std::string("local rank 0 (no launcher variable is set)");
+  if (arguments.lease) {
+    std::optional<gpusel::GpuLease> lease = gpusel::try_lease_gpu(gpu.uuid);
+    if (!lease) {
+      attempt.failure = who + ": its GPU, cuda:" + std::to_string(device.index()) + " of the job (physical " +
+                        std::to_string(physical) + ", " + gpu.uuid + "), is " +
+                        gpusel::lease_holder(gpu.uuid).value_or("leased by another job") +
+                        "; a rank keeps its GPU rather than take another";
+      return attempt;
+    }
+    attempt.lease = std::move(*lease);
+  }
+  attempt.chosen.push_back(gpusel::Candidate{gpu, physical, {}});
+  return attempt;
+}
+
+Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
+  Attempt attempt;
+  try {
+    if (arguments.lease) {
+      gpusel::LeasedGpus leased = gpusel::lease_free_gpus(arguments.criteria, map, gpusel::current_user());
+      attempt.chosen = std::move(leased.gpus);
+      attempt.lease = std::move(leased.lease);
+    } else {
+      std::vector<gpusel::Candidate> assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user());
+      gpusel::reject_leased_gpus(assessed);
+      attempt.chosen = gpusel::choose(arguments.criteria, std::move(assessed));
+    }
+  } catch (const gpusel::Error& error) {
+    attempt.failure = error.what();
+  }
+  return attempt;
+}
+
+int run_run(const Arguments& arguments) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  bool said_waiting = false;
+  Attempt attempt;
+  gpusel::DeviceMap map;
+  while (true) {
+    map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
+    if (!map.known()) {
+      (void)report_no_gpus(map);
+      return kExitRunFailed;
+    }
+    try {
+      attempt = arguments.local_rank ? attempt_local_rank(arguments, map) : attempt_pick(arguments, map);
+    } catch (const gpusel::Error& error) {
+      std::cerr << "gpusel: " << error.what() << "\n";
+      return kExitRunFailed;
+    }
+    if (attempt.failure.empty()) break;
+    const bool time_left =
+        arguments.wait && (!arguments.wait_at_most || Clock::now() - started < *arguments.wait_at_most);
+    if (!time_left) {
+      std::cerr << "gpusel: " << attempt.failure << "\n";
+      if (arguments.wait) std::cerr << "gpusel: gave up waiting\n";
+      return kExitRunFailed;
+    }
+    if (!said_waiting) {
+      const std::string what = arguments.local_rank ? std::string("this rank's GPU to be free of other leases")
+                                                    : gpusel::describe(arguments.criteria);
+      const std::string first_line = attempt.failure.substr(0, attempt.failure.find('\n'));
+      std::cerr << "gpusel: waiting for " << what
+                << (arguments.wait_at_most
+                        ? " (at most " + std::to_string(arguments.wait_at_most->count() / 1000) + "s)"
+                        : std::string(" (no time limit)"))
+                << ": " << first_line << "\n";
+      said_waiting = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  std::string value;
+  for (const gpusel::Candidate& candidate : attempt.chosen)
+    value +=
+        (value.empty() ? "" : ",") +
+        (arguments.print_uuids ? candidate.gpu.uuid : std::to_string(pci_bus_index(map, candidate.physical_index)));
+  for (const gpusel::Candidate& candidate : attempt.chosen)
+    std::cerr << "gpusel: " << (attempt.lease.empty() ? "using " : "leased ")
+              << gpusel::detail::describe_candidate(candidate) << "\n";
+  std::cerr << "gpusel: running " << arguments.command_line[0] << " with CUDA_VISIBLE_DEVICES=" << value
+            << (arguments.print_uuids ? "" : " CUDA_DEVICE_ORDER=PCI_BUS_ID") << "\n";
+  if (setenv("CUDA_VISIBLE_DEVICES", value.c_str(), 1) != 0 ||
+      (!arguments.print_uuids && setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1) != 0)) {
+    std::cerr << "gpusel: setenv failed\n";
+    return kExitRunFailed;
+  }
+  return start_and_wait(arguments.command_line);  // the lease stays held until the command has ended
 }
 
 int run_help(const Arguments&) {

@@ -53,6 +53,9 @@ struct Gpu {
   std::optional<std::uint64_t> memory_total_bytes;
   std::optional<std::uint64_t> memory_used_bytes;
   std::optional<std::uint64_t> memory_free_bytes;
+  // Memory the driver reserves, apart from `used` (NVML's v2 memory call); nullopt with
+  // drivers that lack it, whose `used` then includes it.
+  std::optional<std::uint64_t> memory_reserved_bytes;
   std::optional<int> utilization_percent;            // of time a kernel ran, over NVML's last sample period
   std::optional<int> memory_utilization_percent;     // of time memory was read or written
   std::optional<std::vector<GpuProcess>> processes;  // compute processes; nullopt when NVML could not list them
@@ -233,8 +236,15 @@ inline std::optional<std::vector<GpuProcess>> read_processes(const nvml::Library
 }
 
 inline void read_usage(const nvml::Library& library, nvml::Device device, Gpu& gpu) {
+  nvml::MemoryV2 memory_v2{};
+  memory_v2.version = nvml::kMemoryV2Version;
   nvml::Memory memory{};
-  if (library.memory_info(device, &memory) == nvml::kSuccess) {
+  if (library.memory_info_v2 != nullptr && library.memory_info_v2(device, &memory_v2) == nvml::kSuccess) {
+    gpu.memory_total_bytes = memory_v2.total;  // `used` as nvidia-smi shows it, the reservation apart
+    gpu.memory_used_bytes = memory_v2.used;
+    gpu.memory_free_bytes = memory_v2.free;
+    gpu.memory_reserved_bytes = memory_v2.reserved;
+  } else if (library.memory_info(device, &memory) == nvml::kSuccess) {
     gpu.memory_total_bytes = memory.total;
     gpu.memory_used_bytes = memory.used;
     gpu.memory_free_bytes = memory.free;

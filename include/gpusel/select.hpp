@@ -26,6 +26,7 @@
 #include "gpusel/detail/decimal.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/inventory.hpp"
+#include "gpusel/lease.hpp"
 #include "gpusel/memory_size.hpp"
 #include "gpusel/visibility.hpp"
 
@@ -53,9 +54,10 @@ struct PickCriteria {
   // Whether a GPU where another user runs a compute process may be picked.
   // See Note [Whose process is it].
   bool allow_other_users = false;
-  // GPUs never to pick: nvidia-smi's numbers ("3") or UUIDs, a unique prefix
-  // being enough ("GPU-8d2a"). One that names no GPU is an Error (a typo would
-  // otherwise exclude nothing).
+  // GPUs never to pick, named as pick names them: CUDA's physical index ("3",
+  // what Candidate::physical_index and `gpusel pick` give), nvidia-smi's number
+  // written "smi:3", or a UUID, a unique prefix being enough ("GPU-8d2a"). One
+  // that names no GPU is an Error (a typo would otherwise exclude nothing).
   std::vector<std::string> exclude;
   PickOrder order = PickOrder::most_free_memory;
   // Choose only among the GPUs this process may see already: when
@@ -102,24 +104,38 @@ inline std::string describe(const GpuProcess& process) {
 
 namespace detail {
 
-// Which of `gpus` (by position) `exclude` names; throws Error for a name that matches none or several.
-inline std::vector<bool> excluded_gpus(const std::vector<std::string>& exclude, const std::vector<Gpu>& gpus) {
+// Which GPUs of `map` (by position in its inventory) `exclude` names: CUDA physical
+// indices as pick prints them ("2"), nvidia-smi numbers written "smi:2", UUIDs or a
+// unique prefix ("GPU-8d2a"). Throws Error for a name that matches none or several.
+inline std::vector<bool> excluded_gpus(const std::vector<std::string>& exclude, const DeviceMap& map) {
+  const std::vector<Gpu>& gpus = map.inventory.gpus;
   std::vector<bool> excluded(gpus.size(), false);
   for (const std::string& name : exclude) {
     const auto reject = [&](const std::string& why) {
       std::string message = "gpusel::pick: cannot exclude \"" + name + "\": ";
       message += why;
-      message += "; name a GPU by nvidia-smi's number (0, 1, ...) or by its UUID or a unique prefix (GPU-8d2a)";
+      message +=
+          "; name a GPU as pick prints it: CUDA's physical index (0, 1, ...) or its UUID or a unique prefix "
+          "(GPU-8d2a); nvidia-smi's numbers are written smi:0, smi:1, ...";
       return Error(message);
     };
-    const DecimalRead number = read_decimal(name, DecimalGrammar::whole_text);
+    const bool smi = name.rfind("smi:", 0) == 0;
+    const DecimalRead number = read_decimal(smi ? name.substr(4) : name, DecimalGrammar::whole_text);
     std::vector<std::size_t> matches;  // positions in gpus
-    if (number.ok) {
-      for (std::size_t position = 0; position < gpus.size(); ++position)
-        if (gpus[position].nvml_index >= 0 && !number.overflow &&
-            static_cast<std::uint64_t>(gpus[position].nvml_index) == number.value)
-          matches.push_back(position);
-      if (matches.empty()) throw reject("there is no GPU with that number (" + std::to_string(gpus.size()) + " GPUs)");
+    if (number.ok && !number.overflow) {
+      if (smi) {
+        for (std::size_t position = 0; position < gpus.size(); ++position)
+          if (gpus[position].nvml_index >= 0 && static_cast<std::uint64_t>(gpus[position].nvml_index) == number.value)
+            matches.push_back(position);
+        if (matches.empty()) throw reject("nvidia-smi numbers no GPU so (" + std::to_string(gpus.size()) + " GPUs)");
+      } else {
+        if (number.value >= static_cast<std::uint64_t>(map.order.count()))
+          throw reject("there is no GPU with that number (" + std::to_string(map.order.count()) +
+                       " GPUs): a bare number is CUDA's physical index, as pick prints it");
+        matches.push_back(map.order.positions[static_cast<std::size_t>(number.value)]);
+      }
+    } else if (number.ok || smi) {
+      throw reject(smi ? "smi: is followed by no nvidia-smi number" : "there is no GPU with that physical index");
     } else if (name.rfind("GPU-", 0) == 0 && name.size() > 4) {
       for (std::size_t position = 0; position < gpus.size(); ++position)
         if (starts_with_ignoring_case(gpus[position].uuid, name)) matches.push_back(position);
@@ -187,8 +203,11 @@ inline std::string describe(const PickCriteria& criteria) {
 [[nodiscard]] inline std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map,
                                                    const std::string& user) {
   detail::check_criteria(criteria);
-  const std::vector<bool> excluded = detail::excluded_gpus(criteria.exclude, map.inventory.gpus);
+  const std::vector<bool> excluded = detail::excluded_gpus(criteria.exclude, map);
   const bool variable_set = map.visible.variable().has_value();
+  // The runtime refuses to start under an invalid CUDA_DEVICE_ORDER, whatever the GPUs.
+  const std::optional<std::string>& device_order = map.visible.device_order();
+  const bool order_invalid = device_order && *device_order != "FASTEST_FIRST" && *device_order != "PCI_BUS_ID";
 
   std::vector<Candidate> candidates;
   candidates.reserve(map.order.positions.size());
@@ -197,6 +216,9 @@ inline std::string describe(const PickCriteria& criteria) {
     Candidate candidate{gpu, physical, {}};
     // Every reason as a std::string: one push_back to compile, not an emplace_back per literal's length.
     const auto reject = [&candidate](std::string why) { candidate.rejected_because.push_back(std::move(why)); };
+    if (order_invalid)
+      reject(detail::describe_value("CUDA_DEVICE_ORDER", device_order) +
+             " is neither FASTEST_FIRST nor PCI_BUS_ID, so the CUDA runtime fails with cudaErrorInvalidDevice");
     if (excluded[map.order.positions[static_cast<std::size_t>(physical)]]) reject("excluded");
     if (criteria.only_visible && variable_set && !map.visible.logical(physical))
       reject("hidden by " + detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable()));
@@ -295,26 +317,89 @@ inline std::string describe(const PickCriteria& criteria) {
   return choose(criteria, assess(criteria, map, user));
 }
 
-// The GPUs of this machine that fit, read through NVML now; see the pure overload.
-[[nodiscard]] inline std::vector<Candidate> pick(const PickCriteria& criteria = {}) {
-  return pick(criteria, visible_devices(InventoryOptions::with_usage()), current_user());
+// Rejects, among `assessed`, every GPU another lease holds (Note [Leases] in
+// lease.hpp), with who holds it as the reason. Throws Error when the lease
+// directory cannot be used.
+inline void reject_leased_gpus(std::vector<Candidate>& assessed) {
+  for (Candidate& candidate : assessed)
+    if (auto holder = lease_holder(candidate.gpu.uuid)) candidate.rejected_because.push_back(std::move(*holder));
 }
 
-// Picks GPUs (pick(criteria)) and makes exactly those visible to this process,
-// best first: cuda:0 is the best one. Must run before CUDA starts (see
-// set_visible_devices, which it calls with the GPUs' UUIDs); throws Error, and
-// changes nothing, when CUDA has started or too few GPUs fit.
-inline std::vector<Candidate> use_free_gpus(const PickCriteria& criteria = {}) {
+// The GPUs of this machine that fit, read through NVML now, GPUs that another
+// job leases counting as busy (reject_leased_gpus); takes no lease itself.
+[[nodiscard]] inline std::vector<Candidate> pick(const PickCriteria& criteria = {}) {
+  const DeviceMap map = visible_devices(InventoryOptions::with_usage());
+  if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
+  std::vector<Candidate> assessed = assess(criteria, map, current_user());
+  reject_leased_gpus(assessed);
+  return choose(criteria, std::move(assessed));
+}
+
+// Picked GPUs and the lease that holds them: while `lease` lives, no other job
+// that leases through gpusel gets them.
+struct [[nodiscard]] LeasedGpus {
+  std::vector<Candidate> gpus;  // best first
+  GpuLease lease;
+};
+
+// Picks GPUs of `map` as pick(criteria, map, user) does, and leases them: GPUs
+// held by another lease are rejected with that reason, and a GPU another job
+// leases between the look and the lease is passed over for the next best, so
+// two jobs never get the same GPU. Throws Error, holding nothing, when too few
+// fit or can be leased, or the lease directory cannot be used.
+[[nodiscard]] inline LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map,
+                                                const std::string& user) {
+  if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
+  std::vector<Candidate> assessed = assess(criteria, map, user);
+  reject_leased_gpus(assessed);
+  PickCriteria every_fitting = criteria;
+  every_fitting.at_least = 0;
+  every_fitting.at_most = PickCriteria::all;
+  const std::vector<Candidate> best_first = choose(every_fitting, assessed);
+  const int wanted = detail::wanted_at_most(criteria);
+  LeasedGpus result;
+  for (const Candidate& candidate : best_first) {
+    if (static_cast<int>(result.gpus.size()) >= wanted) break;
+    if (std::optional<GpuLease> one = try_lease_gpu(candidate.gpu.uuid)) {
+      result.lease.merge(std::move(*one));
+      result.gpus.push_back(candidate);
+      continue;
+    }
+    for (Candidate& verdict : assessed)  // leased by another job since we looked
+      if (verdict.physical_index == candidate.physical_index)
+        verdict.rejected_because.push_back(lease_holder(candidate.gpu.uuid).value_or("leased by another job"));
+  }
+  if (static_cast<int>(result.gpus.size()) < criteria.at_least) {
+    result.lease.release();
+    (void)choose(criteria, std::move(assessed));                           // throws, saying why each GPU was rejected
+    throw Error("gpusel::lease_free_gpus: too few GPUs could be leased");  // not reached: choose threw
+  }
+  return result;
+}
+
+// The same on this machine, read through NVML now.
+[[nodiscard]] inline LeasedGpus lease_free_gpus(const PickCriteria& criteria = {}) {
+  return lease_free_gpus(criteria, visible_devices(InventoryOptions::with_usage()), current_user());
+}
+
+// Picks and leases GPUs (lease_free_gpus(criteria)) and makes exactly those
+// visible to this process, best first: cuda:0 is the best one. Keep the result
+// alive for as long as the GPUs are used (until the process ends, usually): its
+// lease is what keeps other jobs off them. Must run before CUDA starts (see
+// set_visible_devices, which it calls with the GPUs' UUIDs, over the whole
+// machine when criteria.only_visible is false); throws Error, and changes
+// nothing, when CUDA has started or too few GPUs fit.
+[[nodiscard]] inline LeasedGpus use_free_gpus(const PickCriteria& criteria = {}) {
   if (cuda_started())
     throw Error(
         "gpusel::use_free_gpus: CUDA has already started in this process, so choosing its GPUs now would have "
         "no effect (" +
         detail::describe_variable("CUDA_VISIBLE_DEVICES") + " stays in force); call it before the first CUDA call");
-  std::vector<Candidate> picked = pick(criteria);
+  LeasedGpus picked = lease_free_gpus(criteria);
   std::vector<std::string> uuids;
-  uuids.reserve(picked.size());
-  for (const Candidate& candidate : picked) uuids.push_back(candidate.gpu.uuid);
-  set_visible_devices(uuids);
+  uuids.reserve(picked.gpus.size());
+  for (const Candidate& candidate : picked.gpus) uuids.push_back(candidate.gpu.uuid);
+  set_visible_devices(uuids, criteria.only_visible ? VisibleScope::within_visible : VisibleScope::whole_machine);
   return picked;
 }
 

@@ -4,14 +4,19 @@
 //   gpusel::visible_devices()           the physical->logical map for this process
 //   gpusel::explain()                   the same, in words: per cuda:N its physical GPU,
 //                                       nvidia-smi number, name, UUID, PCI bus id; each token
-//   gpusel::set_visible_devices({2})    os.environ["CUDA_VISIBLE_DEVICES"] = "2", checked,
-//                                       and an Error once CUDA has started (it would do nothing)
+//   gpusel::set_visible_devices({2})    os.environ["CUDA_VISIBLE_DEVICES"] = "2", checked: an Error
+//                                       once CUDA has started (it would do nothing), or for a GPU
+//                                       the current CUDA_VISIBLE_DEVICES (the job's allocation)
+//                                       hides, unless VisibleScope::whole_machine is passed
+//   gpusel::keep_visible_devices({1})   tf.config.set_visible_devices(gpus[1]): keeps cuda:1 of
+//                                       what is visible now
 //
 // This header includes no CUDA header and makes no CUDA call.
 #pragma once
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
 #include <optional>
@@ -163,10 +168,23 @@ inline std::string describe_gpu(int physical, const Gpu& gpu) {
       text += " (CUDA " + std::to_string(inventory.cuda_driver_version / 1000) + "." +
               std::to_string(inventory.cuda_driver_version % 1000 / 10) + ")";
     text += ".\n";
-    if (!visible.ok()) {
+    // The first token not kept: a MIG- one means the rest is CUDA's to decide, not known to fail.
+    const VisibleToken* mig_end = nullptr;
+    for (const VisibleToken& token : visible.tokens())
+      if (!token.kept()) {
+        if (token.outcome == TokenOutcome::unknown_uuid && token.text.rfind("MIG-", 0) == 0) mig_end = &token;
+        break;
+      }
+    if (mig_end != nullptr) {
+      text += "CUDA_VISIBLE_DEVICES names a MIG instance (" + detail::quote(mig_end->text) +
+              "), which gpusel cannot map from the GPUs NVML lists: what CUDA shows from that token on is CUDA's to "
+              "decide (nvidia-smi -L lists the instances). Known before it: " +
+              (visible.ok() ? detail::visible_count_text(visible.count()) : std::string("nothing")) + ".\n";
+    }
+    if (!visible.ok() && mig_end == nullptr) {
       text += "No CUDA device is visible: " + visible.reason() + "; the CUDA runtime fails with " +
               visible.error_name() + ".\n";
-    } else {
+    } else if (visible.ok()) {
       text += detail::visible_count_text(visible.count()) + ":\n";
       // As wide as the widest label and two blanks: "cuda:1000" needs more than "cuda:0".
       const std::size_t width = std::string("cuda:").size() + std::to_string(visible.count() - 1).size() + 2;
@@ -195,9 +213,24 @@ inline std::string describe_gpu(int physical, const Gpu& gpu) {
 
 [[nodiscard]] inline std::string explain() { return explain(visible_devices()); }
 
+// Which GPUs set_visible_devices may name.
+enum class VisibleScope {
+  // The default: only GPUs that the current CUDA_VISIBLE_DEVICES shows, when it
+  // is set (Slurm and other schedulers set it to the job's allocation); naming
+  // a GPU it hides is an Error.
+  within_visible,
+  // Any GPU of the machine, whatever CUDA_VISIBLE_DEVICES says now: leaving the
+  // allocation, asked for by name.
+  whole_machine,
+};
+
 namespace detail {
 
-inline void set_visible_value(const std::string& call, const std::string& value, std::size_t tokens) {
+// `value` (a list of GPU- or MIG- UUIDs, or of indices) checked and set. MIG- tokens name MIG
+// instances, which NVML's GPU list does not hold: they are checked for form only, and CUDA
+// decides what they show.
+inline void set_visible_value(const std::string& call, const std::string& value, std::size_t tokens,
+                              VisibleScope scope) {
   if (cuda_driver_initialized())
     throw Error(call +
                 ": CUDA has already started in this process (the driver is initialized), so CUDA_VISIBLE_DEVICES=" +
@@ -205,10 +238,21 @@ inline void set_visible_value(const std::string& call, const std::string& value,
                 " stays in force); call it before the first CUDA call, or set the variable in the environment "
                 "that starts the process");
   const DeviceMap map = visible_devices();
-  if (map.known()) {
+  std::string checked_value;  // value without its MIG- tokens
+  std::size_t checked_tokens = 0;
+  for (std::size_t start = 0; start <= value.size() && tokens > 0;) {
+    const std::size_t comma = std::min(value.find(',', start), value.size());
+    const std::string token = value.substr(start, comma - start);
+    if (token.rfind("MIG-", 0) != 0) {
+      checked_value += (checked_value.empty() ? "" : ",") + token;
+      ++checked_tokens;
+    }
+    start = comma + 1;
+  }
+  if (map.known() && checked_tokens > 0) {
     const VisibleDevices checked =
-        parse_visible_devices(value, map.order.uuids(map.inventory), environment_variable("CUDA_DEVICE_ORDER"));
-    if (tokens > 0 && (!checked.ok() || static_cast<std::size_t>(checked.count()) != tokens)) {
+        parse_visible_devices(checked_value, map.order.uuids(map.inventory), environment_variable("CUDA_DEVICE_ORDER"));
+    if (!checked.ok() || static_cast<std::size_t>(checked.count()) != checked_tokens) {
       std::string why = checked.reason();
       for (const VisibleToken& token : checked.tokens())
         if (!token.kept()) {
@@ -216,6 +260,15 @@ inline void set_visible_value(const std::string& call, const std::string& value,
           break;
         }
       throw Error(call + ": CUDA_VISIBLE_DEVICES=" + value + " would not show what was asked: " + why);
+    }
+    if (scope == VisibleScope::within_visible && map.visible.variable()) {
+      for (const int physical : checked)
+        if (!map.visible.logical(physical))
+          throw Error(call + ": physical GPU " + std::to_string(physical) + " (" +
+                      map.order.gpu(map.inventory, physical).uuid + ") is hidden by " +
+                      describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable()) +
+                      ", this job's allocation: name a GPU it shows (keep_visible_devices({0}) keeps cuda:0), or "
+                      "leave the allocation explicitly with gpusel::VisibleScope::whole_machine");
     }
   }
   if (setenv("CUDA_VISIBLE_DEVICES", value.c_str(), 1) != 0)
@@ -228,9 +281,13 @@ inline void set_visible_value(const std::string& call, const std::string& value,
 // visible to this process, as CUDA_VISIBLE_DEVICES does: cuda:0 is the first.
 // An empty list hides every GPU. Throws Error, changing nothing, when CUDA has
 // already started (the change would have no effect), for a negative index, an
-// index named twice, or (when NVML can tell) a GPU that does not exist.
+// index named twice, or (when NVML can tell) a GPU that does not exist or, unless
+// `scope` is VisibleScope::whole_machine, one that the current
+// CUDA_VISIBLE_DEVICES hides (the job's allocation). To narrow what is visible
+// by cuda:N, as TensorFlow's set_visible_devices does, see keep_visible_devices.
 // Like setenv, not safe while other threads read the environment.
-inline void set_visible_devices(const std::vector<int>& physical_indices) {
+inline void set_visible_devices(const std::vector<int>& physical_indices,
+                                VisibleScope scope = VisibleScope::within_visible) {
   std::string value;
   for (const int index : physical_indices) value += (value.empty() ? "" : ",") + std::to_string(index);
   const std::string call = "gpusel::set_visible_devices({" + value + "})";
@@ -241,11 +298,14 @@ inline void set_visible_devices(const std::vector<int>& physical_indices) {
         throw Error(call + ": physical GPU " + std::to_string(physical_indices[i]) +
                     " is named twice, which makes CUDA fail with cudaErrorInvalidDevice");
   }
-  detail::set_visible_value(call, value, physical_indices.size());
+  detail::set_visible_value(call, value, physical_indices.size(), scope);
 }
 
 // The same by UUID ("GPU-..." or "MIG-...", or a unique prefix such as "GPU-948e02bd").
-inline void set_visible_devices(const std::vector<std::string>& uuids) {
+// GPU- UUIDs are checked against NVML's GPUs; MIG- UUIDs (MIG instances) for form
+// only, since CUDA alone decides which instances it shows.
+inline void set_visible_devices(const std::vector<std::string>& uuids,
+                                VisibleScope scope = VisibleScope::within_visible) {
   std::string value;
   for (const std::string& uuid : uuids) value += (value.empty() ? "" : ",") + uuid;
   const std::string call = "gpusel::set_visible_devices({" + value + "})";
@@ -255,17 +315,65 @@ inline void set_visible_devices(const std::vector<std::string>& uuids) {
           call + ": " + detail::quote(uuid) +
           " is not a GPU UUID: expected \"GPU-\" or \"MIG-\" and (a prefix of) the hex UUID, as nvidia-smi -L shows");
   }
-  detail::set_visible_value(call, value, uuids.size());
+  detail::set_visible_value(call, value, uuids.size(), scope);
 }
 
 // Braced lists: set_visible_devices({2, 0}) and set_visible_devices({"GPU-948e02bd"}).
-inline void set_visible_devices(std::initializer_list<int> physical_indices) {
-  set_visible_devices(std::vector<int>(physical_indices));
+inline void set_visible_devices(std::initializer_list<int> physical_indices,
+                                VisibleScope scope = VisibleScope::within_visible) {
+  set_visible_devices(std::vector<int>(physical_indices), scope);
 }
-inline void set_visible_devices(std::initializer_list<std::string_view> uuids) {
+inline void set_visible_devices(std::initializer_list<std::string_view> uuids,
+                                VisibleScope scope = VisibleScope::within_visible) {
   std::vector<std::string> copies;
   for (const std::string_view uuid : uuids) copies.emplace_back(uuid);
-  set_visible_devices(copies);
+  set_visible_devices(copies, scope);
+}
+
+// TensorFlow's tf.config.set_visible_devices: keeps these of the devices visible
+// now, by their cuda:N (logical indices, in this order), and hides the rest:
+// under CUDA_VISIBLE_DEVICES=2,3, keep_visible_devices({1}) leaves physical GPU 3
+// alone visible, as cuda:0. Never leaves what is visible. Writes the kept
+// tokens of the current value as they were (UUIDs stay UUIDs), or the physical
+// indices when the variable is unset. Throws Error, changing nothing, when CUDA
+// has started, for a logical index that is not visible or named twice, or when
+// the current value is itself an error.
+inline void keep_visible_devices(const std::vector<int>& logical_indices) {
+  std::string asked;
+  for (const int index : logical_indices) asked += (asked.empty() ? "" : ",") + std::to_string(index);
+  const std::string call = "gpusel::keep_visible_devices({" + asked + "})";
+  const DeviceMap map = visible_devices();
+  const VisibleDevices& visible = map.visible;
+  const bool unknown = !map.known() && visible.variable();  // no NVML: count the tokens themselves
+  std::vector<std::string> kept_tokens;
+  for (const VisibleToken& token : visible.tokens()) {
+    if (!unknown && !token.kept()) break;
+    if (unknown && token.text.empty()) break;
+    kept_tokens.push_back(token.text);
+  }
+  const int count = map.known() ? visible.count() : static_cast<int>(kept_tokens.size());
+  if (map.known() && !visible.ok())
+    throw Error(call + ": no CUDA device is visible now (" + visible.reason() + "), so there is nothing to keep");
+  std::string value;
+  for (std::size_t i = 0; i < logical_indices.size(); ++i) {
+    const int logical = logical_indices[i];
+    if (logical < 0 || logical >= count)
+      throw Error(call + ": there is no cuda:" + std::to_string(logical) + " to keep; " +
+                  (map.known() ? visible.summary()
+                               : std::to_string(count) + " devices are named by " +
+                                     detail::describe_variable("CUDA_VISIBLE_DEVICES")));
+    for (std::size_t j = 0; j < i; ++j)
+      if (logical_indices[j] == logical) throw Error(call + ": cuda:" + std::to_string(logical) + " is named twice");
+    const std::string token =
+        visible.variable() ? kept_tokens[static_cast<std::size_t>(logical)] : std::to_string(visible.physical(logical));
+    value += (i == 0 ? "" : ",") + token;
+  }
+  detail::set_visible_value(call, value, logical_indices.size(), VisibleScope::within_visible);
+}
+
+// Braced list: keep_visible_devices({1}).
+inline void keep_visible_devices(std::initializer_list<int> logical_indices) {
+  keep_visible_devices(std::vector<int>(logical_indices));
 }
 
 }  // namespace gpusel

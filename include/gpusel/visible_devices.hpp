@@ -341,6 +341,9 @@ inline std::string token_problem(const VisibleToken& token, int physical_count) 
       return "out of range (" + std::to_string(token.value) + "; this machine has " + gpu_count_text(physical_count) +
              ")";
     case TokenOutcome::unknown_uuid:
+      if (token.text.rfind("MIG-", 0) == 0)
+        return "a MIG instance's UUID, which is none of the GPUs' UUIDs: whether CUDA shows that instance only CUDA "
+               "can say (gpusel does not see MIG instances here)";
       return "a UUID prefix that no GPU has";
     case TokenOutcome::ambiguous_uuid:
       return "a UUID prefix that several GPUs share";

@@ -17,6 +17,9 @@
 //   gpu name="NVIDIA H200" uuid=GPU-... pci=00000000:17:00.0 memory_mib=143771 used_mib=1024
 //       utilization=35 memory_utilization=12 cc=9.0 mig=1 processes=unsupported
 //       uuid_error=999            # nvmlDeviceGetUUID fails with this NVML status
+//       reserved_mib=615          # driver-reserved memory: nvmlDeviceGetMemoryInfo (v1) counts it
+//                                 # in used, nvmlDeviceGetMemoryInfo_v2 apart (default 0)
+//       memory_v2=unsupported     # nvmlDeviceGetMemoryInfo_v2 fails, as with drivers before 510
 //   process gpu=0 pid=4242 used_mib=512        # used_mib=na: NVML_VALUE_NOT_AVAILABLE
 //
 // gpu lines are in nvidia-smi's order (index 0, 1, ...); every key is optional:
@@ -61,6 +64,8 @@ struct Gpu {
   bool mig = false;
   bool processes_supported = true;
   int uuid_error = kSuccess;
+  unsigned long long reserved_bytes = 0;
+  bool memory_v2 = true;
   std::vector<Process> processes;
 };
 
@@ -156,6 +161,10 @@ bool read_machine(Machine& result) {
             gpu.processes_supported = value != "unsupported";
           else if (key == "uuid_error")
             gpu.uuid_error = std::stoi(value);
+          else if (key == "reserved_mib")
+            gpu.reserved_bytes = mib(value);
+          else if (key == "memory_v2")
+            gpu.memory_v2 = value != "unsupported";
           else
             return false;
         }
@@ -209,6 +218,10 @@ struct PciInfo {
 };
 struct Memory {
   unsigned long long total, free, used;
+};
+struct MemoryV2 {
+  unsigned version;
+  unsigned long long total, reserved, free, used;
 };
 struct Utilization {
   unsigned gpu, memory;
@@ -306,8 +319,22 @@ extern "C" int nvmlDeviceGetMemoryInfo(void* handle, Memory* memory) {
   const Gpu* gpu = find(handle);
   if (gpu == nullptr || memory == nullptr) return kErrorInvalidArgument;
   memory->total = gpu->memory_bytes;
+  memory->used = gpu->used_bytes + gpu->reserved_bytes;  // v1 counts the driver's reservation as used
+  memory->free = gpu->memory_bytes - memory->used;
+  return kSuccess;
+}
+
+// As NVML: the caller sets `version` to nvmlMemory_v2; another is NVML_ERROR_ARGUMENT_VERSION_MISMATCH (25).
+extern "C" int nvmlDeviceGetMemoryInfo_v2(void* handle, MemoryV2* memory) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Gpu* gpu = find(handle);
+  if (gpu == nullptr || memory == nullptr) return kErrorInvalidArgument;
+  if (!gpu->memory_v2) return kErrorNotSupported;
+  if (memory->version != (static_cast<unsigned>(sizeof(MemoryV2)) | (2u << 24))) return 25;
+  memory->total = gpu->memory_bytes;
+  memory->reserved = gpu->reserved_bytes;
   memory->used = gpu->used_bytes;
-  memory->free = gpu->memory_bytes - gpu->used_bytes;
+  memory->free = gpu->memory_bytes - gpu->reserved_bytes - gpu->used_bytes;
   return kSuccess;
 }
 

@@ -2,7 +2,8 @@
 # ctest tool_*: the gpusel command, end to end, on machines described to the
 # fake NVML (tests/fake_nvml), checking its output and exit statuses.
 #   check_tool.sh <gpusel program> <fake NVML library> <scenario>
-# Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, odd_uuids, json, usage.
+# Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, odd_uuids, json, usage,
+# run, run_leases, run_wait, run_local_rank, exclude_numbering, device_order, memory.
 set -uo pipefail
 gpusel=$1
 export GPUSEL_NVML_LIBRARY=$2
@@ -11,6 +12,7 @@ unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+export GPUSEL_LEASE_DIR="$work/leases"  # this test's own: leases of other runs on this machine do not count
 failures=0
 
 # A machine: four H200s. 0 is busy, with another user's job (a pid not visible
@@ -212,7 +214,7 @@ case $scenario in
     run 2 pick --format json
     expect stderr "--format expects index or uuid"
     run 2 list --min-free 1GiB
-    expect stderr "--min-free is an option of pick only"
+    expect stderr "--min-free is an option of pick and run only"
     run 2 pick --at-least 3 --at-most 2
     expect stderr "--at-most 2 is below --at-least 3"
     run 2 pick --count
@@ -240,12 +242,192 @@ case $scenario in
     run 0 pick --count=1 --format=uuid
     [ "$out" = GPU-1b2c3d4e-0000-4000-8000-000000000001 ] || { echo "FAILED: --count=1 --format=uuid"; failures=$((failures + 1)); }
     run 2 --min-free 1GiB list
-    expect stderr "--min-free is an option of pick only, not of list"
+    expect stderr "--min-free is an option of pick and run only, not of list"
     # counts: too large says so, and -n with --at-most is refused (it used to depend on their order)
     run 2 pick -n 99999999999
     expect stderr "-n expects a whole number of at most 2147483647"
     run 2 pick -n 2 --at-most 3
     expect stderr "-n cannot be combined with --at-least, --at-most or --all"
+    ;;
+  run)
+    # The command sees exactly the GPUs chosen, in order, as UUIDs; its status is gpusel's.
+    cat >"$work/idle.txt" <<EOF
+gpu uuid=GPU-0a000000-0000-4000-8000-000000000000 pci=00000000:17:00.0 used_mib=1000
+gpu uuid=GPU-1b000000-0000-4000-8000-000000000000 pci=00000000:18:00.0 used_mib=3000
+gpu uuid=GPU-2c000000-0000-4000-8000-000000000000 pci=00000000:19:00.0 used_mib=2000
+EOF
+    export GPUSEL_FAKE_NVML_CONFIG="$work/idle.txt"
+    run 0 run -n 2 -- sh -c 'echo "$CUDA_VISIBLE_DEVICES ${CUDA_DEVICE_ORDER-unset}"'
+    [ "$out" = "GPU-0a000000-0000-4000-8000-000000000000,GPU-2c000000-0000-4000-8000-000000000000 unset" ] ||
+      { echo "FAILED: expected the two GPUs with the most free memory, best first, as UUIDs"; failures=$((failures + 1)); }
+    run 7 run -- sh -c 'exit 7'
+    run 143 run -- sh -c 'kill -TERM $$'
+    run 127 run -- /nonexistent/command
+    expect stderr "gpusel: cannot run \"/nonexistent/command\""
+    run 126 run -- "$work"
+    # nothing fits: 125, the command is not started, and each GPU and why is on stderr
+    run 125 run -n 4 -- touch "$work/started"
+    [ ! -e "$work/started" ] || { echo "FAILED: the command was started though nothing fit"; failures=$((failures + 1)); }
+    expect stderr "3 of 3 GPUs fit, 4 are needed"
+    expect stderr "GPU-1b000000-0000-4000-8000-000000000000), 137.5 GiB free, 0% utilized: fits"
+    run 2 run -n 1
+    expect stderr "run expects a command to run"
+    run 2 run --wait=soon -- true
+    expect stderr "--wait expects a duration such as 30s, 5m or 1h"
+    run 2 run --no-lease=1 -- true
+    expect stderr "--no-lease takes no value"
+    # --format index: PCI bus order indices, with CUDA_DEVICE_ORDER=PCI_BUS_ID set for the command. The H200
+    # is CUDA's physical 0 under FASTEST_FIRST, but PCI_BUS_ID number 1.
+    export GPUSEL_FAKE_NVML_CONFIG="$work/mixed.txt"
+    run 0 run --min-free 100GiB --format index -- sh -c 'echo "$CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER"'
+    [ "$out" = "1 PCI_BUS_ID" ] || { echo "FAILED: expected the H200 as PCI_BUS_ID index 1"; failures=$((failures + 1)); }
+    # the command inherits no lease descriptor, and the arguments reach it as given
+    run 0 run -- sh -c 'ls -l /proc/$$/fd | grep -c "\.lock" || true; printf "[%s]" "$@"' sh "a b" ""
+    [ "$out" = $'0\n[a b][]' ] || { echo "FAILED: a lease descriptor leaked into the command, or its arguments changed"; failures=$((failures + 1)); }
+    # signals sent to gpusel reach the command; gpusel returns its status
+    "$gpusel" run -- sh -c 'trap "echo got TERM; exit 9" TERM; echo ready; sleep 5 & wait' >"$work/sig" 2>&1 &
+    pid=$!
+    for _ in $(seq 50); do grep -q ready "$work/sig" && break; sleep 0.1; done
+    kill -TERM $pid
+    wait $pid
+    status=$?
+    echo "\$ kill -TERM (gpusel run) -> exit $status: $(cat "$work/sig")"
+    { [ "$status" = 9 ] && grep -q "got TERM" "$work/sig"; } || { echo "FAILED: SIGTERM was not forwarded"; failures=$((failures + 1)); }
+    ;;
+  run_leases | run_wait)
+    # 6 jobs at once on 4 idle GPUs: 4 get 4 different GPUs; the other 2 fail with 125 (or, with --wait,
+    # get GPUs once the first ones end).
+    printf 'gpu\ngpu\ngpu\ngpu\n' >"$work/idle4.txt"
+    export GPUSEL_FAKE_NVML_CONFIG="$work/idle4.txt"
+    wait_flag=()
+    [ "$scenario" = run_wait ] && wait_flag=(--wait=20s)
+    pids=()
+    for job in 1 2 3 4 5 6; do
+      "$gpusel" run -n 1 "${wait_flag[@]}" -- sh -c "echo \$CUDA_VISIBLE_DEVICES >$work/job$job; sleep 2" 2>"$work/err$job" &
+      pids+=($!)
+    done
+    statuses=()
+    for pid in "${pids[@]}"; do
+      wait "$pid"
+      statuses+=($?)
+    done
+    echo "statuses: ${statuses[*]}"
+    for job in 1 2 3 4 5 6; do echo "job $job: $(cat "$work/job$job" 2>/dev/null) $(head -c 300 "$work/err$job")"; done
+    started=$(cat "$work"/job? 2>/dev/null | wc -l)
+    distinct=$(cat "$work"/job? 2>/dev/null | sort -u | wc -l)
+    if [ "$scenario" = run_leases ]; then
+      { [ "$started" = 4 ] && [ "$distinct" = 4 ]; } || { echo "FAILED: expected 4 jobs on 4 different GPUs"; failures=$((failures + 1)); }
+      [ "$(tr ' ' '\n' <<<"${statuses[*]}" | grep -c '^125$')" = 2 ] || { echo "FAILED: expected 2 jobs to fail with 125"; failures=$((failures + 1)); }
+      grep -qh "leased by another job" "$work"/err? || { echo "FAILED: the reason, a lease, is not given"; failures=$((failures + 1)); }
+      # while a job holds a GPU, pick counts it busy and says who holds it; kill -9 frees it
+      "$gpusel" run --exclude 1,2,3 -- sleep 30 &
+      holder=$!
+      for _ in $(seq 50); do "$gpusel" pick --exclude 1,2,3 >/dev/null 2>&1 || break; sleep 0.1; done
+      run 1 pick --exclude 1,2,3
+      expect stderr "leased by another job (pid $holder, lock $GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.lock)"
+      run 1 pick --json --exclude 1,2,3
+      expect_json
+      expect stdout '"cuda_visible_devices": null'
+      run 125 run --exclude 1,2,3 -- true
+      run 125 run --no-lease --exclude 1,2,3 -- true
+      expect stderr "leased by another job (pid $holder"
+      kill -9 $holder
+      wait $holder 2>/dev/null
+      run 0 pick --exclude 1,2,3
+      [ "$out" = 0 ] || { echo "FAILED: kill -9 must release the lease"; failures=$((failures + 1)); }
+      # --no-lease takes none: while such a job runs, its GPU can still be picked
+      "$gpusel" run --no-lease --exclude 1,2,3 -- sleep 30 &
+      holder=$!
+      sleep 0.5
+      run 0 pick --exclude 1,2,3
+      [ "$out" = 0 ] || { echo "FAILED: --no-lease took a lease"; failures=$((failures + 1)); }
+      kill $holder
+      wait $holder 2>/dev/null
+    else
+      [ "$started" = 6 ] || { echo "FAILED: expected all 6 jobs to run"; failures=$((failures + 1)); }
+      [ "${statuses[*]}" = "0 0 0 0 0 0" ] || { echo "FAILED: expected every job to succeed"; failures=$((failures + 1)); }
+      [ "$distinct" = 4 ] || { echo "FAILED: expected the 6 jobs on the 4 GPUs"; failures=$((failures + 1)); }
+      [ "$(grep -l "gpusel: waiting for at least 1 GPU" "$work"/err? | wc -l)" = 2 ] ||
+        { echo "FAILED: the 2 waiting jobs say once what they wait for"; failures=$((failures + 1)); }
+    fi
+    ;;
+  run_local_rank)
+    # Each rank of a job gets the i-th GPU the job sees, leased; a GPU another job holds is that rank's error.
+    printf 'gpu\ngpu\ngpu\ngpu\n' >"$work/idle4.txt"
+    export GPUSEL_FAKE_NVML_CONFIG="$work/idle4.txt"
+    for rank in 0 1; do
+      LOCAL_RANK=$rank LOCAL_WORLD_SIZE=2 CUDA_VISIBLE_DEVICES=3,1 run 0 run --local-rank -- sh -c 'echo $CUDA_VISIBLE_DEVICES'
+      [ "$out" = "GPU-fa4e0000-0000-0000-0000-00000000000$([ $rank = 0 ] && echo 3 || echo 1)" ] ||
+        { echo "FAILED: rank $rank must get cuda:$rank of the job"; failures=$((failures + 1)); }
+    done
+    OMPI_COMM_WORLD_LOCAL_RANK=2 run 0 run --local-rank --format index -- sh -c 'echo $CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER'
+    [ "$out" = "2 PCI_BUS_ID" ] || { echo "FAILED: Open MPI's rank 2 gets physical 2"; failures=$((failures + 1)); }
+    LOCAL_RANK=2 CUDA_VISIBLE_DEVICES=3,1 run 125 run --local-rank -- true
+    expect stderr "local rank 2 has no GPU of its number"
+    LOCAL_RANK=x run 125 run --local-rank -- true
+    expect stderr "LOCAL_RANK=\"x\" is not a non-negative decimal integer"
+    run 2 run --local-rank -n 2 -- true
+    expect stderr "--local-rank takes the rank's own GPU, so -n cannot apply"
+    # another job holds physical 1: rank 1 fails, and does not take another GPU
+    "$gpusel" run --exclude 0,2,3 -- sleep 30 &
+    holder=$!
+    for _ in $(seq 50); do "$gpusel" pick --exclude 0,2,3 >/dev/null 2>&1 || break; sleep 0.1; done
+    LOCAL_RANK=1 run 125 run --local-rank -- touch "$work/started"
+    expect stderr "its GPU, cuda:1 of the job (physical 1, GPU-fa4e0000-0000-0000-0000-000000000001), is leased by another job (pid $holder"
+    [ ! -e "$work/started" ] || { echo "FAILED: the rank ran on another GPU"; failures=$((failures + 1)); }
+    LOCAL_RANK=1 run 0 run --local-rank --no-lease -- true
+    kill $holder
+    wait $holder 2>/dev/null
+    ;;
+  exclude_numbering)
+    # What pick prints, --exclude takes: on mixed models CUDA's physical 0 is the H200, nvidia-smi's 0 the A100.
+    export GPUSEL_FAKE_NVML_CONFIG="$work/mixed.txt"
+    run 0 pick
+    [ "$out" = 0 ] || { echo "FAILED: expected physical 0, the H200"; failures=$((failures + 1)); }
+    run 0 pick --exclude 0 --format uuid
+    [ "$out" != GPU-b2000000-0000-4000-8000-000000000000 ] || { echo "FAILED: --exclude 0 must exclude what pick printed"; failures=$((failures + 1)); }
+    run 0 pick --exclude smi:0,smi:2 --format uuid
+    [ "$out" = GPU-b2000000-0000-4000-8000-000000000000 ] || { echo "FAILED: smi:N names nvidia-smi's GPU N"; failures=$((failures + 1)); }
+    run 2 pick --exclude smi:7
+    expect stderr "cannot exclude \"smi:7\": nvidia-smi numbers no GPU so (3 GPUs)"
+    ;;
+  device_order)
+    # An invalid CUDA_DEVICE_ORDER makes the runtime fail: pick and run fail too, as explain says.
+    CUDA_DEVICE_ORDER=pci_bus_id run 1 pick
+    [ -z "$out" ] || { echo "FAILED: nothing may be printed"; failures=$((failures + 1)); }
+    expect stderr "CUDA_DEVICE_ORDER=pci_bus_id is neither FASTEST_FIRST nor PCI_BUS_ID, so the CUDA runtime fails with cudaErrorInvalidDevice"
+    CUDA_DEVICE_ORDER=pci_bus_id run 1 pick --json
+    expect_json
+    expect stdout '"ok": false'
+    CUDA_DEVICE_ORDER=pci_bus_id run 125 run -- true
+    CUDA_DEVICE_ORDER=pci_bus_id run 0 explain --json
+    expect stdout '"ok": false'
+    # pick never prints an empty list: --at-least 0 is refused, and a visible set that hides everything fails
+    run 2 pick --at-least 0
+    expect stderr "--at-least expects a whole number of at least 1"
+    [ -z "$out" ] || { echo "FAILED: nothing may be printed"; failures=$((failures + 1)); }
+    run 2 pick --all --at-least 0
+    CUDA_VISIBLE_DEVICES= run 1 pick --all --allow-other-users
+    [ -z "$out" ] || { echo "FAILED: an empty list was printed"; failures=$((failures + 1)); }
+    # MIG instance UUIDs: explain says what it knows and leaves the rest to CUDA
+    CUDA_VISIBLE_DEVICES=MIG-4a5b6c7d-0000-4000-8000-000000000000 run 0 explain
+    expect stdout "names a MIG instance"
+    expect stdout "CUDA's to decide"
+    ;;
+  memory)
+    # NVML's v2 memory call: "used" as nvidia-smi shows it, the driver's reservation apart; v1 where v2 is missing.
+    cat >"$work/reserved.txt" <<EOF
+gpu uuid=GPU-0a000000-0000-4000-8000-000000000000 pci=00000000:17:00.0 used_mib=0 reserved_mib=615
+gpu uuid=GPU-1b000000-0000-4000-8000-000000000000 pci=00000000:18:00.0 used_mib=0 reserved_mib=615 memory_v2=unsupported
+EOF
+    export GPUSEL_FAKE_NVML_CONFIG="$work/reserved.txt"
+    run 0 list
+    expect stdout "00000000:17:00.0  0 B / 140.4 GiB         0%    615.0 MiB reserved by the driver; none"
+    expect stdout "00000000:18:00.0  615.0 MiB / 140.4 GiB   0%    none"
+    run 0 list --json
+    expect_json
+    expect stdout '"memory_reserved_bytes": 644874240'
+    expect stdout '"memory_reserved_bytes": null'
     ;;
   *)
     echo "unknown scenario $scenario"

@@ -38,6 +38,16 @@ struct Memory {  // nvmlMemory_t
   unsigned long long used;
 };
 
+struct MemoryV2 {  // nvmlMemory_v2_t: `used` leaves out the driver's reservation, as nvidia-smi shows it
+  unsigned int version;
+  unsigned long long total;
+  unsigned long long reserved;
+  unsigned long long free;
+  unsigned long long used;
+};
+// nvmlMemory_v2 (NVML_STRUCT_VERSION(Memory, 2)): the struct's size and the version in the top byte.
+constexpr unsigned int kMemoryV2Version = static_cast<unsigned int>(sizeof(MemoryV2)) | (2u << 24);
+
 struct Utilization {  // nvmlUtilization_t
   unsigned int gpu;
   unsigned int memory;
@@ -68,6 +78,7 @@ struct Library {
   Return (*compute_capability)(Device, int*, int*) = nullptr;                  // optional
   Return (*driver_version)(char*, unsigned int) = nullptr;                     // optional
   Return (*cuda_driver_version)(int*) = nullptr;                               // optional (_v2)
+  Return (*memory_info_v2)(Device, MemoryV2*) = nullptr;                       // optional (drivers >= 510)
   const Library* next = nullptr;  // the library loaded before this one (see load())
 
   std::string describe(Return status) const {
@@ -141,6 +152,7 @@ inline LoadResult load(const std::string& path) {
   bind(handle, "nvmlDeviceGetCudaComputeCapability", library->compute_capability);
   bind(handle, "nvmlSystemGetDriverVersion", library->driver_version);
   bind(handle, "nvmlSystemGetCudaDriverVersion_v2", library->cuda_driver_version);
+  bind(handle, "nvmlDeviceGetMemoryInfo_v2", library->memory_info_v2);
 
   const Return status = library->init();
   if (status != kSuccess) {
