@@ -10,14 +10,15 @@
 
 #include <iostream>
 
-int main() {
+int main() try {
   std::cout << "default device at start: " << gpusel::default_device() << "\n";  // cpu, as in PyTorch
   gpusel::Buffer<float> before(6);
 
   if (gpusel::is_available()) {
     gpusel::set_default_device(gpusel::cuda());  // torch.set_default_tensor_type('torch.cuda.FloatTensor')
   } else {
-    std::cout << "no usable GPU (" << gpusel::detail::describe_visible_devices() << "): the default stays cpu\n";
+    std::cout << "no usable GPU (" << gpusel::no_cuda_device_reason().value_or("none visible")
+              << "): the default stays cpu\n";
   }
   gpusel::Buffer<float> x(6);  // torch.FloatTensor(6)
   x.fill(1.5f);
@@ -26,4 +27,7 @@ int main() {
 
   gpusel::set_default_device(gpusel::cpu());  // back to the CPU, as torch.set_default_device("cpu")
   return 0;
+} catch (const gpusel::Error& error) {
+  std::cout << "error: " << error.what() << "\n";
+  return 1;
 }

@@ -1,7 +1,9 @@
-// In C++ as in PyTorch: `tensor.cuda()` returns a NEW object (the
-// original stays where it was), `module.cuda()` moves the module IN PLACE and
-// returns the same object. Python would print id()s; this prints addresses.
-// With no GPU it shows the same thing on the CPU fallback.
+// In C++ as in PyTorch: `tensor.cuda()` returns a NEW tensor with its own
+// memory (the original stays where it was), while `module.cuda(device=1)`
+// moves the module's buffers IN PLACE and returns the same module. What shows
+// it is where the data lives, so this compares data pointers (data_ptr() in
+// PyTorch), not the addresses of C++ objects, which always differ.
+// It uses device 1 where there is one, else device 0, else the CPU fallback.
 #include <gpusel/gpusel.hpp>
 
 #include <iostream>
@@ -16,26 +18,36 @@ struct Linear : gpusel::Module {
 };
 
 int main() {
-  const gpusel::Device device = gpusel::preferred_device();  // "cuda:0" if available else "cpu"
-  std::cout << "device: " << device << "\n\n";
+  try {
+    const int gpus = gpusel::device_count();
+    const gpusel::Device device = gpus >= 2 ? gpusel::cuda(1) : gpus == 1 ? gpusel::cuda(0) : gpusel::cpu();
+    std::cout << "device: " << device << "\n\n";
 
-  // x = torch.tensor([1., 2., 3.]); y = x.cuda()
-  gpusel::Buffer<float> x({1, 2, 3}, gpusel::cpu());
-  gpusel::Buffer<float> y = x.to(device);
-  std::cout << "buffer: x at " << &x << " on " << x.device() << "\n"
-            << "        y = x.to(" << device << ") at " << &y << " on " << y.device() << "\n"
-            << "        a new object: " << (&x != &y ? "yes" : "no") << "; x is still on " << x.device()
-            << "; they share memory: " << (x.data() == y.data() ? "yes" : "no") << "\n\n";
+    // x = torch.tensor([1., 2., 3.]); y = x.to(device)
+    gpusel::Buffer<float> x({1, 2, 3}, gpusel::cpu());
+    gpusel::Buffer<float> y = x.to(device);
+    std::cout << "tensor: y = x.to(" << device << ")\n"
+              << "        x.data() " << x.data() << " on " << x.device() << "\n"
+              << "        y.data() " << y.data() << " on " << y.device() << "\n"
+              << "        new memory: " << (x.data() != y.data() ? "yes" : "no") << "; x is still on " << x.device()
+              << "\n";
+    // z = torch.ones(3).to(y.device): put new data where existing data lives.
+    gpusel::Buffer<float> z = gpusel::ones<float>(3, gpusel::cpu()).to(y.device());
+    std::cout << "        z = ones(3).to(y.device()) is on " << z.device() << "\n\n";
 
-  // model = nn.Linear(2, 2); model2 = model.cuda()
-  Linear model;
-  gpusel::Buffer<float>& weight = model.weight;
-  gpusel::Module& returned = model.to(device);
-  std::cout << "module: model at " << &model << "\n"
-            << "        model.to(" << device << ") returned " << &returned << "\n"
-            << "        the same object: " << (&returned == &model ? "yes" : "no") << "; its weight is now on "
-            << weight.device() << "\n";
-  for (const auto& buffer : model.named_buffers())
-    std::cout << "        " << buffer.name << " on " << buffer.device << "\n";
-  return &returned == &model && &x != &y && x.device() == gpusel::cpu() ? 0 : 1;
+    // model = nn.Linear(2, 2); model.cuda(device=1)
+    Linear model;
+    const float* weight_before = model.weight.data();
+    gpusel::Module& returned = model.to(device);
+    std::cout << "module: model.to(" << device << ")\n"
+              << "        returned the same module: " << (&returned == &model ? "yes" : "no") << "\n"
+              << "        model.weight.data() " << weight_before << " -> " << model.weight.data() << ", now on "
+              << model.weight.device() << "\n";
+    for (const auto& buffer : model.named_buffers()) std::cout << "        " << buffer.name << " on " << buffer.device << "\n";
+    const bool tensor_is_new = device.is_cpu() || x.data() != y.data();
+    return &returned == &model && tensor_is_new && x.device() == gpusel::cpu() && model.device() == device ? 0 : 1;
+  } catch (const gpusel::Error& error) {
+    std::cout << "error: " << error.what() << "\n";
+    return 1;
+  }
 }

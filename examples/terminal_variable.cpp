@@ -8,11 +8,14 @@
 // prints the map, then runs on cuda:0, or on the CPU when there is no GPU.
 #include <gpusel/gpusel.hpp>
 
+#include <cstdlib>
 #include <iostream>
+#include <string>
 
 int main() {
   const gpusel::DeviceMap map = gpusel::visible_devices();  // NVML and the environment; CUDA not started
-  std::cout << gpusel::detail::describe_variable("CUDA_VISIBLE_DEVICES") << "\n";
+  const char* variable = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::cout << "CUDA_VISIBLE_DEVICES" << (variable != nullptr ? std::string("=") + variable : " is unset") << "\n";
   if (map.known()) {
     for (int logical = 0; logical < map.visible.count(); ++logical) {
       const gpusel::Gpu& gpu = *map.device(logical);
@@ -23,8 +26,13 @@ int main() {
     std::cout << "  the physical GPUs are unknown: " << map.inventory.reason << "\n";
   }
 
-  const gpusel::Device device = gpusel::preferred_device();  // cuda:0 of what the variable shows, or cpu
-  if (device.is_cuda()) gpusel::set_device(device);
-  std::cout << "running on " << device << "\n";
+  try {
+    const gpusel::Device device = gpusel::preferred_device();  // cuda:0 of what the variable shows, or cpu
+    if (device.is_cuda()) gpusel::set_device(device);
+    std::cout << "running on " << device << "\n";
+  } catch (const gpusel::Error& error) {
+    std::cout << "error: " << error.what() << "\n";
+    return 1;
+  }
   return 0;
 }

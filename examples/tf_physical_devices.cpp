@@ -12,9 +12,10 @@
 // the example says why.
 #include <gpusel/gpusel.hpp>
 
+#include <cstdlib>
 #include <iostream>
 
-int main() {
+int main() try {
   const gpusel::DeviceMap map = gpusel::visible_devices();
   if (!map.known()) std::cout << "no GPU list: " << map.inventory.reason << "\n";
   const int count = map.known() ? map.visible.count() : 0;
@@ -27,10 +28,13 @@ int main() {
 
   if (count > 1) {
     gpusel::keep_visible_devices({1});  // before CUDA starts, or it throws
-    std::cout << "visible now: " << gpusel::detail::describe_variable("CUDA_VISIBLE_DEVICES") << " ("
+    std::cout << "visible now: CUDA_VISIBLE_DEVICES=" << std::getenv("CUDA_VISIBLE_DEVICES") << " ("
               << gpusel::device_count() << " logical device: cuda:0 is " << map.device(1)->name << ")\n";
   } else {
     std::cout << "fewer than 2 GPUs visible: nothing to restrict; running on " << gpusel::preferred_device() << "\n";
   }
   return 0;
+} catch (const gpusel::Error& error) {
+  std::cout << "error: " << error.what() << "\n";
+  return 1;
 }

@@ -11,6 +11,7 @@
 // throwing an Error that says the change would do nothing.
 #include <gpusel/gpusel.hpp>
 
+#include <cstdlib>
 #include <iostream>
 
 int main() {
@@ -20,7 +21,7 @@ int main() {
   try {
     gpusel::set_visible_devices({wanted});
     std::cout << "set_visible_devices({" << wanted
-              << "}): " << gpusel::detail::describe_variable("CUDA_VISIBLE_DEVICES") << "; cuda:0 is physical GPU "
+              << "}): CUDA_VISIBLE_DEVICES=" << std::getenv("CUDA_VISIBLE_DEVICES") << "; cuda:0 is physical GPU "
               << wanted << "\n";
   } catch (const gpusel::Error& error) {
     std::cout << "set_visible_devices({" << wanted << "}) refused: " << error.what() << "\n";

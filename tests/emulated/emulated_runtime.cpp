@@ -1143,3 +1143,24 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** function
 }
 
 }  // extern "C"
+
+// A program that never calls reset() (an example, run by ctest against the
+// emulation) starts on the machine GPUSEL_EMULATED_DEVICES=N describes: N
+// devices of 16 GiB. Without the variable it has none until a test resets it.
+// Last in the file, so that everything reset() uses is initialized first.
+namespace gpusel_emulated {
+namespace {
+void reset_from_environment() {
+  const char* count = std::getenv("GPUSEL_EMULATED_DEVICES");
+  if (count == nullptr) return;
+  const long devices_wanted = std::strtol(count, nullptr, 10);
+  if (devices_wanted < 0 || devices_wanted > 64) {
+    std::fprintf(stderr, "GPUSEL_EMULATED_DEVICES=%s: expected 0..64\n", count);
+    std::abort();
+  }
+  reset(devices(static_cast<int>(devices_wanted)));
+}
+
+[[maybe_unused]] const bool machine_from_environment = (reset_from_environment(), true);
+}  // namespace
+}  // namespace gpusel_emulated
