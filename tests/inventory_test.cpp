@@ -143,6 +143,23 @@ TEST(Inventory, FindsGpusByUuidAndByPciBusIdInEitherSpelling) {
   EXPECT_EQ(inventory.find_pci_bus_id("garbage"), nullptr);
 }
 
+// NVML's strings are meant to end in NUL; one that fills the whole buffer must
+// not be read past its end (ASan: stack-buffer-overflow), and the text stops
+// at the buffer's length (96 bytes: NVML_DEVICE_UUID_V2_BUFFER_SIZE).
+TEST(Inventory, ReadsStringsThatFillTheirBufferWithoutATerminator) {
+  FakeNvmlMachine machine("unterminated_strings\ndriver 580.159.04\ngpu uuid=GPU-f9ee9551 name=\"NVIDIA H200\"\n");
+  const gpusel::Inventory inventory = gpusel::query_inventory();
+  ASSERT_TRUE(inventory.ok()) << inventory.reason;
+  ASSERT_EQ(inventory.gpus.size(), 1u);
+  const auto padded = [](std::string text) {
+    text.resize(96, 'x');
+    return text;
+  };
+  EXPECT_EQ(inventory.gpus[0].uuid, padded("GPU-f9ee9551"));
+  EXPECT_EQ(inventory.gpus[0].name, padded("NVIDIA H200"));
+  EXPECT_EQ(inventory.driver_version, padded("580.159.04"));
+}
+
 // --- CUDA's physical order (Note [CUDA's physical order]) ----------------------------
 
 gpusel::Inventory inventory_of(const std::string& config) {

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -182,6 +183,12 @@ inline std::string nvml_library_path(const InventoryOptions& options) {
   return "libnvidia-ml.so.1";
 }
 
+// The text NVML wrote into `buffer`: up to its first NUL, and never past its
+// `size` bytes, for an NVML that fills the buffer without terminating it.
+inline std::string nvml_text(const char* buffer, std::size_t size) {
+  return std::string(buffer, strnlen(buffer, size));
+}
+
 // The first line of a small /proc file, "" when it cannot be read.
 inline std::string read_first_line(const std::string& path) {
   std::ifstream in(path);
@@ -284,7 +291,7 @@ inline Inventory query_inventory(const InventoryOptions& options) {
   const detail::nvml::Library& nvml = *load.library;
   char text[96] = {};
   if (nvml.driver_version != nullptr && nvml.driver_version(text, sizeof text) == detail::nvml::kSuccess)
-    inventory.driver_version = text;
+    inventory.driver_version = detail::nvml_text(text, sizeof text);
   if (nvml.cuda_driver_version != nullptr) (void)nvml.cuda_driver_version(&inventory.cuda_driver_version);
 
   unsigned int count = 0;
@@ -311,14 +318,14 @@ inline Inventory query_inventory(const InventoryOptions& options) {
       fail("nvmlDeviceGetUUID", status);
       return inventory;
     }
-    gpu.uuid = text;
-    if (auto status = nvml.name(device, text, sizeof text); status == detail::nvml::kSuccess) gpu.name = text;
+    gpu.uuid = detail::nvml_text(text, sizeof text);
+    if (auto status = nvml.name(device, text, sizeof text); status == detail::nvml::kSuccess)
+      gpu.name = detail::nvml_text(text, sizeof text);
     if (auto status = nvml.pci_info(device, &pci); status != detail::nvml::kSuccess) {
       fail("nvmlDeviceGetPciInfo", status);
       return inventory;
     }
-    pci.bus_id[sizeof pci.bus_id - 1] = '\0';
-    gpu.pci_bus_id = pci.bus_id;
+    gpu.pci_bus_id = detail::nvml_text(pci.bus_id, sizeof pci.bus_id);
     if (nvml.compute_capability != nullptr)
       (void)nvml.compute_capability(device, &gpu.compute_capability_major, &gpu.compute_capability_minor);
     unsigned int current = 0, pending = 0;

@@ -14,6 +14,8 @@
 //                                 # stays loaded, as the real nvmlInit loads the driver library
 //                                 # (measured on the H200, driver 580); none by default
 //   init_error 9                  # nvmlInit_v2 fails with this NVML status (9: driver not loaded)
+//   unterminated_strings          # the string queries fill the whole buffer, with no terminating NUL
+//                                 # (the text, then 'x' up to the buffer's length), as a broken NVML may
 //   gpu name="NVIDIA H200" uuid=GPU-... pci=00000000:17:00.0 memory_mib=143771 used_mib=1024
 //       utilization=35 memory_utilization=12 cc=9.0 mig=1 processes=unsupported
 //       uuid_error=999            # nvmlDeviceGetUUID fails with this NVML status
@@ -69,6 +71,7 @@ struct Machine {
   int cuda_driver = 13000;
   std::string libcuda;
   int init_error = kSuccess;
+  bool unterminated_strings = false;
   std::vector<Gpu> gpus;
 };
 
@@ -122,6 +125,8 @@ bool read_machine(Machine& result) {
         result.libcuda = parts[1];
       else if (parts[0] == "init_error" && parts.size() == 2)
         result.init_error = std::stoi(parts[1]);
+      else if (parts[0] == "unterminated_strings" && parts.size() == 1)
+        result.unterminated_strings = true;
       else if (parts[0] == "gpu") {
         Gpu gpu;
         const std::size_t n = result.gpus.size();
@@ -197,6 +202,10 @@ const Gpu* find(void* handle) {
 
 int copy_text(const std::string& text, char* buffer, unsigned length) {
   if (buffer == nullptr) return kErrorInvalidArgument;
+  if (machine.unterminated_strings) {  // every byte of the buffer, none of them NUL
+    for (unsigned i = 0; i < length; ++i) buffer[i] = i < text.size() ? text[i] : 'x';
+    return kSuccess;
+  }
   if (text.size() + 1 > length) return kErrorInsufficientSize;
   std::memcpy(buffer, text.c_str(), text.size() + 1);
   return kSuccess;
