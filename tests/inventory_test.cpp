@@ -160,6 +160,40 @@ TEST(Inventory, ReadsStringsThatFillTheirBufferWithoutATerminator) {
   EXPECT_EQ(inventory.driver_version, padded("580.159.04"));
 }
 
+// Readings that cannot be true are not believed: utilization above 100% (4294967295
+// once read as -1294967296%), more memory free or used than there is, and more
+// compute processes than gpusel reads (it would allocate room for them all).
+TEST(Inventory, DoesNotBelieveImpossibleReadings) {
+  FakeNvmlMachine machine(
+      "gpu utilization=4294967295 memory_utilization=12\n"
+      "gpu memory_mib=1024 used_mib=2048 utilization=101\n"
+      "gpu process_count=100000\n"
+      "gpu utilization=100 memory_mib=1024 used_mib=1024\n");
+  const gpusel::Inventory inventory = gpusel::query_inventory(gpusel::InventoryOptions::with_usage());
+  ASSERT_TRUE(inventory.ok()) << inventory.reason;
+  ASSERT_EQ(inventory.gpus.size(), 4u);
+  const gpusel::Gpu& huge_utilization = inventory.gpus[0];
+  EXPECT_EQ(huge_utilization.utilization_percent, std::nullopt);
+  EXPECT_EQ(huge_utilization.memory_utilization_percent, std::nullopt) << "one impossible sample taints both";
+  EXPECT_TRUE(contains(huge_utilization.impossible_readings, "4294967295% utilization"))
+      << huge_utilization.impossible_readings;
+  const gpusel::Gpu& overfull = inventory.gpus[1];
+  EXPECT_EQ(overfull.memory_free_bytes, std::nullopt) << "free > total";
+  EXPECT_EQ(overfull.memory_used_bytes, std::nullopt);
+  EXPECT_EQ(overfull.memory_total_bytes, std::nullopt);
+  EXPECT_EQ(overfull.utilization_percent, std::nullopt);
+  EXPECT_TRUE(contains(overfull.impossible_readings, "of 1.0 GiB total memory")) << overfull.impossible_readings;
+  EXPECT_TRUE(contains(overfull.impossible_readings, "101% utilization")) << overfull.impossible_readings;
+  const gpusel::Gpu& crowded = inventory.gpus[2];
+  EXPECT_EQ(crowded.processes, std::nullopt);
+  EXPECT_TRUE(contains(crowded.impossible_readings, "100000 compute processes")) << crowded.impossible_readings;
+  EXPECT_TRUE(contains(crowded.impossible_readings, std::to_string(gpusel::detail::kMaxComputeProcesses)));
+  const gpusel::Gpu& full = inventory.gpus[3];
+  EXPECT_EQ(full.impossible_readings, "") << "100% and a full GPU are possible";
+  EXPECT_EQ(full.utilization_percent, 100);
+  EXPECT_EQ(full.memory_free_bytes, 0u);
+}
+
 // --- CUDA's physical order (Note [CUDA's physical order]) ----------------------------
 
 gpusel::Inventory inventory_of(const std::string& config) {

@@ -377,6 +377,11 @@ void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_in
   optional_value(json, "memory_used_bytes", gpu.memory_used_bytes);
   optional_value(json, "memory_free_bytes", gpu.memory_free_bytes);
   optional_value(json, "utilization_percent", gpu.utilization_percent);
+  json.key("impossible_readings");
+  if (gpu.impossible_readings.empty())
+    json.null();
+  else
+    json.value(gpu.impossible_readings);
   json.key("processes");
   if (!gpu.processes) {
     json.null();
@@ -455,6 +460,7 @@ int run_list(const Arguments& arguments) {
               << Column{std::to_string(gpu.nvml_index), index_width - 1} << Column{gpu.name, name_width + 2}
               << Column{gpu.uuid, uuid_width + 2} << Column{gpu.pci_bus_id, 18} << Column{memory(gpu), 24}
               << Column{percent(gpu.utilization_percent), 6} << (gpu.mig_enabled ? "MIG mode; " : "")
+              << (gpu.impossible_readings.empty() ? "" : "readings cannot be true: " + gpu.impossible_readings + "; ")
               << describe_processes(gpu) << "\n";
   }
   if (map.inventory.gpus.empty()) std::cout << "(NVML sees no GPU)\n";

@@ -28,6 +28,7 @@
 #include "gpusel/detail/environment.hpp"
 #include "gpusel/detail/nvml.hpp"
 #include "gpusel/error.hpp"
+#include "gpusel/memory_size.hpp"
 #include "gpusel/visible_devices.hpp"
 
 namespace gpusel {
@@ -57,6 +58,11 @@ struct Gpu {
   std::optional<int> utilization_percent;            // of time a kernel ran, over NVML's last sample period
   std::optional<int> memory_utilization_percent;     // of time memory was read or written
   std::optional<std::vector<GpuProcess>> processes;  // compute processes; nullopt when NVML could not list them
+  // Why NVML's usage readings of this GPU cannot be true, "" when they can: more
+  // than 100% utilization, more memory free or used than in total, more than
+  // 4096 compute processes (gpusel reads no more). Such readings are left unset,
+  // and pick rejects the GPU.
+  std::string impossible_readings;
 };
 
 enum class InventoryStatus {
@@ -216,13 +222,30 @@ inline std::string process_user(unsigned int pid) {
   return {};
 }
 
-// The compute processes on `device`; nullopt when NVML cannot list them.
-inline std::optional<std::vector<GpuProcess>> read_processes(const nvml::Library& library, nvml::Device device) {
+// The most compute processes read per GPU: what an NVML reports decides how much
+// is allocated, and no GPU runs thousands (each needs a context of its own).
+inline constexpr unsigned int kMaxComputeProcesses = 4096;
+
+// Adds `why` to the GPU's impossible readings.
+inline void impossible_reading(Gpu& gpu, const std::string& why) {
+  gpu.impossible_readings += (gpu.impossible_readings.empty() ? "NVML reports " : "; ") + why;
+}
+
+// The compute processes on `device`; nullopt when NVML cannot list them, or
+// reports more than kMaxComputeProcesses (said in gpu.impossible_readings).
+inline std::optional<std::vector<GpuProcess>> read_processes(const nvml::Library& library, nvml::Device device,
+                                                             Gpu& gpu) {
   std::vector<nvml::ProcessInfo> infos;
   unsigned int count = 0;
   nvml::Return status = library.compute_processes(device, &count, nullptr);
   for (int attempt = 0; attempt < 4 && status == nvml::kErrorInsufficientSize; ++attempt) {
-    infos = std::vector<nvml::ProcessInfo>(count + 8u);  // processes may start between the two calls
+    if (count > kMaxComputeProcesses) {
+      impossible_reading(gpu, std::to_string(count) + " compute processes, more than the " +
+                                  std::to_string(kMaxComputeProcesses) + " gpusel reads");
+      return std::nullopt;
+    }
+    // Room for a few more: processes may start between the two calls.
+    infos = std::vector<nvml::ProcessInfo>(std::min(count + 8u, kMaxComputeProcesses));
     count = static_cast<unsigned int>(infos.size());
     status = library.compute_processes(device, &count, infos.data());
   }
@@ -242,16 +265,26 @@ inline std::optional<std::vector<GpuProcess>> read_processes(const nvml::Library
 inline void read_usage(const nvml::Library& library, nvml::Device device, Gpu& gpu) {
   nvml::Memory memory{};
   if (library.memory_info(device, &memory) == nvml::kSuccess) {
-    gpu.memory_total_bytes = memory.total;
-    gpu.memory_used_bytes = memory.used;
-    gpu.memory_free_bytes = memory.free;
+    if (memory.free > memory.total || memory.used > memory.total) {
+      impossible_reading(gpu, format_memory_size(memory.free) + " free and " + format_memory_size(memory.used) +
+                                  " used of " + format_memory_size(memory.total) + " total memory");
+    } else {
+      gpu.memory_total_bytes = memory.total;
+      gpu.memory_used_bytes = memory.used;
+      gpu.memory_free_bytes = memory.free;
+    }
   }
   nvml::Utilization utilization{};
   if (library.utilization != nullptr && library.utilization(device, &utilization) == nvml::kSuccess) {
-    gpu.utilization_percent = static_cast<int>(utilization.gpu);
-    gpu.memory_utilization_percent = static_cast<int>(utilization.memory);
+    if (utilization.gpu > 100 || utilization.memory > 100) {
+      impossible_reading(gpu, std::to_string(utilization.gpu) + "% utilization and " +
+                                  std::to_string(utilization.memory) + "% memory utilization");
+    } else {
+      gpu.utilization_percent = static_cast<int>(utilization.gpu);
+      gpu.memory_utilization_percent = static_cast<int>(utilization.memory);
+    }
   }
-  if (library.compute_processes != nullptr) gpu.processes = read_processes(library, device);
+  if (library.compute_processes != nullptr) gpu.processes = read_processes(library, device, gpu);
 }
 
 }  // namespace detail

@@ -198,6 +198,8 @@ inline std::string describe(const PickCriteria& criteria) {
     // Every reason as a std::string: one push_back to compile, not an emplace_back per literal's length.
     const auto reject = [&candidate](std::string why) { candidate.rejected_because.push_back(std::move(why)); };
     if (excluded[map.order.positions[static_cast<std::size_t>(physical)]]) reject("excluded");
+    if (!gpu.impossible_readings.empty())
+      reject("its readings cannot be true (" + gpu.impossible_readings + "), so its use is unknown");
     if (criteria.only_visible && variable_set && !map.visible.logical(physical))
       reject("hidden by " + detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable()));
     if (gpu.mig_enabled)

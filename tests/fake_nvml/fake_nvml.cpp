@@ -19,6 +19,7 @@
 //   gpu name="NVIDIA H200" uuid=GPU-... pci=00000000:17:00.0 memory_mib=143771 used_mib=1024
 //       utilization=35 memory_utilization=12 cc=9.0 mig=1 processes=unsupported
 //       uuid_error=999            # nvmlDeviceGetUUID fails with this NVML status
+//       process_count=100000      # nvmlDeviceGetComputeRunningProcesses_v3 asks for room for this many
 //   process gpu=0 pid=4242 used_mib=512        # used_mib=na: NVML_VALUE_NOT_AVAILABLE
 //
 // gpu lines are in nvidia-smi's order (index 0, 1, ...); every key is optional:
@@ -63,6 +64,7 @@ struct Gpu {
   bool mig = false;
   bool processes_supported = true;
   int uuid_error = kSuccess;
+  unsigned process_count = 0;  // at least this many are reported as needed
   std::vector<Process> processes;
 };
 
@@ -161,6 +163,8 @@ bool read_machine(Machine& result) {
             gpu.processes_supported = value != "unsupported";
           else if (key == "uuid_error")
             gpu.uuid_error = std::stoi(value);
+          else if (key == "process_count")
+            gpu.process_count = static_cast<unsigned>(std::stoul(value));
           else
             return false;
         }
@@ -336,8 +340,8 @@ extern "C" int nvmlDeviceGetComputeRunningProcesses_v3(void* handle, unsigned* c
   if (gpu == nullptr || count == nullptr) return kErrorInvalidArgument;
   if (!gpu->processes_supported) return kErrorNotSupported;
   const auto needed = static_cast<unsigned>(gpu->processes.size());
-  if (*count < needed || (needed > 0 && infos == nullptr)) {
-    *count = needed;
+  if (*count < needed || *count < gpu->process_count || (needed > 0 && infos == nullptr)) {
+    *count = needed > gpu->process_count ? needed : gpu->process_count;
     return kErrorInsufficientSize;
   }
   for (unsigned i = 0; i < needed; ++i) infos[i] = {gpu->processes[i].pid, gpu->processes[i].used_bytes, ~0u, ~0u};

@@ -2,7 +2,8 @@
 # ctest tool_*: the gpusel command, end to end, on machines described to the
 # fake NVML (tests/fake_nvml), checking its output and exit statuses.
 #   check_tool.sh <gpusel program> <fake NVML library> <scenario>
-# Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, odd_uuids, json, usage.
+# Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, odd_uuids, json, usage,
+# impossible_readings.
 set -uo pipefail
 gpusel=$1
 export GPUSEL_NVML_LIBRARY=$2
@@ -246,6 +247,27 @@ case $scenario in
     expect stderr "-n expects a whole number of at most 2147483647"
     run 2 pick -n 2 --at-most 3
     expect stderr "-n cannot be combined with --at-least, --at-most or --all"
+    ;;
+  impossible_readings)
+    # An NVML whose readings cannot be true: 3000000000% utilization (once shown as
+    # -1294967296% and picked under --max-util 0), more memory free than in total.
+    cat >"$work/absurd.txt" <<EOF
+gpu uuid=GPU-0a000000-0000-4000-8000-000000000000 utilization=3000000000
+gpu uuid=GPU-1b000000-0000-4000-8000-000000000000 memory_mib=1024 used_mib=2048
+gpu uuid=GPU-2c000000-0000-4000-8000-000000000000 utilization=5 process_count=4294967295
+EOF
+    export GPUSEL_FAKE_NVML_CONFIG="$work/absurd.txt"
+    run 0 list
+    if grep -qE -- "-[0-9]+%" <<<"$out"; then echo "FAILED: a negative utilization is shown"; failures=$((failures + 1)); fi
+    expect stdout "readings cannot be true: NVML reports 3000000000% utilization"
+    run 1 pick --max-util 0 --allow-other-users
+    expect stderr "GPU-0a000000-0000-4000-8000-000000000000), 140.4 GiB free: its readings cannot be true (NVML reports 3000000000% utilization"
+    run 1 pick --min-free 1GiB --allow-other-users
+    expect stderr "its readings cannot be true (NVML reports"
+    expect stderr "4294967295 compute processes, more than the 4096 gpusel reads"
+    run 0 list --json
+    expect_json
+    expect stdout '"impossible_readings": "NVML reports 3000000000% utilization'
     ;;
   *)
     echo "unknown scenario $scenario"
