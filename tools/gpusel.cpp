@@ -9,10 +9,15 @@
 #include <gpusel/version.hpp>
 #include <gpusel/visibility.hpp>
 
+#include <gpusel/detail/text.hpp>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 #include <iomanip>
 #include <iostream>
@@ -408,9 +413,11 @@ int no_gpus_status(const gpusel::Inventory& inventory) {
 // Says why no GPU can be seen; returns the exit status.
 int report_no_gpus(const gpusel::DeviceMap& map) {
   if (map.inventory.status == gpusel::InventoryStatus::query_failed)
-    std::cerr << "gpusel: NVML failed while reading the GPUs: " << map.inventory.reason << "\n";
+    std::cerr << "gpusel: NVML failed while reading the GPUs: "
+              << gpusel::detail::escape_for_terminal(map.inventory.reason) << "\n";
   else
-    std::cerr << "gpusel: no NVIDIA driver to ask, so no GPU can be seen: " << map.inventory.reason << "\n";
+    std::cerr << "gpusel: no NVIDIA driver to ask, so no GPU can be seen: "
+              << gpusel::detail::escape_for_terminal(map.inventory.reason) << "\n";
   return no_gpus_status(map.inventory);
 }
 
@@ -445,9 +452,11 @@ int run_list(const Arguments& arguments) {
     labels.push_back(logical ? "cuda:" + std::to_string(*logical) : "hidden");
     label_width = std::max(label_width, labels.back().size());
   }
+  // NVML's strings, escaped for the terminal (Note [Hostile text]) before their widths are measured.
+  const auto shown = [](const std::string& text) { return gpusel::detail::escape_for_terminal(text); };
   for (const gpusel::Gpu& gpu : map.inventory.gpus) {
-    name_width = std::max(name_width, gpu.name.size());
-    uuid_width = std::max(uuid_width, gpu.uuid.size());
+    name_width = std::max(name_width, shown(gpu.name).size());
+    uuid_width = std::max(uuid_width, shown(gpu.uuid).size());
   }
   const std::size_t index_width = std::max<std::size_t>(4, std::to_string(map.order.count()).size()) + 2;
   std::cout << Column{"CUDA", label_width + 2} << Column{"PHYS", index_width} << Column{"SMI", index_width - 1}
@@ -457,15 +466,17 @@ int run_list(const Arguments& arguments) {
     const gpusel::Gpu& gpu = *map.physical_device(physical);
     std::cout << Column{labels[static_cast<std::size_t>(physical)], label_width + 2}
               << Column{std::to_string(physical), index_width}
-              << Column{std::to_string(gpu.nvml_index), index_width - 1} << Column{gpu.name, name_width + 2}
-              << Column{gpu.uuid, uuid_width + 2} << Column{gpu.pci_bus_id, 18} << Column{memory(gpu), 24}
+              << Column{std::to_string(gpu.nvml_index), index_width - 1} << Column{shown(gpu.name), name_width + 2}
+              << Column{shown(gpu.uuid), uuid_width + 2} << Column{shown(gpu.pci_bus_id), 18} << Column{memory(gpu), 24}
               << Column{percent(gpu.utilization_percent), 6} << (gpu.mig_enabled ? "MIG mode; " : "")
-              << (gpu.impossible_readings.empty() ? "" : "readings cannot be true: " + gpu.impossible_readings + "; ")
+              << (gpu.impossible_readings.empty() ? ""
+                                                  : "readings cannot be true: " + shown(gpu.impossible_readings) + "; ")
               << describe_processes(gpu) << "\n";
   }
   if (map.inventory.gpus.empty()) std::cout << "(NVML sees no GPU)\n";
   if (!map.visible.ok() && !map.inventory.gpus.empty())
-    std::cout << "No CUDA device is visible to this process: " << map.visible.reason() << "\n";
+    std::cout << "No CUDA device is visible to this process: "
+              << gpusel::detail::escape_for_terminal(map.visible.reason()) << "\n";
   if (!map.order.exact) std::cout << "Caution: " << map.order.caveat << ".\n";
   return kExitOk;
 }
@@ -549,7 +560,7 @@ int run_pick(const Arguments& arguments) {
   try {
     assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user());
   } catch (const gpusel::Error& error) {  // criteria that make no sense here, e.g. an --exclude naming no GPU
-    std::cerr << "gpusel: " << error.what() << "\nTry 'gpusel help'.\n";
+    std::cerr << "gpusel: " << gpusel::detail::escape_for_terminal(error.what()) << "\nTry 'gpusel help'.\n";
     return kExitUsage;
   }
   std::vector<gpusel::Candidate> picked;
@@ -594,8 +605,8 @@ int main(int argc, char** argv) {
   Arguments arguments;
   try {
     arguments = parse_arguments(std::vector<std::string>(argv + 1, argv + argc));
-  } catch (const UsageError& error) {
-    std::cerr << "gpusel: " << error.what() << "\nTry 'gpusel help'.\n";
+  } catch (const UsageError& error) {  // one line, quoting the arguments: escaped (Note [Hostile text])
+    std::cerr << "gpusel: " << gpusel::detail::escape_for_terminal(error.what()) << "\nTry 'gpusel help'.\n";
     return kExitUsage;
   }
   // NVML failing is a state the commands report (3, 4); an exception here is a bug.

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "gpusel/detail/decimal.hpp"
+#include "gpusel/detail/text.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/inventory.hpp"
 #include "gpusel/memory_size.hpp"
@@ -88,13 +89,14 @@ struct Candidate {
 inline std::string current_user() { return detail::process_user(static_cast<unsigned int>(getpid())); }
 
 // "pid 4242 of alice (python3), 2.0 GiB", "pid 31337, owner unknown: not visible from this PID namespace".
+// The user and command are escaped for a terminal (Note [Hostile text]): any user names their process.
 inline std::string describe(const GpuProcess& process) {
   std::string text = "pid " + std::to_string(process.pid);
   if (process.user.empty()) {
     text += ", owner unknown: not visible from this PID namespace";
   } else {
-    text += " of " + process.user;
-    if (!process.command.empty()) text += " (" + process.command + ")";
+    text += " of " + detail::escape_for_terminal(process.user);
+    if (!process.command.empty()) text += " (" + detail::escape_for_terminal(process.command) + ")";
   }
   if (process.used_memory_bytes) text += ", " + format_memory_size(*process.used_memory_bytes);
   return text;
@@ -107,7 +109,7 @@ inline std::vector<bool> excluded_gpus(const std::vector<std::string>& exclude, 
   std::vector<bool> excluded(gpus.size(), false);
   for (const std::string& name : exclude) {
     const auto reject = [&](const std::string& why) {
-      std::string message = "gpusel::pick: cannot exclude \"" + name + "\": ";
+      std::string message = "gpusel::pick: cannot exclude \"" + escape_for_terminal(name) + "\": ";
       message += why;
       message += "; name a GPU by nvidia-smi's number (0, 1, ...) or by its UUID or a unique prefix (GPU-8d2a)";
       return Error(message);
@@ -135,9 +137,9 @@ inline std::vector<bool> excluded_gpus(const std::vector<std::string>& exclude, 
 
 inline std::string describe_candidate(const Candidate& candidate) {
   const Gpu& gpu = candidate.gpu;
-  std::string text = "GPU " + std::to_string(candidate.physical_index) + " (nvidia-smi " +
-                     std::to_string(gpu.nvml_index) + ", " + (gpu.name.empty() ? "unnamed" : gpu.name) + ", " +
-                     gpu.uuid + ")";
+  std::string text =
+      "GPU " + std::to_string(candidate.physical_index) + " (nvidia-smi " + std::to_string(gpu.nvml_index) + ", " +
+      (gpu.name.empty() ? "unnamed" : escape_for_terminal(gpu.name)) + ", " + escape_for_terminal(gpu.uuid) + ")";
   if (gpu.memory_free_bytes) text += ", " + format_memory_size(*gpu.memory_free_bytes) + " free";
   if (gpu.utilization_percent) text += ", " + std::to_string(*gpu.utilization_percent) + "% utilized";
   return text;
@@ -172,7 +174,7 @@ inline std::string describe(const PickCriteria& criteria) {
   if (!criteria.allow_other_users) text += "; no other user's compute process";
   if (!criteria.exclude.empty()) {
     text += "; excluding";
-    for (const std::string& name : criteria.exclude) text += " " + name;
+    for (const std::string& name : criteria.exclude) text += " " + detail::escape_for_terminal(name);
   }
   if (!criteria.only_visible) text += "; any GPU of the machine, CUDA_VISIBLE_DEVICES aside";
   text += criteria.order == PickOrder::most_free_memory ? "; most free memory first"
@@ -201,7 +203,8 @@ inline std::string describe(const PickCriteria& criteria) {
     if (!gpu.impossible_readings.empty())
       reject("its readings cannot be true (" + gpu.impossible_readings + "), so its use is unknown");
     if (criteria.only_visible && variable_set && !map.visible.logical(physical))
-      reject("hidden by " + detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable()));
+      reject("hidden by " +
+             detail::escape_for_terminal(detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable())));
     if (gpu.mig_enabled)
       reject(
           "MIG mode is enabled: CUDA shows its MIG instances, not the GPU (name an instance by its MIG- UUID "

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "gpusel/detail/environment.hpp"
+#include "gpusel/detail/text.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/inventory.hpp"
 #include "gpusel/visible_devices.hpp"
@@ -130,10 +131,11 @@ inline std::string pad(std::string text, std::size_t width) {
   return text;
 }
 
+// Escaped for a terminal (Note [Hostile text]), as all of explain() is.
 inline std::string describe_gpu(int physical, const Gpu& gpu) {
   std::string text = "physical " + std::to_string(physical) + "  nvidia-smi " + std::to_string(gpu.nvml_index) + "  ";
-  if (!gpu.name.empty()) text += gpu.name + "  ";
-  return text + gpu.uuid + "  " + gpu.pci_bus_id;
+  if (!gpu.name.empty()) text += escape_for_terminal(gpu.name) + "  ";
+  return text + escape_for_terminal(gpu.uuid) + "  " + escape_for_terminal(gpu.pci_bus_id);
 }
 
 }  // namespace detail
@@ -142,29 +144,31 @@ inline std::string describe_gpu(int physical, const Gpu& gpu) {
 //   CUDA_VISIBLE_DEVICES=1  CUDA_DEVICE_ORDER is unset (FASTEST_FIRST)
 //   1 CUDA device is visible:
 //     cuda:0  physical 1  nvidia-smi 1  NVIDIA H200  GPU-...  00000000:18:00.0
-// Starts nothing; says so when there is no NVML (no driver).
+// Starts nothing; says so when there is no NVML (no driver). What comes from
+// outside (the variables, NVML's strings) is escaped for a terminal (Note [Hostile text]).
 [[nodiscard]] inline std::string explain(const DeviceMap& map) {
+  using detail::escape_for_terminal;
   const VisibleDevices& visible = map.visible;
-  std::string text = detail::describe_value("CUDA_VISIBLE_DEVICES", visible.variable()) + "  " +
-                     detail::describe_value("CUDA_DEVICE_ORDER", visible.device_order()) +
+  std::string text = escape_for_terminal(detail::describe_value("CUDA_VISIBLE_DEVICES", visible.variable())) + "  " +
+                     escape_for_terminal(detail::describe_value("CUDA_DEVICE_ORDER", visible.device_order())) +
                      (visible.device_order() ? "" : " (FASTEST_FIRST)") + "\n";
   text += cuda_started() ? "CUDA has started in this process: changing these variables now has no effect here.\n"
                          : "CUDA has not started in this process: the variables can still be changed.\n";
   if (!map.known()) {
-    text += "The physical GPUs are unknown: " + map.inventory.reason +
+    text += "The physical GPUs are unknown: " + escape_for_terminal(map.inventory.reason) +
             ".\nWithout NVML gpusel cannot list them without starting CUDA; gpusel::device_count() asks the CUDA "
             "runtime.\n";
   } else {
     const Inventory& inventory = map.inventory;
-    text += "NVML (" + inventory.nvml_library + ") sees " + std::to_string(inventory.gpus.size()) +
+    text += "NVML (" + escape_for_terminal(inventory.nvml_library) + ") sees " + std::to_string(inventory.gpus.size()) +
             (inventory.gpus.size() == 1 ? " GPU" : " GPUs");
-    if (!inventory.driver_version.empty()) text += ", driver " + inventory.driver_version;
+    if (!inventory.driver_version.empty()) text += ", driver " + escape_for_terminal(inventory.driver_version);
     if (inventory.cuda_driver_version > 0)
       text += " (CUDA " + std::to_string(inventory.cuda_driver_version / 1000) + "." +
               std::to_string(inventory.cuda_driver_version % 1000 / 10) + ")";
     text += ".\n";
     if (!visible.ok()) {
-      text += "No CUDA device is visible: " + visible.reason() + "; the CUDA runtime fails with " +
+      text += "No CUDA device is visible: " + escape_for_terminal(visible.reason()) + "; the CUDA runtime fails with " +
               visible.error_name() + ".\n";
     } else {
       text += detail::visible_count_text(visible.count()) + ":\n";
@@ -186,8 +190,9 @@ inline std::string describe_gpu(int physical, const Gpu& gpu) {
   if (!visible.tokens().empty()) {
     text += "How CUDA reads CUDA_VISIBLE_DEVICES (split on ','; the first token not kept ends the list):\n";
     for (const VisibleToken& token : visible.tokens())
-      text += "  " + detail::pad(detail::quote(token.text), 14) + " " +
-              (map.known() ? token.why(visible.physical_count()) : std::string("not checked: the GPUs are unknown")) +
+      text += "  " + detail::pad(escape_for_terminal(detail::quote(token.text)), 14) + " " +
+              (map.known() ? escape_for_terminal(token.why(visible.physical_count()))
+                           : std::string("not checked: the GPUs are unknown")) +
               "\n";
   }
   return text;
