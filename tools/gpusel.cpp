@@ -398,6 +398,7 @@ void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_in
     json.key("pid").value(process.pid);
     json.key("user").value(process.user);
     json.key("command").value(process.command);
+    json.key("command_hex").value(gpusel::detail::hex_bytes(process.command));  // exact: the kernel may cut UTF-8
     optional_value(json, "used_memory_bytes", process.used_memory_bytes);
     json.end_object();
   }
@@ -485,6 +486,11 @@ void print_explain_json(const gpusel::DeviceMap& map) {
   JsonWriter json;
   json.begin_object();
   optional_value(json, "cuda_visible_devices", map.visible.variable());
+  json.key("cuda_visible_devices_hex");  // the exact bytes, where the text above had to replace some
+  if (map.visible.variable())
+    json.value(gpusel::detail::hex_bytes(*map.visible.variable()));
+  else
+    json.null();
   optional_value(json, "cuda_device_order", map.visible.device_order());
   json.key("gpus_known").value(map.known());
   json.key("reason").value(map.inventory.reason);
@@ -502,6 +508,7 @@ void print_explain_json(const gpusel::DeviceMap& map) {
   for (const gpusel::VisibleToken& token : map.visible.tokens()) {
     json.begin_object();
     json.key("text").value(token.text);
+    json.key("text_hex").value(gpusel::detail::hex_bytes(token.text));
     json.key("kept").value(token.kept());
     json.key("why").value(map.known() ? token.why(map.visible.physical_count()) : std::string("not checked"));
     json.end_object();

@@ -3,7 +3,7 @@
 # fake NVML (tests/fake_nvml), checking its output and exit statuses.
 #   check_tool.sh <gpusel program> <fake NVML library> <scenario>
 # Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, odd_uuids, json, usage,
-# impossible_readings.
+# impossible_readings, hostile_text.
 set -uo pipefail
 gpusel=$1
 export GPUSEL_NVML_LIBRARY=$2
@@ -68,8 +68,15 @@ expect() {
     failures=$((failures + 1))
   fi
 }
+# The last run's stdout is valid UTF-8, strictly decoded.
+expect_utf8() {
+  if ! python3 -c 'import sys; sys.stdin.buffer.read().decode("utf-8", "strict")' <"$work/out"; then
+    echo "FAILED: not valid UTF-8"
+    failures=$((failures + 1))
+  fi
+}
 expect_json() {
-  if ! python3 -m json.tool <"$work/out" >/dev/null; then
+  if ! python3 -c 'import json, sys; json.loads(sys.stdin.buffer.read().decode("utf-8", "strict"))' <"$work/out"; then
     echo "FAILED: not valid JSON"
     failures=$((failures + 1))
   fi
@@ -268,6 +275,45 @@ EOF
     run 0 list --json
     expect_json
     expect stdout '"impossible_readings": "NVML reports 3000000000% utilization'
+    ;;
+  hostile_text)
+    # Processes named by their owners (the comm of a program is its file's name, cut
+    # to 15 bytes): one that would retitle and clear the terminal, and one whose
+    # name the kernel cuts inside a UTF-8 sequence ("abcdefghijklmn\xc3").
+    ln -s "$(command -v sleep)" "$work/"$'\e]0;owned\a\e[2J'
+    ln -s "$(command -v sleep)" "$work/abcdefghijklmné"
+    "$work/"$'\e]0;owned\a\e[2J' 30 &
+    hostile=$!
+    "$work/abcdefghijklmné" 30 &
+    cut=$!
+    trap 'kill $hostile $cut 2>/dev/null; rm -rf "$work"' EXIT
+    printf 'gpu\nprocess gpu=0 pid=%s used_mib=1\nprocess gpu=0 pid=%s used_mib=1\n' $hostile $cut >"$work/hostile.txt"
+    export GPUSEL_FAKE_NVML_CONFIG="$work/hostile.txt"
+    for _ in 1 2 3 4 5 6 7 8 9 10; do  # until both have exec'd
+      grep -q abcdefghijklmn /proc/$cut/comm 2>/dev/null && grep -q owned /proc/$hostile/comm 2>/dev/null && break
+      sleep 0.1
+    done
+    run 0 list
+    if LC_ALL=C grep -q $'[\x01-\x09\x0b-\x1f\x7f]' "$work/out" "$work/err"; then
+      echo "FAILED: a control character reached the terminal"
+      failures=$((failures + 1))
+    fi
+    expect stdout '(\x1b]0;owned\x07\x1b[2J)'
+    expect stdout '(abcdefghijklmn\xc3)'
+    run 0 list --json
+    expect_json
+    expect_utf8
+    expect stdout '"command": "abcdefghijklmn�"'
+    expect stdout '"command_hex": "6162636465666768696a6b6c6d6ec3"'
+    expect stdout '"command": "\u001b]0;owned\u0007\u001b[2J"'
+    CUDA_VISIBLE_DEVICES=$'0,\xff' run 0 explain --json
+    expect_json
+    expect_utf8
+    expect stdout '"cuda_visible_devices_hex": "302cff"'
+    expect stdout '"text_hex": "ff"'
+    CUDA_VISIBLE_DEVICES=$'0,\e[2J\xff' run 0 explain
+    if LC_ALL=C grep -q $'[\x1b\xff]' "$work/out"; then echo "FAILED: explain printed raw bytes"; failures=$((failures + 1)); fi
+    expect stdout 'CUDA_VISIBLE_DEVICES=0,\x1b[2J\xff'
     ;;
   *)
     echo "unknown scenario $scenario"
