@@ -42,6 +42,7 @@ constexpr int kExitUsage = 2;
 constexpr int kExitNoDriver = 3;
 constexpr int kExitNvmlFailed = 4;
 constexpr int kExitInternalError = 5;
+constexpr int kExitWriteFailed = 6;
 
 constexpr const char* kUsage = R"(usage: gpusel <command> [options]
 
@@ -57,7 +58,8 @@ Commands (none of them starts CUDA or creates a context on any GPU):
   version   gpusel's version (also --version)
 
 Options:
-  --json                 machine-readable output (list, explain, pick)
+  --json                 machine-readable output (list, explain, pick): always
+                         one JSON document, valid UTF-8, errors included
 
 Options of pick (by default: 1 GPU, no other user's compute process on it,
 most free memory first, among the GPUs CUDA_VISIBLE_DEVICES already shows):
@@ -87,6 +89,7 @@ Exit status:
   3  no NVIDIA driver: NVML could not be loaded (explain still prints what it can)
   4  NVML failed while reading the GPUs
   5  internal error: a bug in gpusel (the message says what failed; please report it)
+  6  the output could not be written (stdout closed, full or broken)
 )";
 
 // A mistake in the command line: exit status 2.
@@ -411,8 +414,24 @@ int no_gpus_status(const gpusel::Inventory& inventory) {
   return inventory.status == gpusel::InventoryStatus::query_failed ? kExitNvmlFailed : kExitNoDriver;
 }
 
-// Says why no GPU can be seen; returns the exit status.
-int report_no_gpus(const gpusel::DeviceMap& map) {
+// A failure as the JSON document of a --json run: every --json run prints one,
+// errors included. `error` is "usage", "no_driver", "nvml_failed" or "internal".
+void print_error_json(std::string_view error, const std::string& reason, int status) {
+  JsonWriter json;
+  json.begin_object();
+  json.key("ok").value(false);
+  json.key("error").value(error);
+  json.key("reason").value(reason);
+  json.key("exit_status").value(status);
+  json.end_object();
+  std::cout << json.str();
+}
+
+// Says why no GPU can be seen (on stderr, and as JSON on stdout for --json); returns the exit status.
+int report_no_gpus(const gpusel::DeviceMap& map, bool json) {
+  if (json)
+    print_error_json(map.inventory.status == gpusel::InventoryStatus::query_failed ? "nvml_failed" : "no_driver",
+                     map.inventory.reason, no_gpus_status(map.inventory));
   if (map.inventory.status == gpusel::InventoryStatus::query_failed)
     std::cerr << "gpusel: NVML failed while reading the GPUs: "
               << gpusel::detail::escape_for_terminal(map.inventory.reason) << "\n";
@@ -441,7 +460,7 @@ void print_list_json(const gpusel::DeviceMap& map) {
 
 int run_list(const Arguments& arguments) {
   const gpusel::DeviceMap map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
-  if (!map.known()) return report_no_gpus(map);
+  if (!map.known()) return report_no_gpus(map, arguments.json);
   if (arguments.json) {
     print_list_json(map);
     return kExitOk;
@@ -562,12 +581,13 @@ void print_pick_json(const Arguments& arguments, const gpusel::DeviceMap& map,
 
 int run_pick(const Arguments& arguments) {
   const gpusel::DeviceMap map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
-  if (!map.known()) return report_no_gpus(map);
+  if (!map.known()) return report_no_gpus(map, arguments.json);
   std::vector<gpusel::Candidate> assessed;
   try {
     assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user());
   } catch (const gpusel::Error& error) {  // criteria that make no sense here, e.g. an --exclude naming no GPU
     std::cerr << "gpusel: " << gpusel::detail::escape_for_terminal(error.what()) << "\nTry 'gpusel help'.\n";
+    if (arguments.json) print_error_json("usage", error.what(), kExitUsage);
     return kExitUsage;
   }
   std::vector<gpusel::Candidate> picked;
@@ -606,24 +626,48 @@ int run_version(const Arguments&) {
   return kExitOk;
 }
 
-}  // namespace
+// `status`, once what was written to stdout is out: a write that failed (stdout
+// closed, a full disk) is an error of its own, kExitWriteFailed, whatever the command did.
+int flush_output(int status) {
+  std::cout.flush();
+  const bool failed = !std::cout.good() || std::fflush(stdout) != 0 || std::ferror(stdout) != 0;
+  if (!failed) return status;
+  const int error = errno;  // set by the write that failed
+  std::cerr << "gpusel: cannot write the output" << (error != 0 ? std::string(": ") + std::strerror(error) : "")
+            << "\n";
+  return kExitWriteFailed;
+}
 
-int main(int argc, char** argv) {
+// The command, run: its exit status, errors included (they are said on stderr, and as JSON under --json).
+int run_command_line(const std::vector<std::string>& words) {
   Arguments arguments;
   try {
-    arguments = parse_arguments(std::vector<std::string>(argv + 1, argv + argc));
+    arguments = parse_arguments(words);
   } catch (const UsageError& error) {  // one line, quoting the arguments: escaped (Note [Hostile text])
     std::cerr << "gpusel: " << gpusel::detail::escape_for_terminal(error.what()) << "\nTry 'gpusel help'.\n";
+    // --json was asked for even if the line is wrong elsewhere: the caller reads stdout as JSON.
+    if (std::find(words.begin(), words.end(), "--json") != words.end())
+      print_error_json("usage", error.what(), kExitUsage);
     return kExitUsage;
   }
   // NVML failing is a state the commands report (3, 4); an exception here is a bug.
+  std::string internal;
   try {
     return arguments.command->run(arguments);
   } catch (const std::exception& error) {
-    std::cerr << "gpusel: internal error: " << error.what() << " (please report it)\n";
-    return kExitInternalError;
+    internal = error.what();
   } catch (...) {
-    std::cerr << "gpusel: internal error: an unknown exception (please report it)\n";
-    return kExitInternalError;
+    internal = "an unknown exception";
   }
+  std::cerr << "gpusel: internal error: " << gpusel::detail::escape_for_terminal(internal) << " (please report it)\n";
+  if (arguments.json) print_error_json("internal", internal, kExitInternalError);
+  return kExitInternalError;
 }
+
+}  // namespace
+
+#ifndef GPUSEL_COMMAND_NO_MAIN  // tests/fuzz/arguments_fuzz.cpp includes this file for parse_arguments
+int main(int argc, char** argv) {
+  return flush_output(run_command_line(std::vector<std::string>(argv + 1, argv + argc)));
+}
+#endif

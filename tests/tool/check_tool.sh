@@ -3,7 +3,7 @@
 # fake NVML (tests/fake_nvml), checking its output and exit statuses.
 #   check_tool.sh <gpusel program> <fake NVML library> <scenario>
 # Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, odd_uuids, json, usage,
-# impossible_readings, hostile_text.
+# impossible_readings, hostile_text, output.
 set -uo pipefail
 gpusel=$1
 export GPUSEL_NVML_LIBRARY=$2
@@ -314,6 +314,46 @@ EOF
     CUDA_VISIBLE_DEVICES=$'0,\e[2J\xff' run 0 explain
     if LC_ALL=C grep -q $'[\x1b\xff]' "$work/out"; then echo "FAILED: explain printed raw bytes"; failures=$((failures + 1)); fi
     expect stdout 'CUDA_VISIBLE_DEVICES=0,\x1b[2J\xff'
+    ;;
+  output)
+    # A failed write is an error (6): a full disk, a closed stdout.
+    for command in pick list help "explain --json"; do
+      # shellcheck disable=SC2086
+      "$gpusel" $command >/dev/full 2>"$work/err"
+      status=$?
+      echo "\$ gpusel $command >/dev/full -> exit $status; $(cat "$work/err")"
+      [ "$status" = 6 ] || { echo "FAILED: expected exit status 6"; failures=$((failures + 1)); }
+      grep -qF "gpusel: cannot write the output: No space left on device" "$work/err" ||
+        { echo "FAILED: the write error is not said"; failures=$((failures + 1)); }
+    done
+    "$gpusel" list >&- 2>"$work/err"
+    status=$?
+    echo "\$ gpusel list >&- -> exit $status; $(cat "$work/err")"
+    [ "$status" = 6 ] || { echo "FAILED: a closed stdout must fail with 6"; failures=$((failures + 1)); }
+    # Every --json run prints one JSON document, errors included.
+    GPUSEL_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 run 3 list --json
+    expect_json
+    expect stdout '"ok": false'
+    expect stdout '"error": "no_driver"'
+    expect stdout '"exit_status": 3'
+    GPUSEL_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 run 3 pick --json -n 2
+    expect_json
+    expect stdout '"error": "no_driver"'
+    printf 'gpu\ngpu uuid_error=999\n' >"$work/failing.txt"
+    GPUSEL_FAKE_NVML_CONFIG="$work/failing.txt" run 4 pick --json
+    expect_json
+    expect stdout '"error": "nvml_failed"'
+    expect stdout 'nvmlDeviceGetUUID failed'
+    run 2 list --json --frobnicate
+    expect_json
+    expect stdout '"error": "usage"'
+    expect stdout '"exit_status": 2'
+    expect stderr 'unknown option "--frobnicate"'
+    run 2 pick --json --exclude 9
+    expect_json
+    expect stdout '"error": "usage"'
+    run 2 --json
+    expect_json
     ;;
   *)
     echo "unknown scenario $scenario"
