@@ -2,6 +2,7 @@
 // the fake NVML in tests/fake_nvml. A pure test: no CUDA runtime is linked.
 #include "gpusel/inventory.hpp"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -35,8 +36,28 @@ TEST(InventoryWithoutNvml, IsAReportedStateNotAnError) {
   EXPECT_FALSE(inventory.ok());
   EXPECT_EQ(inventory.status, InventoryStatus::library_not_found);
   EXPECT_TRUE(contains(inventory.reason, "/nonexistent/libnvidia-ml.so.1")) << inventory.reason;
-  EXPECT_TRUE(contains(inventory.reason, "no NVIDIA driver")) << inventory.reason;
   EXPECT_TRUE(inventory.gpus.empty());
+  // A path given on purpose that does not load says so, and why (dlerror), not that there is no driver.
+  EXPECT_TRUE(contains(inventory.reason, "could not be loaded: /nonexistent/libnvidia-ml.so.1: cannot open shared"))
+      << inventory.reason;
+  EXPECT_TRUE(contains(inventory.reason, "the library InventoryOptions::nvml_library names")) << inventory.reason;
+  EXPECT_FALSE(contains(inventory.reason, "no NVIDIA driver")) << inventory.reason;
+  ScopedEnvironment variable("GPUSEL_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1");
+  const gpusel::Inventory from_environment = gpusel::query_inventory();
+  EXPECT_TRUE(contains(from_environment.reason, "the library GPUSEL_NVML_LIBRARY names")) << from_environment.reason;
+  EXPECT_FALSE(contains(from_environment.reason, "no NVIDIA driver")) << from_environment.reason;
+}
+
+TEST(InventoryWithoutNvml, WithoutTheDefaultLibraryThereIsNoDriver) {
+  ScopedEnvironment unset("GPUSEL_NVML_LIBRARY", std::nullopt);
+  if (void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    dlclose(nvml);
+    GTEST_SKIP() << "this machine has NVML";
+  }
+  const gpusel::Inventory inventory = gpusel::query_inventory();
+  EXPECT_EQ(inventory.status, InventoryStatus::library_not_found);
+  EXPECT_TRUE(contains(inventory.reason, "NVML (libnvidia-ml.so.1) could not be loaded")) << inventory.reason;
+  EXPECT_TRUE(contains(inventory.reason, "no NVIDIA driver")) << inventory.reason;
 }
 
 TEST(InventoryWithoutNvml, CanBeDisabledThroughTheEnvironment) {
@@ -52,6 +73,8 @@ TEST(InventoryWithoutNvml, ALibraryThatIsNotNvmlIsUnusable) {
   const gpusel::Inventory inventory = gpusel::query_inventory(options);
   EXPECT_EQ(inventory.status, InventoryStatus::library_unusable);
   EXPECT_TRUE(contains(inventory.reason, "lacks nvmlInit_v2")) << inventory.reason;
+  EXPECT_TRUE(contains(inventory.reason, "libm.so.6 is not an NVML library")) << inventory.reason;
+  EXPECT_FALSE(contains(inventory.reason, "too old")) << inventory.reason;
 }
 
 TEST(InventoryWithoutNvml, AFailedInitSaysWhy) {

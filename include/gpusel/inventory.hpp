@@ -183,6 +183,14 @@ inline PciAddress pci_address(std::string_view text) {
   return address;
 }
 
+// Who chose the NVML library: "InventoryOptions::nvml_library", "GPUSEL_NVML_LIBRARY", or nullptr for the default.
+inline const char* nvml_library_chooser(const InventoryOptions& options) {
+  if (!options.nvml_library.empty()) return "InventoryOptions::nvml_library";
+  if (auto variable = environment_variable("GPUSEL_NVML_LIBRARY"); variable && !variable->empty())
+    return "GPUSEL_NVML_LIBRARY";
+  return nullptr;
+}
+
 inline std::string nvml_library_path(const InventoryOptions& options) {
   if (!options.nvml_library.empty()) return options.nvml_library;
   if (auto variable = environment_variable("GPUSEL_NVML_LIBRARY"); variable && !variable->empty()) return *variable;
@@ -317,7 +325,10 @@ inline Inventory query_inventory(const InventoryOptions& options) {
                        : load.status == detail::nvml::LoadStatus::unusable ? InventoryStatus::library_unusable
                                                                            : InventoryStatus::init_failed;
     inventory.reason = load.reason;
-    if (load.status == detail::nvml::LoadStatus::not_found)
+    // The default library missing means no driver; a library named on purpose failing says only that.
+    if (const char* chooser = detail::nvml_library_chooser(options))
+      inventory.reason += std::string(" (the library ") + chooser + " names)";
+    else if (load.status == detail::nvml::LoadStatus::not_found)
       inventory.reason += " (no NVIDIA driver is installed, or it is not exposed to this container)";
     return inventory;
   }

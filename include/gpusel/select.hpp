@@ -314,7 +314,7 @@ inline std::vector<Candidate> use_free_gpus(const PickCriteria& criteria = {}) {
     throw Error(
         "gpusel::use_free_gpus: CUDA has already started in this process, so choosing its GPUs now would have "
         "no effect (" +
-        detail::describe_variable("CUDA_VISIBLE_DEVICES") + " stays in force); call it before the first CUDA call");
+        detail::variable_in_force("CUDA_VISIBLE_DEVICES") + "); call it before the first CUDA call");
   std::vector<Candidate> picked = pick(criteria);
   std::vector<std::string> uuids;
   uuids.reserve(picked.size());

@@ -202,12 +202,18 @@ inline std::string describe_gpu(int physical, const Gpu& gpu) {
 
 namespace detail {
 
+// "CUDA_VISIBLE_DEVICES=1 stays in force", "CUDA_VISIBLE_DEVICES stays unset": what a change made too late leaves.
+inline std::string variable_in_force(const char* name) {
+  if (!environment_variable(name)) return std::string(name) + " stays unset";
+  return describe_variable(name) + " stays in force";
+}
+
 inline void set_visible_value(const std::string& call, const std::string& value, std::size_t tokens) {
   if (cuda_driver_initialized())
     throw Error(call +
                 ": CUDA has already started in this process (the driver is initialized), so CUDA_VISIBLE_DEVICES=" +
-                value + " would have no effect here (" + describe_variable("CUDA_VISIBLE_DEVICES") +
-                " stays in force); call it before the first CUDA call, or set the variable in the environment "
+                value + " would have no effect here (" + variable_in_force("CUDA_VISIBLE_DEVICES") +
+                "); call it before the first CUDA call, or set the variable in the environment "
                 "that starts the process");
   const DeviceMap map = visible_devices();
   if (map.known()) {

@@ -129,7 +129,13 @@ inline LoadResult load(const std::string& path) {
   else if (!bind(handle, "nvmlDeviceGetMemoryInfo", library->memory_info))
     missing = "nvmlDeviceGetMemoryInfo";
   if (missing != nullptr) {
+    // A library with neither of NVML's first two entry points is some other library, not an old NVML.
+    const bool not_nvml =
+        library->init == nullptr && library->error_string == nullptr && dlsym(handle, "nvmlErrorString") == nullptr;
     dlclose(handle);
+    if (not_nvml)
+      return {nullptr, LoadStatus::unusable,
+              "NVML (" + path + ") lacks nvmlInit_v2 and nvmlErrorString: " + path + " is not an NVML library"};
     return {nullptr, LoadStatus::unusable, "NVML (" + path + ") lacks " + missing + ": the driver is too old"};
   }
   bind(handle, "nvmlDeviceGetUtilizationRates", library->utilization);
