@@ -4,15 +4,32 @@
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "fake_nvml_machine.hpp"
 #include "text_checks.hpp"
+
+// A setuid program cannot be run by a test, so this binary stands in for glibc's
+// secure_getenv (which answers nullptr for every variable when the process runs
+// with AT_SECURE, as a setuid one does): while `simulate_secure_execution`, it
+// answers as glibc would there; otherwise it asks glibc.
+namespace {
+bool simulate_secure_execution = false;
+}  // namespace
+extern "C" char* secure_getenv(const char* name) noexcept {
+  if (simulate_secure_execution) return nullptr;
+  using Real = char* (*)(const char*);
+  static const auto real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "secure_getenv"));
+  return real(name);
+}
 
 namespace {
 
@@ -58,6 +75,17 @@ TEST(InventoryWithoutNvml, WithoutTheDefaultLibraryThereIsNoDriver) {
   EXPECT_EQ(inventory.status, InventoryStatus::library_not_found);
   EXPECT_TRUE(contains(inventory.reason, "NVML (libnvidia-ml.so.1) could not be loaded")) << inventory.reason;
   EXPECT_TRUE(contains(inventory.reason, "no NVIDIA driver")) << inventory.reason;
+}
+
+// GPUSEL_NVML_LIBRARY names code to load: a setuid program must not let its
+// caller choose it, so the variable is read with secure_getenv.
+TEST(InventoryWithoutNvml, ASetuidProcessIgnoresGpuselNvmlLibrary) {
+  ScopedEnvironment variable("GPUSEL_NVML_LIBRARY", "/tmp/not-nvml.so");
+  EXPECT_EQ(gpusel::detail::nvml_library_path({}), "/tmp/not-nvml.so") << "an ordinary process reads it";
+  simulate_secure_execution = true;
+  const std::string secure = gpusel::detail::nvml_library_path({});
+  simulate_secure_execution = false;
+  EXPECT_EQ(secure, "libnvidia-ml.so.1") << "a setuid process loads only the default NVML";
 }
 
 TEST(InventoryWithoutNvml, CanBeDisabledThroughTheEnvironment) {
@@ -215,6 +243,37 @@ TEST(Inventory, DoesNotBelieveImpossibleReadings) {
   EXPECT_EQ(full.impossible_readings, "") << "100% and a full GPU are possible";
   EXPECT_EQ(full.utilization_percent, 100);
   EXPECT_EQ(full.memory_free_bytes, 0u);
+}
+
+// The test machine's file is made where no one else can plant a symlink: it
+// once went to /tmp/gpusel_fake_nvml_<pid>_<n>.txt, through a writer that
+// follows symlinks, so another user could make tests overwrite any file of theirs.
+TEST(FakeNvmlMachine, WritesItsFileInAPrivateDirectoryAndFollowsNoSymlink) {
+  char directory[] = "/tmp/gpusel_victim_XXXXXX";
+  ASSERT_NE(mkdtemp(directory), nullptr);
+  const std::string victim = std::string(directory) + "/victim";
+  std::ofstream(victim) << "precious\n";
+  std::vector<std::string> planted;  // every name the old scheme would have used soon
+  for (int n = 0; n < 256; ++n) {
+    planted.push_back("/tmp/gpusel_fake_nvml_" + std::to_string(getpid()) + "_" + std::to_string(n) + ".txt");
+    if (symlink(victim.c_str(), planted.back().c_str()) != 0) planted.pop_back();
+  }
+  {
+    FakeNvmlMachine machine("gpu\n");
+    machine.rewrite("gpu\ngpu\n");
+    struct stat parent {};
+    const std::string path = machine.path();
+    ASSERT_EQ(stat(path.substr(0, path.rfind('/')).c_str(), &parent), 0) << path;
+    EXPECT_EQ(parent.st_mode & 0777, 0700u) << path << " is not in a private directory";
+    EXPECT_EQ(parent.st_uid, geteuid());
+    EXPECT_EQ(gpusel::query_inventory().gpus.size(), 2u);
+  }
+  std::ifstream in(victim);
+  const std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const std::string& link : planted) std::remove(link.c_str());
+  std::remove(victim.c_str());
+  rmdir(directory);
+  EXPECT_EQ(content, "precious\n") << "the test wrote through a planted symlink";
 }
 
 // --- CUDA's physical order (Note [CUDA's physical order]) ----------------------------

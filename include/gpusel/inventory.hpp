@@ -8,7 +8,8 @@
 // NVML (libnvidia-ml.so.1, part of the driver) is loaded with dlopen, so
 // programs do not link against the driver. Which library: the `nvml_library`
 // option, else the environment variable GPUSEL_NVML_LIBRARY (a path, or "none"
-// to act as if there were no NVML), else libnvidia-ml.so.1.
+// to act as if there were no NVML; ignored by a setuid program, read with
+// secure_getenv), else libnvidia-ml.so.1.
 // This header includes no CUDA header and makes no CUDA call.
 #pragma once
 
@@ -186,14 +187,15 @@ inline PciAddress pci_address(std::string_view text) {
 // Who chose the NVML library: "InventoryOptions::nvml_library", "GPUSEL_NVML_LIBRARY", or nullptr for the default.
 inline const char* nvml_library_chooser(const InventoryOptions& options) {
   if (!options.nvml_library.empty()) return "InventoryOptions::nvml_library";
-  if (auto variable = environment_variable("GPUSEL_NVML_LIBRARY"); variable && !variable->empty())
+  if (auto variable = secure_environment_variable("GPUSEL_NVML_LIBRARY"); variable && !variable->empty())
     return "GPUSEL_NVML_LIBRARY";
   return nullptr;
 }
 
 inline std::string nvml_library_path(const InventoryOptions& options) {
   if (!options.nvml_library.empty()) return options.nvml_library;
-  if (auto variable = environment_variable("GPUSEL_NVML_LIBRARY"); variable && !variable->empty()) return *variable;
+  if (auto variable = secure_environment_variable("GPUSEL_NVML_LIBRARY"); variable && !variable->empty())
+    return *variable;
   return "libnvidia-ml.so.1";
 }
 
