@@ -626,6 +626,7 @@ int run_version(const Arguments&) {
   return kExitOk;
 }
 
+#ifndef GPUSEL_COMMAND_NO_MAIN  // tests/fuzz/arguments_fuzz.cpp includes this file for parse_arguments
 // `status`, once what was written to stdout is out: a write that failed (stdout
 // closed, a full disk) is an error of its own, kExitWriteFailed, whatever the command did.
 int flush_output(int status) {
@@ -663,10 +664,11 @@ int run_command_line(const std::vector<std::string>& words) {
   if (arguments.json) print_error_json("internal", internal, kExitInternalError);
   return kExitInternalError;
 }
+#endif
 
 }  // namespace
 
-#ifndef GPUSEL_COMMAND_NO_MAIN  // tests/fuzz/arguments_fuzz.cpp includes this file for parse_arguments
+#ifndef GPUSEL_COMMAND_NO_MAIN
 int main(int argc, char** argv) {
   return flush_output(run_command_line(std::vector<std::string>(argv + 1, argv + argc)));
 }
