@@ -4,17 +4,23 @@
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "fake_nvml_machine.hpp"
+#include "gpusel/visibility.hpp"
 #include "text_checks.hpp"
 
 // A setuid program cannot be run by a test, so this binary stands in for glibc's
@@ -274,6 +280,75 @@ TEST(FakeNvmlMachine, WritesItsFileInAPrivateDirectoryAndFollowsNoSymlink) {
   std::remove(victim.c_str());
   rmdir(directory);
   EXPECT_EQ(content, "precious\n") << "the test wrote through a planted symlink";
+}
+
+// --- fork (Note [Loading NVML without a lock]) -----------------------------------------
+
+// How `child` ended within `deadline`: its exit status, or -1 (killed) when it hung.
+int exit_status_within(pid_t child, std::chrono::seconds deadline) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  int status = 0;
+  while (waitpid(child, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > until) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A process forks workers while another thread loads NVML for the first time
+// (nvmlInit takes hundreds of ms): each child must still read the GPUs, and
+// count them as device_count() does before CUDA starts. The loader once held
+// its lock across dlopen and nvmlInit, and the children waited for it forever.
+TEST(InventoryFork, AChildForkedDuringTheFirstLoadStillReadsTheGpus) {
+  FakeNvmlMachine machine("init_delay_ms 300\ngpu\ngpu\n");
+  for (int round = 0; round < 3; ++round) {
+    // A spelling of the fake's path not loaded before, so this round's load is a first one.
+    gpusel::InventoryOptions options;
+    options.nvml_library = FakeNvmlMachine::library();
+    for (int dots = 0; dots < round + 2; ++dots) options.nvml_library.insert(options.nvml_library.rfind('/'), "/.");
+    std::thread loader([&options] { EXPECT_TRUE(gpusel::query_inventory(options).ok()); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the loader is inside nvmlInit now
+    const pid_t child = fork();
+    if (child == 0) {
+      const gpusel::Inventory inventory = gpusel::query_inventory(options);
+      const std::optional<int> count = gpusel::detail::count_devices_without_cuda(12000);
+      _exit(inventory.ok() && inventory.gpus.size() == 2 && count == 2 ? 0 : 1);
+    }
+    ASSERT_GT(child, 0);
+    loader.join();
+    const int status = exit_status_within(child, std::chrono::seconds(5));
+    ASSERT_NE(status, -1) << "round " << round << ": the child hung (a lock held across the fork)";
+    EXPECT_EQ(status, 0) << "round " << round << ": the child could not read the GPUs";
+  }
+}
+
+// Forks in a loop while another thread queries all the time: a child must never
+// inherit a lock held, neither gpusel's nor the fake NVML's own (the fake takes
+// its lock in a pthread_atfork handler, so fork() waits until it is free).
+TEST(InventoryFork, ChildrenForkedWhileAnotherThreadQueriesNeverHang) {
+  FakeNvmlMachine machine("gpu\ngpu\ngpu\n");
+  ASSERT_TRUE(gpusel::query_inventory().ok());
+  std::atomic<bool> stop{false};
+  std::thread querier([&stop] {
+    while (!stop.load()) (void)gpusel::query_inventory(gpusel::InventoryOptions::with_usage());
+  });
+  int hung = 0, failed = 0;
+  for (int round = 0; round < 20 && hung == 0; ++round) {
+    const pid_t child = fork();
+    if (child == 0) _exit(gpusel::query_inventory().gpus.size() == 3 ? 0 : 1);
+    if (child < 0) break;
+    const int status = exit_status_within(child, std::chrono::seconds(5));
+    hung += status == -1;
+    failed += status > 0;
+  }
+  stop = true;
+  querier.join();
+  EXPECT_EQ(hung, 0) << "a child hung";
+  EXPECT_EQ(failed, 0) << "a child could not read the GPUs";
 }
 
 // --- CUDA's physical order (Note [CUDA's physical order]) ----------------------------

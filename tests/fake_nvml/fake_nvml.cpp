@@ -14,6 +14,8 @@
 //                                 # stays loaded, as the real nvmlInit loads the driver library
 //                                 # (measured on the H200, driver 580); none by default
 //   init_error 9                  # nvmlInit_v2 fails with this NVML status (9: driver not loaded)
+//   init_delay_ms 200             # nvmlInit_v2 takes this long, as the real one takes hundreds of ms
+//                                 # (spent outside the fake's lock, so other threads' calls go on)
 //   unterminated_strings          # the string queries fill the whole buffer, with no terminating NUL
 //                                 # (the text, then 'x' up to the buffer's length), as a broken NVML may
 //   gpu name="NVIDIA H200" uuid=GPU-... pci=00000000:17:00.0 memory_mib=143771 used_mib=1024
@@ -27,7 +29,9 @@
 // 00000000:(0x10+N):00.0, name to "NVIDIA H200", memory_mib to 143771, cc to 9.0.
 // A line that does not parse makes nvmlInit_v2 fail with NVML_ERROR_UNKNOWN (999).
 #include <dlfcn.h>
+#include <pthread.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +40,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -73,12 +78,20 @@ struct Machine {
   int cuda_driver = 13000;
   std::string libcuda;
   int init_error = kSuccess;
+  int init_delay_ms = 0;
   bool unterminated_strings = false;
   std::vector<Gpu> gpus;
 };
 
+// Every call holds `mutex` while it reads or answers from `machine`. A fork while
+// another thread holds it would leave it locked forever in the child, so fork
+// takes it first and both sides release it (the handlers below); no call holds
+// it across a wait of its own (nvmlInit's delay, its dlopen).
 std::mutex mutex;
 Machine machine;
+
+[[maybe_unused]] const int fork_handlers =
+    pthread_atfork([] { mutex.lock(); }, [] { mutex.unlock(); }, [] { mutex.unlock(); });
 
 // Splits a line into words, keeping "quoted text" (without the quotes) as one.
 std::vector<std::string> words(const std::string& line) {
@@ -127,6 +140,8 @@ bool read_machine(Machine& result) {
         result.libcuda = parts[1];
       else if (parts[0] == "init_error" && parts.size() == 2)
         result.init_error = std::stoi(parts[1]);
+      else if (parts[0] == "init_delay_ms" && parts.size() == 2)
+        result.init_delay_ms = std::stoi(parts[1]);
       else if (parts[0] == "unterminated_strings" && parts.size() == 1)
         result.unterminated_strings = true;
       else if (parts[0] == "gpu") {
@@ -235,11 +250,19 @@ struct ProcessInfo {
 }  // namespace
 
 extern "C" int nvmlInit_v2() {
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!read_machine(machine)) return kErrorUnknown;
+  std::string libcuda;
+  int delay_ms = 0, status = kSuccess;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!read_machine(machine)) return kErrorUnknown;
+    libcuda = machine.libcuda;
+    delay_ms = machine.init_delay_ms;
+    status = machine.init_error;
+  }
+  if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   // Loaded and never closed, not initialized: what the real nvmlInit leaves behind.
-  if (!machine.libcuda.empty()) (void)dlopen(machine.libcuda.c_str(), RTLD_NOW | RTLD_LOCAL);
-  return machine.init_error;
+  if (!libcuda.empty()) (void)dlopen(libcuda.c_str(), RTLD_NOW | RTLD_LOCAL);
+  return status;
 }
 
 extern "C" const char* nvmlErrorString(int status) {
