@@ -2,16 +2,40 @@
 // the fake NVML in tests/fake_nvml. A pure test: no CUDA runtime is linked.
 #include "gpusel/inventory.hpp"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "fake_nvml_machine.hpp"
+#include "gpusel/visibility.hpp"
 #include "text_checks.hpp"
+
+// A setuid program cannot be run by a test, so this binary stands in for glibc's
+// secure_getenv (which answers nullptr for every variable when the process runs
+// with AT_SECURE, as a setuid one does): while `simulate_secure_execution`, it
+// answers as glibc would there; otherwise it asks glibc.
+namespace {
+bool simulate_secure_execution = false;
+}  // namespace
+extern "C" char* secure_getenv(const char* name) noexcept {
+  if (simulate_secure_execution) return nullptr;
+  using Real = char* (*)(const char*);
+  static const auto real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "secure_getenv"));
+  return real(name);
+}
 
 namespace {
 
@@ -35,8 +59,39 @@ TEST(InventoryWithoutNvml, IsAReportedStateNotAnError) {
   EXPECT_FALSE(inventory.ok());
   EXPECT_EQ(inventory.status, InventoryStatus::library_not_found);
   EXPECT_TRUE(contains(inventory.reason, "/nonexistent/libnvidia-ml.so.1")) << inventory.reason;
-  EXPECT_TRUE(contains(inventory.reason, "no NVIDIA driver")) << inventory.reason;
   EXPECT_TRUE(inventory.gpus.empty());
+  // A path given on purpose that does not load says so, and why (dlerror), not that there is no driver.
+  EXPECT_TRUE(contains(inventory.reason, "could not be loaded: /nonexistent/libnvidia-ml.so.1: cannot open shared"))
+      << inventory.reason;
+  EXPECT_TRUE(contains(inventory.reason, "the library InventoryOptions::nvml_library names")) << inventory.reason;
+  EXPECT_FALSE(contains(inventory.reason, "no NVIDIA driver")) << inventory.reason;
+  ScopedEnvironment variable("GPUSEL_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1");
+  const gpusel::Inventory from_environment = gpusel::query_inventory();
+  EXPECT_TRUE(contains(from_environment.reason, "the library GPUSEL_NVML_LIBRARY names")) << from_environment.reason;
+  EXPECT_FALSE(contains(from_environment.reason, "no NVIDIA driver")) << from_environment.reason;
+}
+
+TEST(InventoryWithoutNvml, WithoutTheDefaultLibraryThereIsNoDriver) {
+  ScopedEnvironment unset("GPUSEL_NVML_LIBRARY", std::nullopt);
+  if (void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    dlclose(nvml);
+    GTEST_SKIP() << "this machine has NVML";
+  }
+  const gpusel::Inventory inventory = gpusel::query_inventory();
+  EXPECT_EQ(inventory.status, InventoryStatus::library_not_found);
+  EXPECT_TRUE(contains(inventory.reason, "NVML (libnvidia-ml.so.1) could not be loaded")) << inventory.reason;
+  EXPECT_TRUE(contains(inventory.reason, "no NVIDIA driver")) << inventory.reason;
+}
+
+// GPUSEL_NVML_LIBRARY names code to load: a setuid program must not let its
+// caller choose it, so the variable is read with secure_getenv.
+TEST(InventoryWithoutNvml, ASetuidProcessIgnoresGpuselNvmlLibrary) {
+  ScopedEnvironment variable("GPUSEL_NVML_LIBRARY", "/tmp/not-nvml.so");
+  EXPECT_EQ(gpusel::detail::nvml_library_path({}), "/tmp/not-nvml.so") << "an ordinary process reads it";
+  simulate_secure_execution = true;
+  const std::string secure = gpusel::detail::nvml_library_path({});
+  simulate_secure_execution = false;
+  EXPECT_EQ(secure, "libnvidia-ml.so.1") << "a setuid process loads only the default NVML";
 }
 
 TEST(InventoryWithoutNvml, CanBeDisabledThroughTheEnvironment) {
@@ -52,6 +107,8 @@ TEST(InventoryWithoutNvml, ALibraryThatIsNotNvmlIsUnusable) {
   const gpusel::Inventory inventory = gpusel::query_inventory(options);
   EXPECT_EQ(inventory.status, InventoryStatus::library_unusable);
   EXPECT_TRUE(contains(inventory.reason, "lacks nvmlInit_v2")) << inventory.reason;
+  EXPECT_TRUE(contains(inventory.reason, "libm.so.6 is not an NVML library")) << inventory.reason;
+  EXPECT_FALSE(contains(inventory.reason, "too old")) << inventory.reason;
 }
 
 TEST(InventoryWithoutNvml, AFailedInitSaysWhy) {
@@ -141,6 +198,157 @@ TEST(Inventory, FindsGpusByUuidAndByPciBusIdInEitherSpelling) {
   EXPECT_EQ(inventory.find_pci_bus_id("0000:18:00.0"), &inventory.gpus[1]) << "CUDA's spelling of NVML's address";
   EXPECT_EQ(inventory.find_pci_bus_id("00000000:19:00.0"), nullptr);
   EXPECT_EQ(inventory.find_pci_bus_id("garbage"), nullptr);
+}
+
+// NVML's strings are meant to end in NUL; one that fills the whole buffer must
+// not be read past its end (ASan: stack-buffer-overflow), and the text stops
+// at the buffer's length (96 bytes: NVML_DEVICE_UUID_V2_BUFFER_SIZE).
+TEST(Inventory, ReadsStringsThatFillTheirBufferWithoutATerminator) {
+  FakeNvmlMachine machine("unterminated_strings\ndriver 580.159.04\ngpu uuid=GPU-f9ee9551 name=\"NVIDIA H200\"\n");
+  const gpusel::Inventory inventory = gpusel::query_inventory();
+  ASSERT_TRUE(inventory.ok()) << inventory.reason;
+  ASSERT_EQ(inventory.gpus.size(), 1u);
+  const auto padded = [](std::string text) {
+    text.resize(96, 'x');
+    return text;
+  };
+  EXPECT_EQ(inventory.gpus[0].uuid, padded("GPU-f9ee9551"));
+  EXPECT_EQ(inventory.gpus[0].name, padded("NVIDIA H200"));
+  EXPECT_EQ(inventory.driver_version, padded("580.159.04"));
+}
+
+// Readings that cannot be true are not believed: utilization above 100% (4294967295
+// once read as -1294967296%), more memory free or used than there is, and more
+// compute processes than gpusel reads (it would allocate room for them all).
+TEST(Inventory, DoesNotBelieveImpossibleReadings) {
+  FakeNvmlMachine machine(
+      "gpu utilization=4294967295 memory_utilization=12\n"
+      "gpu memory_mib=1024 used_mib=2048 utilization=101\n"
+      "gpu process_count=100000\n"
+      "gpu utilization=100 memory_mib=1024 used_mib=1024\n");
+  const gpusel::Inventory inventory = gpusel::query_inventory(gpusel::InventoryOptions::with_usage());
+  ASSERT_TRUE(inventory.ok()) << inventory.reason;
+  ASSERT_EQ(inventory.gpus.size(), 4u);
+  const gpusel::Gpu& huge_utilization = inventory.gpus[0];
+  EXPECT_EQ(huge_utilization.utilization_percent, std::nullopt);
+  EXPECT_EQ(huge_utilization.memory_utilization_percent, std::nullopt) << "one impossible sample taints both";
+  EXPECT_TRUE(contains(huge_utilization.impossible_readings, "4294967295% utilization"))
+      << huge_utilization.impossible_readings;
+  const gpusel::Gpu& overfull = inventory.gpus[1];
+  EXPECT_EQ(overfull.memory_free_bytes, std::nullopt) << "free > total";
+  EXPECT_EQ(overfull.memory_used_bytes, std::nullopt);
+  EXPECT_EQ(overfull.memory_total_bytes, std::nullopt);
+  EXPECT_EQ(overfull.utilization_percent, std::nullopt);
+  EXPECT_TRUE(contains(overfull.impossible_readings, "of 1.0 GiB total memory")) << overfull.impossible_readings;
+  EXPECT_TRUE(contains(overfull.impossible_readings, "101% utilization")) << overfull.impossible_readings;
+  const gpusel::Gpu& crowded = inventory.gpus[2];
+  EXPECT_EQ(crowded.processes, std::nullopt);
+  EXPECT_TRUE(contains(crowded.impossible_readings, "100000 compute processes")) << crowded.impossible_readings;
+  EXPECT_TRUE(contains(crowded.impossible_readings, std::to_string(gpusel::detail::kMaxComputeProcesses)));
+  const gpusel::Gpu& full = inventory.gpus[3];
+  EXPECT_EQ(full.impossible_readings, "") << "100% and a full GPU are possible";
+  EXPECT_EQ(full.utilization_percent, 100);
+  EXPECT_EQ(full.memory_free_bytes, 0u);
+}
+
+// The test machine's file is made where no one else can plant a symlink: it
+// once went to /tmp/gpusel_fake_nvml_<pid>_<n>.txt, through a writer that
+// follows symlinks, so another user could make tests overwrite any file of theirs.
+TEST(FakeNvmlMachine, WritesItsFileInAPrivateDirectoryAndFollowsNoSymlink) {
+  char directory[] = "/tmp/gpusel_victim_XXXXXX";
+  ASSERT_NE(mkdtemp(directory), nullptr);
+  const std::string victim = std::string(directory) + "/victim";
+  std::ofstream(victim) << "precious\n";
+  std::vector<std::string> planted;  // every name the old scheme would have used soon
+  for (int n = 0; n < 256; ++n) {
+    planted.push_back("/tmp/gpusel_fake_nvml_" + std::to_string(getpid()) + "_" + std::to_string(n) + ".txt");
+    if (symlink(victim.c_str(), planted.back().c_str()) != 0) planted.pop_back();
+  }
+  {
+    FakeNvmlMachine machine("gpu\n");
+    machine.rewrite("gpu\ngpu\n");
+    struct stat parent {};
+    const std::string path = machine.path();
+    ASSERT_EQ(stat(path.substr(0, path.rfind('/')).c_str(), &parent), 0) << path;
+    EXPECT_EQ(parent.st_mode & 0777, 0700u) << path << " is not in a private directory";
+    EXPECT_EQ(parent.st_uid, geteuid());
+    EXPECT_EQ(gpusel::query_inventory().gpus.size(), 2u);
+  }
+  std::ifstream in(victim);
+  const std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const std::string& link : planted) std::remove(link.c_str());
+  std::remove(victim.c_str());
+  rmdir(directory);
+  EXPECT_EQ(content, "precious\n") << "the test wrote through a planted symlink";
+}
+
+// --- fork (Note [Loading NVML without a lock]) -----------------------------------------
+
+// How `child` ended within `deadline`: its exit status, or -1 (killed) when it hung.
+int exit_status_within(pid_t child, std::chrono::seconds deadline) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  int status = 0;
+  while (waitpid(child, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > until) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A process forks workers while another thread loads NVML for the first time
+// (nvmlInit takes hundreds of ms): each child must still read the GPUs, and
+// count them as device_count() does before CUDA starts. The loader once held
+// its lock across dlopen and nvmlInit, and the children waited for it forever.
+TEST(InventoryFork, AChildForkedDuringTheFirstLoadStillReadsTheGpus) {
+  FakeNvmlMachine machine("init_delay_ms 300\ngpu\ngpu\n");
+  for (int round = 0; round < 3; ++round) {
+    // A spelling of the fake's path not loaded before, so this round's load is a first one.
+    gpusel::InventoryOptions options;
+    options.nvml_library = FakeNvmlMachine::library();
+    for (int dots = 0; dots < round + 2; ++dots) options.nvml_library.insert(options.nvml_library.rfind('/'), "/.");
+    std::thread loader([&options] { EXPECT_TRUE(gpusel::query_inventory(options).ok()); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the loader is inside nvmlInit now
+    const pid_t child = fork();
+    if (child == 0) {
+      const gpusel::Inventory inventory = gpusel::query_inventory(options);
+      const std::optional<int> count = gpusel::detail::count_devices_without_cuda(12000);
+      _exit(inventory.ok() && inventory.gpus.size() == 2 && count == 2 ? 0 : 1);
+    }
+    ASSERT_GT(child, 0);
+    loader.join();
+    const int status = exit_status_within(child, std::chrono::seconds(5));
+    ASSERT_NE(status, -1) << "round " << round << ": the child hung (a lock held across the fork)";
+    EXPECT_EQ(status, 0) << "round " << round << ": the child could not read the GPUs";
+  }
+}
+
+// Forks in a loop while another thread queries all the time: a child must never
+// inherit a lock held, neither gpusel's nor the fake NVML's own (the fake takes
+// its lock in a pthread_atfork handler, so fork() waits until it is free).
+TEST(InventoryFork, ChildrenForkedWhileAnotherThreadQueriesNeverHang) {
+  FakeNvmlMachine machine("gpu\ngpu\ngpu\n");
+  ASSERT_TRUE(gpusel::query_inventory().ok());
+  std::atomic<bool> stop{false};
+  std::thread querier([&stop] {
+    while (!stop.load()) (void)gpusel::query_inventory(gpusel::InventoryOptions::with_usage());
+  });
+  int hung = 0, failed = 0;
+  for (int round = 0; round < 20 && hung == 0; ++round) {
+    const pid_t child = fork();
+    if (child == 0) _exit(gpusel::query_inventory().gpus.size() == 3 ? 0 : 1);
+    if (child < 0) break;
+    const int status = exit_status_within(child, std::chrono::seconds(5));
+    hung += status == -1;
+    failed += status > 0;
+  }
+  stop = true;
+  querier.join();
+  EXPECT_EQ(hung, 0) << "a child hung";
+  EXPECT_EQ(failed, 0) << "a child could not read the GPUs";
 }
 
 // --- CUDA's physical order (Note [CUDA's physical order]) ----------------------------

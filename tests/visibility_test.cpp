@@ -10,6 +10,7 @@
 
 #include "fake_nvml_machine.hpp"
 #include "gpusel/runtime.hpp"
+#include "gpusel/select.hpp"
 #include "gpusel_test.hpp"
 #include "text_checks.hpp"
 
@@ -48,7 +49,9 @@ TEST(VisibilityWithoutNvml, ExplainSaysTheGpusAreUnknownAndStillReadsTheVariable
   const std::string text = gpusel::explain(map);
   EXPECT_TRUE(contains(text, "CUDA_VISIBLE_DEVICES=1,x")) << text;
   EXPECT_TRUE(contains(text, "The physical GPUs are unknown")) << text;
-  EXPECT_TRUE(contains(text, "no NVIDIA driver is installed")) << text;
+  EXPECT_TRUE(contains(text, "could not be loaded")) << text;
+  EXPECT_TRUE(contains(text, "(the library GPUSEL_NVML_LIBRARY names)")) << "a path given, not a missing driver:\n"
+                                                                         << text;
   EXPECT_TRUE(contains(text, "\"x\"")) << "every token is listed:\n" << text;
 }
 
@@ -329,6 +332,17 @@ TEST(VisibilityEmulated, SetVisibleDevicesAfterCudaStartedThrowsAndChangesNothin
   }
   EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "1");
   EXPECT_TRUE(contains(gpusel::explain(), "CUDA has started in this process"));
+}
+
+TEST(VisibilityEmulated, SetVisibleDevicesAfterCudaStartedSaysTheUnsetVariableStaysUnset) {
+  gpusel_emulated::reset(gpusel_emulated::devices(2));
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  gpusel::set_device(0);
+  const std::string message = gpusel_test::error_from([] { gpusel::set_visible_devices({1}); });
+  EXPECT_TRUE(contains(message, "would have no effect here (CUDA_VISIBLE_DEVICES stays unset)")) << message;
+  EXPECT_FALSE(contains(message, "is unset stays")) << message;
+  const std::string picking = gpusel_test::error_from([] { (void)gpusel::use_free_gpus(); });
+  EXPECT_TRUE(contains(picking, "(CUDA_VISIBLE_DEVICES stays unset)")) << picking;
 }
 
 TEST(VisibilityEmulated, NoDriverMeansCudaNeverStarts) {

@@ -15,6 +15,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <gpusel/text.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -22,6 +23,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <iomanip>
@@ -48,6 +50,7 @@ constexpr int kExitUsage = 2;
 constexpr int kExitNoDriver = 3;
 constexpr int kExitNvmlFailed = 4;
 constexpr int kExitInternalError = 5;
+constexpr int kExitWriteFailed = 6;
 // run's own failures, as env(1) and timeout(1) give them, so they cannot be taken for the command's.
 constexpr int kExitRunFailed = 125;
 constexpr int kExitCannotRun = 126;
@@ -72,7 +75,8 @@ Commands (none of them starts CUDA or creates a context on any GPU):
   version   gpusel's version (also --version)
 
 Options:
-  --json                 machine-readable output (list, explain, pick)
+  --json                 machine-readable output (list, explain, pick): always
+                         one JSON document, valid UTF-8, errors included
 
 Options of pick and run (by default: 1 GPU, no other user's compute process
 on it, no other job's lease, most free memory first, among the GPUs
@@ -118,6 +122,7 @@ Exit status:
   3  no NVIDIA driver: NVML could not be loaded (explain still prints what it can)
   4  NVML failed while reading the GPUs
   5  internal error: a bug in gpusel (the message says what failed; please report it)
+  6  the output could not be written (stdout closed, full or broken)
 run exits with the command's status, or with its own:
   125  nothing fits (each GPU and why, on stderr), or gpusel failed: the command was not started
   126  the command cannot be run
@@ -476,6 +481,11 @@ void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_in
   optional_value(json, "memory_free_bytes", gpu.memory_free_bytes);
   optional_value(json, "memory_reserved_bytes", gpu.memory_reserved_bytes);
   optional_value(json, "utilization_percent", gpu.utilization_percent);
+  json.key("impossible_readings");
+  if (gpu.impossible_readings.empty())
+    json.null();
+  else
+    json.value(gpu.impossible_readings);
   json.key("processes");
   if (!gpu.processes) {
     json.null();
@@ -487,6 +497,7 @@ void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_in
     json.key("pid").value(process.pid);
     json.key("user").value(process.user);
     json.key("command").value(process.command);
+    json.key("command_hex").value(gpusel::hex_bytes(process.command));  // exact: the kernel may cut UTF-8
     optional_value(json, "used_memory_bytes", process.used_memory_bytes);
     json.end_object();
   }
@@ -499,12 +510,30 @@ int no_gpus_status(const gpusel::Inventory& inventory) {
   return inventory.status == gpusel::InventoryStatus::query_failed ? kExitNvmlFailed : kExitNoDriver;
 }
 
-// Says why no GPU can be seen; returns the exit status.
-int report_no_gpus(const gpusel::DeviceMap& map) {
+// A failure as the JSON document of a --json run: every --json run prints one,
+// errors included. `error` is "usage", "no_driver", "nvml_failed" or "internal".
+void print_error_json(std::string_view error, const std::string& reason, int status) {
+  JsonWriter json;
+  json.begin_object();
+  json.key("ok").value(false);
+  json.key("error").value(error);
+  json.key("reason").value(reason);
+  json.key("exit_status").value(status);
+  json.end_object();
+  std::cout << json.str();
+}
+
+// Says why no GPU can be seen (on stderr, and as JSON on stdout for --json); returns the exit status.
+int report_no_gpus(const gpusel::DeviceMap& map, bool json) {
+  if (json)
+    print_error_json(map.inventory.status == gpusel::InventoryStatus::query_failed ? "nvml_failed" : "no_driver",
+                     map.inventory.reason, no_gpus_status(map.inventory));
   if (map.inventory.status == gpusel::InventoryStatus::query_failed)
-    std::cerr << "gpusel: NVML failed while reading the GPUs: " << map.inventory.reason << "\n";
+    std::cerr << "gpusel: NVML failed while reading the GPUs: " << gpusel::escape_for_terminal(map.inventory.reason)
+              << "\n";
   else
-    std::cerr << "gpusel: no NVIDIA driver to ask, so no GPU can be seen: " << map.inventory.reason << "\n";
+    std::cerr << "gpusel: no NVIDIA driver to ask, so no GPU can be seen: "
+              << gpusel::escape_for_terminal(map.inventory.reason) << "\n";
   return no_gpus_status(map.inventory);
 }
 
@@ -527,7 +556,7 @@ void print_list_json(const gpusel::DeviceMap& map) {
 
 int run_list(const Arguments& arguments) {
   const gpusel::DeviceMap map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
-  if (!map.known()) return report_no_gpus(map);
+  if (!map.known()) return report_no_gpus(map, arguments.json);
   if (arguments.json) {
     print_list_json(map);
     return kExitOk;
@@ -539,9 +568,11 @@ int run_list(const Arguments& arguments) {
     labels.push_back(logical ? "cuda:" + std::to_string(*logical) : "hidden");
     label_width = std::max(label_width, labels.back().size());
   }
+  // NVML's strings, escaped for the terminal (Note [Hostile text]) before their widths are measured.
+  const auto shown = [](const std::string& text) { return gpusel::escape_for_terminal(text); };
   for (const gpusel::Gpu& gpu : map.inventory.gpus) {
-    name_width = std::max(name_width, gpu.name.size());
-    uuid_width = std::max(uuid_width, gpu.uuid.size());
+    name_width = std::max(name_width, shown(gpu.name).size());
+    uuid_width = std::max(uuid_width, shown(gpu.uuid).size());
   }
   const std::size_t index_width = std::max<std::size_t>(4, std::to_string(map.order.count()).size()) + 2;
   std::cout << Column{"CUDA", label_width + 2} << Column{"PHYS", index_width} << Column{"SMI", index_width - 1}
@@ -551,17 +582,20 @@ int run_list(const Arguments& arguments) {
     const gpusel::Gpu& gpu = *map.physical_device(physical);
     std::cout << Column{labels[static_cast<std::size_t>(physical)], label_width + 2}
               << Column{std::to_string(physical), index_width}
-              << Column{std::to_string(gpu.nvml_index), index_width - 1} << Column{gpu.name, name_width + 2}
-              << Column{gpu.uuid, uuid_width + 2} << Column{gpu.pci_bus_id, 18} << Column{memory(gpu), 24}
+              << Column{std::to_string(gpu.nvml_index), index_width - 1} << Column{shown(gpu.name), name_width + 2}
+              << Column{shown(gpu.uuid), uuid_width + 2} << Column{shown(gpu.pci_bus_id), 18} << Column{memory(gpu), 24}
               << Column{percent(gpu.utilization_percent), 6} << (gpu.mig_enabled ? "MIG mode; " : "")
               << (gpu.memory_reserved_bytes && *gpu.memory_reserved_bytes > 0
                       ? gpusel::format_memory_size(*gpu.memory_reserved_bytes) + " reserved by the driver; "
                       : std::string())
+              << (gpu.impossible_readings.empty() ? ""
+                                                  : "readings cannot be true: " + shown(gpu.impossible_readings) + "; ")
               << describe_processes(gpu) << "\n";
   }
   if (map.inventory.gpus.empty()) std::cout << "(NVML sees no GPU)\n";
   if (!map.visible.ok() && !map.inventory.gpus.empty())
-    std::cout << "No CUDA device is visible to this process: " << map.visible.reason() << "\n";
+    std::cout << "No CUDA device is visible to this process: " << gpusel::escape_for_terminal(map.visible.reason())
+              << "\n";
   if (!map.order.exact) std::cout << "Caution: " << map.order.caveat << ".\n";
   return kExitOk;
 }
@@ -570,6 +604,11 @@ void print_explain_json(const gpusel::DeviceMap& map) {
   JsonWriter json;
   json.begin_object();
   optional_value(json, "cuda_visible_devices", map.visible.variable());
+  json.key("cuda_visible_devices_hex");  // the exact bytes, where the text above had to replace some
+  if (map.visible.variable())
+    json.value(gpusel::hex_bytes(*map.visible.variable()));
+  else
+    json.null();
   optional_value(json, "cuda_device_order", map.visible.device_order());
   json.key("gpus_known").value(map.known());
   json.key("reason").value(map.inventory.reason);
@@ -587,6 +626,7 @@ void print_explain_json(const gpusel::DeviceMap& map) {
   for (const gpusel::VisibleToken& token : map.visible.tokens()) {
     json.begin_object();
     json.key("text").value(token.text);
+    json.key("text_hex").value(gpusel::hex_bytes(token.text));
     json.key("kept").value(token.kept());
     json.key("why").value(map.known() ? token.why(map.visible.physical_count()) : std::string("not checked"));
     json.end_object();
@@ -644,12 +684,13 @@ void print_pick_json(const Arguments& arguments, const gpusel::DeviceMap& map,
 
 int run_pick(const Arguments& arguments) {
   const gpusel::DeviceMap map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
-  if (!map.known()) return report_no_gpus(map);
+  if (!map.known()) return report_no_gpus(map, arguments.json);
   std::vector<gpusel::Candidate> assessed;
   try {
     assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user());
   } catch (const gpusel::Error& error) {  // criteria that make no sense here, e.g. an --exclude naming no GPU
-    std::cerr << "gpusel: " << error.what() << "\nTry 'gpusel help'.\n";
+    std::cerr << "gpusel: " << gpusel::escape_for_terminal(error.what()) << "\nTry 'gpusel help'.\n";
+    if (arguments.json) print_error_json("usage", error.what(), kExitUsage);
     return kExitUsage;
   }
   try {
@@ -815,13 +856,13 @@ int run_run(const Arguments& arguments) {
   while (true) {
     map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
     if (!map.known()) {
-      (void)report_no_gpus(map);
+      (void)report_no_gpus(map, false);
       return kExitRunFailed;
     }
     try {
       attempt = arguments.local_rank ? attempt_local_rank(arguments, map) : attempt_pick(arguments, map);
     } catch (const gpusel::Error& error) {
-      std::cerr << "gpusel: " << error.what() << "\n";
+      std::cerr << "gpusel: " << gpusel::escape_for_terminal(error.what()) << "\n";
       return kExitRunFailed;
     }
     if (attempt.failure.empty()) break;
@@ -851,8 +892,7 @@ int run_run(const Arguments& arguments) {
         (value.empty() ? "" : ",") +
         (arguments.print_uuids ? candidate.gpu.uuid : std::to_string(pci_bus_index(map, candidate.physical_index)));
   for (const gpusel::Candidate& candidate : attempt.chosen)
-    std::cerr << "gpusel: " << (attempt.lease.empty() ? "using " : "leased ")
-              << gpusel::detail::describe_candidate(candidate) << "\n";
+    std::cerr << "gpusel: " << (attempt.lease.empty() ? "using " : "leased ") << gpusel::describe(candidate) << "\n";
   std::cerr << "gpusel: running " << arguments.command_line[0] << " with CUDA_VISIBLE_DEVICES=" << value
             << (arguments.print_uuids ? "" : " CUDA_DEVICE_ORDER=PCI_BUS_ID") << "\n";
   if (setenv("CUDA_VISIBLE_DEVICES", value.c_str(), 1) != 0 ||
@@ -873,24 +913,50 @@ int run_version(const Arguments&) {
   return kExitOk;
 }
 
-}  // namespace
+#ifndef GPUSEL_COMMAND_NO_MAIN  // tests/fuzz/arguments_fuzz.cpp includes this file for parse_arguments
+// `status`, once what was written to stdout is out: a write that failed (stdout
+// closed, a full disk) is an error of its own, kExitWriteFailed, whatever the command did.
+int flush_output(int status) {
+  std::cout.flush();
+  const bool failed = !std::cout.good() || std::fflush(stdout) != 0 || std::ferror(stdout) != 0;
+  if (!failed) return status;
+  const int error = errno;  // set by the write that failed
+  std::cerr << "gpusel: cannot write the output" << (error != 0 ? std::string(": ") + std::strerror(error) : "")
+            << "\n";
+  return kExitWriteFailed;
+}
 
-int main(int argc, char** argv) {
+// The command, run: its exit status, errors included (they are said on stderr, and as JSON under --json).
+int run_command_line(const std::vector<std::string>& words) {
   Arguments arguments;
   try {
-    arguments = parse_arguments(std::vector<std::string>(argv + 1, argv + argc));
-  } catch (const UsageError& error) {
-    std::cerr << "gpusel: " << error.what() << "\nTry 'gpusel help'.\n";
+    arguments = parse_arguments(words);
+  } catch (const UsageError& error) {  // one line, quoting the arguments: escaped (Note [Hostile text])
+    std::cerr << "gpusel: " << gpusel::escape_for_terminal(error.what()) << "\nTry 'gpusel help'.\n";
+    // --json was asked for even if the line is wrong elsewhere: the caller reads stdout as JSON.
+    if (std::find(words.begin(), words.end(), "--json") != words.end())
+      print_error_json("usage", error.what(), kExitUsage);
     return kExitUsage;
   }
   // NVML failing is a state the commands report (3, 4); an exception here is a bug.
+  std::string internal;
   try {
     return arguments.command->run(arguments);
   } catch (const std::exception& error) {
-    std::cerr << "gpusel: internal error: " << error.what() << " (please report it)\n";
-    return kExitInternalError;
+    internal = error.what();
   } catch (...) {
-    std::cerr << "gpusel: internal error: an unknown exception (please report it)\n";
-    return kExitInternalError;
+    internal = "an unknown exception";
   }
+  std::cerr << "gpusel: internal error: " << gpusel::escape_for_terminal(internal) << " (please report it)\n";
+  if (arguments.json) print_error_json("internal", internal, kExitInternalError);
+  return kExitInternalError;
 }
+#endif
+
+}  // namespace
+
+#ifndef GPUSEL_COMMAND_NO_MAIN
+int main(int argc, char** argv) {
+  return flush_output(run_command_line(std::vector<std::string>(argv + 1, argv + argc)));
+}
+#endif

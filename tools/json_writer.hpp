@@ -10,14 +10,25 @@
 #include <string_view>
 #include <vector>
 
+#include "gpusel/text.hpp"
+
 namespace gpusel_tool {
 
-// `text` as a JSON string literal, quotes included. Control characters are
-// escaped; bytes >= 0x80 pass through (the text is UTF-8 or ASCII).
+// `text` as a JSON string literal, quotes included, always valid UTF-8 JSON:
+// control characters (C0, DEL and C1) are escaped as \u00XX, and each byte that
+// is not part of valid UTF-8 becomes U+FFFD (JSON carries text, not bytes: see
+// Note [Hostile text] in gpusel/text.hpp, and hex_bytes for the exact bytes).
 inline std::string json_string(std::string_view text) {
   std::string quoted = "\"";
-  for (const char c : text) {
-    switch (c) {
+  for (std::size_t at = 0; at < text.size();) {
+    std::uint32_t code_point = 0;
+    const std::size_t length = gpusel::utf8_sequence(text, at, code_point);
+    if (length == 0) {
+      quoted += "\xef\xbf\xbd";  // U+FFFD REPLACEMENT CHARACTER, in UTF-8
+      ++at;
+      continue;
+    }
+    switch (code_point) {
       case '"':
         quoted += "\\\"";
         break;
@@ -34,14 +45,15 @@ inline std::string json_string(std::string_view text) {
         quoted += "\\t";
         break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) {
+        if (code_point < 0x20 || (code_point >= 0x7f && code_point <= 0x9f)) {
           char escaped[8];
-          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(code_point));
           quoted += escaped;
         } else {
-          quoted += c;
+          quoted.append(text.substr(at, length));
         }
     }
+    at += length;
   }
   return quoted + "\"";
 }

@@ -8,7 +8,8 @@
 // NVML (libnvidia-ml.so.1, part of the driver) is loaded with dlopen, so
 // programs do not link against the driver. Which library: the `nvml_library`
 // option, else the environment variable GPUSEL_NVML_LIBRARY (a path, or "none"
-// to act as if there were no NVML), else libnvidia-ml.so.1.
+// to act as if there were no NVML; ignored by a setuid program, read with
+// secure_getenv), else libnvidia-ml.so.1.
 // This header includes no CUDA header and makes no CUDA call.
 #pragma once
 
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -27,6 +29,7 @@
 #include "gpusel/detail/environment.hpp"
 #include "gpusel/detail/nvml.hpp"
 #include "gpusel/error.hpp"
+#include "gpusel/memory_size.hpp"
 #include "gpusel/visible_devices.hpp"
 
 namespace gpusel {
@@ -59,6 +62,11 @@ struct Gpu {
   std::optional<int> utilization_percent;            // of time a kernel ran, over NVML's last sample period
   std::optional<int> memory_utilization_percent;     // of time memory was read or written
   std::optional<std::vector<GpuProcess>> processes;  // compute processes; nullopt when NVML could not list them
+  // Why NVML's usage readings of this GPU cannot be true, "" when they can: more
+  // than 100% utilization, more memory free or used than in total, more than
+  // 4096 compute processes (gpusel reads no more). Such readings are left unset,
+  // and pick rejects the GPU.
+  std::string impossible_readings;
 };
 
 enum class InventoryStatus {
@@ -179,10 +187,25 @@ inline PciAddress pci_address(std::string_view text) {
   return address;
 }
 
+// Who chose the NVML library: "InventoryOptions::nvml_library", "GPUSEL_NVML_LIBRARY", or nullptr for the default.
+inline const char* nvml_library_chooser(const InventoryOptions& options) {
+  if (!options.nvml_library.empty()) return "InventoryOptions::nvml_library";
+  if (auto variable = secure_environment_variable("GPUSEL_NVML_LIBRARY"); variable && !variable->empty())
+    return "GPUSEL_NVML_LIBRARY";
+  return nullptr;
+}
+
 inline std::string nvml_library_path(const InventoryOptions& options) {
   if (!options.nvml_library.empty()) return options.nvml_library;
-  if (auto variable = environment_variable("GPUSEL_NVML_LIBRARY"); variable && !variable->empty()) return *variable;
+  if (auto variable = secure_environment_variable("GPUSEL_NVML_LIBRARY"); variable && !variable->empty())
+    return *variable;
   return "libnvidia-ml.so.1";
+}
+
+// The text NVML wrote into `buffer`: up to its first NUL, and never past its
+// `size` bytes, for an NVML that fills the buffer without terminating it.
+inline std::string nvml_text(const char* buffer, std::size_t size) {
+  return std::string(buffer, strnlen(buffer, size));
 }
 
 // The first line of a small /proc file, "" when it cannot be read.
@@ -212,13 +235,30 @@ inline std::string process_user(unsigned int pid) {
   return {};
 }
 
-// The compute processes on `device`; nullopt when NVML cannot list them.
-inline std::optional<std::vector<GpuProcess>> read_processes(const nvml::Library& library, nvml::Device device) {
+// The most compute processes read per GPU: what an NVML reports decides how much
+// is allocated, and no GPU runs thousands (each needs a context of its own).
+inline constexpr unsigned int kMaxComputeProcesses = 4096;
+
+// Adds `why` to the GPU's impossible readings.
+inline void impossible_reading(Gpu& gpu, const std::string& why) {
+  gpu.impossible_readings += (gpu.impossible_readings.empty() ? "NVML reports " : "; ") + why;
+}
+
+// The compute processes on `device`; nullopt when NVML cannot list them, or
+// reports more than kMaxComputeProcesses (said in gpu.impossible_readings).
+inline std::optional<std::vector<GpuProcess>> read_processes(const nvml::Library& library, nvml::Device device,
+                                                             Gpu& gpu) {
   std::vector<nvml::ProcessInfo> infos;
   unsigned int count = 0;
   nvml::Return status = library.compute_processes(device, &count, nullptr);
   for (int attempt = 0; attempt < 4 && status == nvml::kErrorInsufficientSize; ++attempt) {
-    infos = std::vector<nvml::ProcessInfo>(count + 8u);  // processes may start between the two calls
+    if (count > kMaxComputeProcesses) {
+      impossible_reading(gpu, std::to_string(count) + " compute processes, more than the " +
+                                  std::to_string(kMaxComputeProcesses) + " gpusel reads");
+      return std::nullopt;
+    }
+    // Room for a few more: processes may start between the two calls.
+    infos = std::vector<nvml::ProcessInfo>(std::min(count + 8u, kMaxComputeProcesses));
     count = static_cast<unsigned int>(infos.size());
     status = library.compute_processes(device, &count, infos.data());
   }
@@ -239,22 +279,37 @@ inline void read_usage(const nvml::Library& library, nvml::Device device, Gpu& g
   nvml::MemoryV2 memory_v2{};
   memory_v2.version = nvml::kMemoryV2Version;
   nvml::Memory memory{};
+  const auto impossible_memory = [&gpu](std::uint64_t total, std::uint64_t used, std::uint64_t free) {
+    if (free <= total && used <= total) return false;
+    impossible_reading(gpu, format_memory_size(free) + " free and " + format_memory_size(used) + " used of " +
+                                format_memory_size(total) + " total memory");
+    return true;
+  };
   if (library.memory_info_v2 != nullptr && library.memory_info_v2(device, &memory_v2) == nvml::kSuccess) {
-    gpu.memory_total_bytes = memory_v2.total;  // `used` as nvidia-smi shows it, the reservation apart
-    gpu.memory_used_bytes = memory_v2.used;
-    gpu.memory_free_bytes = memory_v2.free;
-    gpu.memory_reserved_bytes = memory_v2.reserved;
+    if (!impossible_memory(memory_v2.total, memory_v2.used, memory_v2.free)) {
+      gpu.memory_total_bytes = memory_v2.total;  // `used` as nvidia-smi shows it, the reservation apart
+      gpu.memory_used_bytes = memory_v2.used;
+      gpu.memory_free_bytes = memory_v2.free;
+      gpu.memory_reserved_bytes = memory_v2.reserved;
+    }
   } else if (library.memory_info(device, &memory) == nvml::kSuccess) {
-    gpu.memory_total_bytes = memory.total;
-    gpu.memory_used_bytes = memory.used;
-    gpu.memory_free_bytes = memory.free;
+    if (!impossible_memory(memory.total, memory.used, memory.free)) {
+      gpu.memory_total_bytes = memory.total;
+      gpu.memory_used_bytes = memory.used;
+      gpu.memory_free_bytes = memory.free;
+    }
   }
   nvml::Utilization utilization{};
   if (library.utilization != nullptr && library.utilization(device, &utilization) == nvml::kSuccess) {
-    gpu.utilization_percent = static_cast<int>(utilization.gpu);
-    gpu.memory_utilization_percent = static_cast<int>(utilization.memory);
+    if (utilization.gpu > 100 || utilization.memory > 100) {
+      impossible_reading(gpu, std::to_string(utilization.gpu) + "% utilization and " +
+                                  std::to_string(utilization.memory) + "% memory utilization");
+    } else {
+      gpu.utilization_percent = static_cast<int>(utilization.gpu);
+      gpu.memory_utilization_percent = static_cast<int>(utilization.memory);
+    }
   }
-  if (library.compute_processes != nullptr) gpu.processes = read_processes(library, device);
+  if (library.compute_processes != nullptr) gpu.processes = read_processes(library, device, gpu);
 }
 
 }  // namespace detail
@@ -287,14 +342,17 @@ inline Inventory query_inventory(const InventoryOptions& options) {
                        : load.status == detail::nvml::LoadStatus::unusable ? InventoryStatus::library_unusable
                                                                            : InventoryStatus::init_failed;
     inventory.reason = load.reason;
-    if (load.status == detail::nvml::LoadStatus::not_found)
+    // The default library missing means no driver; a library named on purpose failing says only that.
+    if (const char* chooser = detail::nvml_library_chooser(options))
+      inventory.reason += std::string(" (the library ") + chooser + " names)";
+    else if (load.status == detail::nvml::LoadStatus::not_found)
       inventory.reason += " (no NVIDIA driver is installed, or it is not exposed to this container)";
     return inventory;
   }
   const detail::nvml::Library& nvml = *load.library;
   char text[96] = {};
   if (nvml.driver_version != nullptr && nvml.driver_version(text, sizeof text) == detail::nvml::kSuccess)
-    inventory.driver_version = text;
+    inventory.driver_version = detail::nvml_text(text, sizeof text);
   if (nvml.cuda_driver_version != nullptr) (void)nvml.cuda_driver_version(&inventory.cuda_driver_version);
 
   unsigned int count = 0;
@@ -321,14 +379,14 @@ inline Inventory query_inventory(const InventoryOptions& options) {
       fail("nvmlDeviceGetUUID", status);
       return inventory;
     }
-    gpu.uuid = text;
-    if (auto status = nvml.name(device, text, sizeof text); status == detail::nvml::kSuccess) gpu.name = text;
+    gpu.uuid = detail::nvml_text(text, sizeof text);
+    if (auto status = nvml.name(device, text, sizeof text); status == detail::nvml::kSuccess)
+      gpu.name = detail::nvml_text(text, sizeof text);
     if (auto status = nvml.pci_info(device, &pci); status != detail::nvml::kSuccess) {
       fail("nvmlDeviceGetPciInfo", status);
       return inventory;
     }
-    pci.bus_id[sizeof pci.bus_id - 1] = '\0';
-    gpu.pci_bus_id = pci.bus_id;
+    gpu.pci_bus_id = detail::nvml_text(pci.bus_id, sizeof pci.bus_id);
     if (nvml.compute_capability != nullptr)
       (void)nvml.compute_capability(device, &gpu.compute_capability_major, &gpu.compute_capability_minor);
     unsigned int current = 0, pending = 0;

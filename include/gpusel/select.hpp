@@ -28,6 +28,7 @@
 #include "gpusel/inventory.hpp"
 #include "gpusel/lease.hpp"
 #include "gpusel/memory_size.hpp"
+#include "gpusel/text.hpp"
 #include "gpusel/visibility.hpp"
 
 namespace gpusel {
@@ -90,13 +91,14 @@ struct Candidate {
 inline std::string current_user() { return detail::process_user(static_cast<unsigned int>(getpid())); }
 
 // "pid 4242 of alice (python3), 2.0 GiB", "pid 31337, owner unknown: not visible from this PID namespace".
+// The user and command are escaped for a terminal (Note [Hostile text]): any user names their process.
 inline std::string describe(const GpuProcess& process) {
   std::string text = "pid " + std::to_string(process.pid);
   if (process.user.empty()) {
     text += ", owner unknown: not visible from this PID namespace";
   } else {
-    text += " of " + process.user;
-    if (!process.command.empty()) text += " (" + process.command + ")";
+    text += " of " + escape_for_terminal(process.user);
+    if (!process.command.empty()) text += " (" + escape_for_terminal(process.command) + ")";
   }
   if (process.used_memory_bytes) text += ", " + format_memory_size(*process.used_memory_bytes);
   return text;
@@ -112,7 +114,7 @@ inline std::vector<bool> excluded_gpus(const std::vector<std::string>& exclude, 
   std::vector<bool> excluded(gpus.size(), false);
   for (const std::string& name : exclude) {
     const auto reject = [&](const std::string& why) {
-      std::string message = "gpusel::pick: cannot exclude \"" + name + "\": ";
+      std::string message = "gpusel::pick: cannot exclude \"" + escape_for_terminal(name) + "\": ";
       message += why;
       message +=
           "; name a GPU as pick prints it: CUDA's physical index (0, 1, ...) or its UUID or a unique prefix "
@@ -149,16 +151,6 @@ inline std::vector<bool> excluded_gpus(const std::vector<std::string>& exclude, 
   return excluded;
 }
 
-inline std::string describe_candidate(const Candidate& candidate) {
-  const Gpu& gpu = candidate.gpu;
-  std::string text = "GPU " + std::to_string(candidate.physical_index) + " (nvidia-smi " +
-                     std::to_string(gpu.nvml_index) + ", " + (gpu.name.empty() ? "unnamed" : gpu.name) + ", " +
-                     gpu.uuid + ")";
-  if (gpu.memory_free_bytes) text += ", " + format_memory_size(*gpu.memory_free_bytes) + " free";
-  if (gpu.utilization_percent) text += ", " + std::to_string(*gpu.utilization_percent) + "% utilized";
-  return text;
-}
-
 inline int wanted_at_most(const PickCriteria& criteria) {
   return criteria.at_most ? *criteria.at_most : criteria.at_least;
 }
@@ -176,6 +168,18 @@ inline void check_criteria(const PickCriteria& criteria) {
 
 }  // namespace detail
 
+// A candidate in words, escaped for a terminal: "GPU 1 (nvidia-smi 1, NVIDIA H200,
+// GPU-...), 137.5 GiB free, 0% utilized".
+inline std::string describe(const Candidate& candidate) {
+  const Gpu& gpu = candidate.gpu;
+  std::string text =
+      "GPU " + std::to_string(candidate.physical_index) + " (nvidia-smi " + std::to_string(gpu.nvml_index) + ", " +
+      (gpu.name.empty() ? "unnamed" : escape_for_terminal(gpu.name)) + ", " + escape_for_terminal(gpu.uuid) + ")";
+  if (gpu.memory_free_bytes) text += ", " + format_memory_size(*gpu.memory_free_bytes) + " free";
+  if (gpu.utilization_percent) text += ", " + std::to_string(*gpu.utilization_percent) + "% utilized";
+  return text;
+}
+
 // "at least 2 GPUs (at most 2); at least 8.0 GiB free; at most 10% utilized;
 // no other user's compute process; most free memory first"
 inline std::string describe(const PickCriteria& criteria) {
@@ -188,7 +192,7 @@ inline std::string describe(const PickCriteria& criteria) {
   if (!criteria.allow_other_users) text += "; no other user's compute process";
   if (!criteria.exclude.empty()) {
     text += "; excluding";
-    for (const std::string& name : criteria.exclude) text += " " + name;
+    for (const std::string& name : criteria.exclude) text += " " + escape_for_terminal(name);
   }
   if (!criteria.only_visible) text += "; any GPU of the machine, CUDA_VISIBLE_DEVICES aside";
   text += criteria.order == PickOrder::most_free_memory ? "; most free memory first"
@@ -220,8 +224,11 @@ inline std::string describe(const PickCriteria& criteria) {
       reject(detail::describe_value("CUDA_DEVICE_ORDER", device_order) +
              " is neither FASTEST_FIRST nor PCI_BUS_ID, so the CUDA runtime fails with cudaErrorInvalidDevice");
     if (excluded[map.order.positions[static_cast<std::size_t>(physical)]]) reject("excluded");
+    if (!gpu.impossible_readings.empty())
+      reject("its readings cannot be true (" + gpu.impossible_readings + "), so its use is unknown");
     if (criteria.only_visible && variable_set && !map.visible.logical(physical))
-      reject("hidden by " + detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable()));
+      reject("hidden by " +
+             escape_for_terminal(detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable())));
     if (gpu.mig_enabled)
       reject(
           "MIG mode is enabled: CUDA shows its MIG instances, not the GPU (name an instance by its MIG- UUID "
@@ -289,7 +296,7 @@ inline std::string describe(const PickCriteria& criteria) {
                           (all.size() == 1 ? " GPU fits" : " GPUs fit") + ", " + std::to_string(criteria.at_least) +
                           (criteria.at_least == 1 ? " is" : " are") + " needed (" + describe(criteria) + "):";
     for (const Candidate& candidate : all) {
-      message += "\n  " + detail::describe_candidate(candidate) + ": ";
+      message += "\n  " + describe(candidate) + ": ";
       if (candidate.fits()) {
         message += "fits";
         continue;
@@ -394,7 +401,7 @@ struct [[nodiscard]] LeasedGpus {
     throw Error(
         "gpusel::use_free_gpus: CUDA has already started in this process, so choosing its GPUs now would have "
         "no effect (" +
-        detail::describe_variable("CUDA_VISIBLE_DEVICES") + " stays in force); call it before the first CUDA call");
+        detail::variable_in_force("CUDA_VISIBLE_DEVICES") + "); call it before the first CUDA call");
   LeasedGpus picked = lease_free_gpus(criteria);
   std::vector<std::string> uuids;
   uuids.reserve(picked.gpus.size());

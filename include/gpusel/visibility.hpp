@@ -28,6 +28,7 @@
 #include "gpusel/detail/environment.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/inventory.hpp"
+#include "gpusel/text.hpp"
 #include "gpusel/visible_devices.hpp"
 
 namespace gpusel {
@@ -135,10 +136,11 @@ inline std::string pad(std::string text, std::size_t width) {
   return text;
 }
 
+// Escaped for a terminal (Note [Hostile text]), as all of explain() is.
 inline std::string describe_gpu(int physical, const Gpu& gpu) {
   std::string text = "physical " + std::to_string(physical) + "  nvidia-smi " + std::to_string(gpu.nvml_index) + "  ";
-  if (!gpu.name.empty()) text += gpu.name + "  ";
-  return text + gpu.uuid + "  " + gpu.pci_bus_id;
+  if (!gpu.name.empty()) text += escape_for_terminal(gpu.name) + "  ";
+  return text + escape_for_terminal(gpu.uuid) + "  " + escape_for_terminal(gpu.pci_bus_id);
 }
 
 }  // namespace detail
@@ -147,23 +149,24 @@ inline std::string describe_gpu(int physical, const Gpu& gpu) {
 //   CUDA_VISIBLE_DEVICES=1  CUDA_DEVICE_ORDER is unset (FASTEST_FIRST)
 //   1 CUDA device is visible:
 //     cuda:0  physical 1  nvidia-smi 1  NVIDIA H200  GPU-...  00000000:18:00.0
-// Starts nothing; says so when there is no NVML (no driver).
+// Starts nothing; says so when there is no NVML (no driver). What comes from
+// outside (the variables, NVML's strings) is escaped for a terminal (Note [Hostile text]).
 [[nodiscard]] inline std::string explain(const DeviceMap& map) {
   const VisibleDevices& visible = map.visible;
-  std::string text = detail::describe_value("CUDA_VISIBLE_DEVICES", visible.variable()) + "  " +
-                     detail::describe_value("CUDA_DEVICE_ORDER", visible.device_order()) +
+  std::string text = escape_for_terminal(detail::describe_value("CUDA_VISIBLE_DEVICES", visible.variable())) + "  " +
+                     escape_for_terminal(detail::describe_value("CUDA_DEVICE_ORDER", visible.device_order())) +
                      (visible.device_order() ? "" : " (FASTEST_FIRST)") + "\n";
   text += cuda_started() ? "CUDA has started in this process: changing these variables now has no effect here.\n"
                          : "CUDA has not started in this process: the variables can still be changed.\n";
   if (!map.known()) {
-    text += "The physical GPUs are unknown: " + map.inventory.reason +
+    text += "The physical GPUs are unknown: " + escape_for_terminal(map.inventory.reason) +
             ".\nWithout NVML gpusel cannot list them without starting CUDA; gpusel::device_count() asks the CUDA "
             "runtime.\n";
   } else {
     const Inventory& inventory = map.inventory;
-    text += "NVML (" + inventory.nvml_library + ") sees " + std::to_string(inventory.gpus.size()) +
+    text += "NVML (" + escape_for_terminal(inventory.nvml_library) + ") sees " + std::to_string(inventory.gpus.size()) +
             (inventory.gpus.size() == 1 ? " GPU" : " GPUs");
-    if (!inventory.driver_version.empty()) text += ", driver " + inventory.driver_version;
+    if (!inventory.driver_version.empty()) text += ", driver " + escape_for_terminal(inventory.driver_version);
     if (inventory.cuda_driver_version > 0)
       text += " (CUDA " + std::to_string(inventory.cuda_driver_version / 1000) + "." +
               std::to_string(inventory.cuda_driver_version % 1000 / 10) + ")";
@@ -176,13 +179,13 @@ inline std::string describe_gpu(int physical, const Gpu& gpu) {
         break;
       }
     if (mig_end != nullptr) {
-      text += "CUDA_VISIBLE_DEVICES names a MIG instance (" + detail::quote(mig_end->text) +
+      text += "CUDA_VISIBLE_DEVICES names a MIG instance (" + escape_for_terminal(detail::quote(mig_end->text)) +
               "), which gpusel cannot map from the GPUs NVML lists: what CUDA shows from that token on is CUDA's to "
               "decide (nvidia-smi -L lists the instances). Known before it: " +
               (visible.ok() ? detail::visible_count_text(visible.count()) : std::string("nothing")) + ".\n";
     }
     if (!visible.ok() && mig_end == nullptr) {
-      text += "No CUDA device is visible: " + visible.reason() + "; the CUDA runtime fails with " +
+      text += "No CUDA device is visible: " + escape_for_terminal(visible.reason()) + "; the CUDA runtime fails with " +
               visible.error_name() + ".\n";
     } else if (visible.ok()) {
       text += detail::visible_count_text(visible.count()) + ":\n";
@@ -204,8 +207,9 @@ inline std::string describe_gpu(int physical, const Gpu& gpu) {
   if (!visible.tokens().empty()) {
     text += "How CUDA reads CUDA_VISIBLE_DEVICES (split on ','; the first token not kept ends the list):\n";
     for (const VisibleToken& token : visible.tokens())
-      text += "  " + detail::pad(detail::quote(token.text), 14) + " " +
-              (map.known() ? token.why(visible.physical_count()) : std::string("not checked: the GPUs are unknown")) +
+      text += "  " + detail::pad(escape_for_terminal(detail::quote(token.text)), 14) + " " +
+              (map.known() ? escape_for_terminal(token.why(visible.physical_count()))
+                           : std::string("not checked: the GPUs are unknown")) +
               "\n";
   }
   return text;
@@ -226,6 +230,12 @@ enum class VisibleScope {
 
 namespace detail {
 
+// "CUDA_VISIBLE_DEVICES=1 stays in force", "CUDA_VISIBLE_DEVICES stays unset": what a change made too late leaves.
+inline std::string variable_in_force(const char* name) {
+  if (!environment_variable(name)) return std::string(name) + " stays unset";
+  return describe_variable(name) + " stays in force";
+}
+
 // `value` (a list of GPU- or MIG- UUIDs, or of indices) checked and set. MIG- tokens name MIG
 // instances, which NVML's GPU list does not hold: they are checked for form only, and CUDA
 // decides what they show.
@@ -234,8 +244,8 @@ inline void set_visible_value(const std::string& call, const std::string& value,
   if (cuda_driver_initialized())
     throw Error(call +
                 ": CUDA has already started in this process (the driver is initialized), so CUDA_VISIBLE_DEVICES=" +
-                value + " would have no effect here (" + describe_variable("CUDA_VISIBLE_DEVICES") +
-                " stays in force); call it before the first CUDA call, or set the variable in the environment "
+                value + " would have no effect here (" + variable_in_force("CUDA_VISIBLE_DEVICES") +
+                "); call it before the first CUDA call, or set the variable in the environment "
                 "that starts the process");
   const DeviceMap map = visible_devices();
   std::string checked_value;  // value without its MIG- tokens

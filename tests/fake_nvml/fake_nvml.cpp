@@ -14,12 +14,17 @@
 //                                 # stays loaded, as the real nvmlInit loads the driver library
 //                                 # (measured on the H200, driver 580); none by default
 //   init_error 9                  # nvmlInit_v2 fails with this NVML status (9: driver not loaded)
+//   init_delay_ms 200             # nvmlInit_v2 takes this long, as the real one takes hundreds of ms
+//                                 # (spent outside the fake's lock, so other threads' calls go on)
+//   unterminated_strings          # the string queries fill the whole buffer, with no terminating NUL
+//                                 # (the text, then 'x' up to the buffer's length), as a broken NVML may
 //   gpu name="NVIDIA H200" uuid=GPU-... pci=00000000:17:00.0 memory_mib=143771 used_mib=1024
 //       utilization=35 memory_utilization=12 cc=9.0 mig=1 processes=unsupported
 //       uuid_error=999            # nvmlDeviceGetUUID fails with this NVML status
 //       reserved_mib=615          # driver-reserved memory: nvmlDeviceGetMemoryInfo (v1) counts it
 //                                 # in used, nvmlDeviceGetMemoryInfo_v2 apart (default 0)
 //       memory_v2=unsupported     # nvmlDeviceGetMemoryInfo_v2 fails, as with drivers before 510
+//       process_count=100000      # nvmlDeviceGetComputeRunningProcesses_v3 asks for room for this many
 //   process gpu=0 pid=4242 used_mib=512        # used_mib=na: NVML_VALUE_NOT_AVAILABLE
 //
 // gpu lines are in nvidia-smi's order (index 0, 1, ...); every key is optional:
@@ -27,7 +32,9 @@
 // 00000000:(0x10+N):00.0, name to "NVIDIA H200", memory_mib to 143771, cc to 9.0.
 // A line that does not parse makes nvmlInit_v2 fail with NVML_ERROR_UNKNOWN (999).
 #include <dlfcn.h>
+#include <pthread.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +43,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -66,6 +74,7 @@ struct Gpu {
   int uuid_error = kSuccess;
   unsigned long long reserved_bytes = 0;
   bool memory_v2 = true;
+  unsigned process_count = 0;  // at least this many are reported as needed
   std::vector<Process> processes;
 };
 
@@ -74,11 +83,20 @@ struct Machine {
   int cuda_driver = 13000;
   std::string libcuda;
   int init_error = kSuccess;
+  int init_delay_ms = 0;
+  bool unterminated_strings = false;
   std::vector<Gpu> gpus;
 };
 
+// Every call holds `mutex` while it reads or answers from `machine`. A fork while
+// another thread holds it would leave it locked forever in the child, so fork
+// takes it first and both sides release it (the handlers below); no call holds
+// it across a wait of its own (nvmlInit's delay, its dlopen).
 std::mutex mutex;
 Machine machine;
+
+[[maybe_unused]] const int fork_handlers =
+    pthread_atfork([] { mutex.lock(); }, [] { mutex.unlock(); }, [] { mutex.unlock(); });
 
 // Splits a line into words, keeping "quoted text" (without the quotes) as one.
 std::vector<std::string> words(const std::string& line) {
@@ -127,6 +145,10 @@ bool read_machine(Machine& result) {
         result.libcuda = parts[1];
       else if (parts[0] == "init_error" && parts.size() == 2)
         result.init_error = std::stoi(parts[1]);
+      else if (parts[0] == "init_delay_ms" && parts.size() == 2)
+        result.init_delay_ms = std::stoi(parts[1]);
+      else if (parts[0] == "unterminated_strings" && parts.size() == 1)
+        result.unterminated_strings = true;
       else if (parts[0] == "gpu") {
         Gpu gpu;
         const std::size_t n = result.gpus.size();
@@ -165,6 +187,8 @@ bool read_machine(Machine& result) {
             gpu.reserved_bytes = mib(value);
           else if (key == "memory_v2")
             gpu.memory_v2 = value != "unsupported";
+          else if (key == "process_count")
+            gpu.process_count = static_cast<unsigned>(std::stoul(value));
           else
             return false;
         }
@@ -206,6 +230,10 @@ const Gpu* find(void* handle) {
 
 int copy_text(const std::string& text, char* buffer, unsigned length) {
   if (buffer == nullptr) return kErrorInvalidArgument;
+  if (machine.unterminated_strings) {  // every byte of the buffer, none of them NUL
+    for (unsigned i = 0; i < length; ++i) buffer[i] = i < text.size() ? text[i] : 'x';
+    return kSuccess;
+  }
   if (text.size() + 1 > length) return kErrorInsufficientSize;
   std::memcpy(buffer, text.c_str(), text.size() + 1);
   return kSuccess;
@@ -235,11 +263,19 @@ struct ProcessInfo {
 }  // namespace
 
 extern "C" int nvmlInit_v2() {
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!read_machine(machine)) return kErrorUnknown;
+  std::string libcuda;
+  int delay_ms = 0, status = kSuccess;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!read_machine(machine)) return kErrorUnknown;
+    libcuda = machine.libcuda;
+    delay_ms = machine.init_delay_ms;
+    status = machine.init_error;
+  }
+  if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   // Loaded and never closed, not initialized: what the real nvmlInit leaves behind.
-  if (!machine.libcuda.empty()) (void)dlopen(machine.libcuda.c_str(), RTLD_NOW | RTLD_LOCAL);
-  return machine.init_error;
+  if (!libcuda.empty()) (void)dlopen(libcuda.c_str(), RTLD_NOW | RTLD_LOCAL);
+  return status;
 }
 
 extern "C" const char* nvmlErrorString(int status) {
@@ -354,8 +390,8 @@ extern "C" int nvmlDeviceGetComputeRunningProcesses_v3(void* handle, unsigned* c
   if (gpu == nullptr || count == nullptr) return kErrorInvalidArgument;
   if (!gpu->processes_supported) return kErrorNotSupported;
   const auto needed = static_cast<unsigned>(gpu->processes.size());
-  if (*count < needed || (needed > 0 && infos == nullptr)) {
-    *count = needed;
+  if (*count < needed || *count < gpu->process_count || (needed > 0 && infos == nullptr)) {
+    *count = needed > gpu->process_count ? needed : gpu->process_count;
     return kErrorInsufficientSize;
   }
   for (unsigned i = 0; i < needed; ++i) infos[i] = {gpu->processes[i].pid, gpu->processes[i].used_bytes, ~0u, ~0u};

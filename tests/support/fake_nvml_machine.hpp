@@ -4,9 +4,10 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #if GPUSEL_TEST_EMULATED
@@ -41,7 +42,8 @@ class ScopedEnvironment {
 };
 
 // A machine for the fake NVML: writes `config` (format in tests/fake_nvml/fake_nvml.cpp)
-// to a file, and points GPUSEL_FAKE_NVML_CONFIG and GPUSEL_NVML_LIBRARY at it and at
+// to a file of a directory of its own (mkdtemp, mode 0700: no other user can plant
+// a symlink where it writes), and points GPUSEL_FAKE_NVML_CONFIG and GPUSEL_NVML_LIBRARY at it and at
 // the fake library until destroyed. On the emulated runtime the fake nvmlInit
 // also loads the emulation's stand-in libcuda.so.1, as the real one loads the
 // driver (measured on the H200), so every
@@ -50,8 +52,14 @@ class ScopedEnvironment {
 class FakeNvmlMachine {
  public:
   explicit FakeNvmlMachine(const std::string& config)
-      : path_(write(config)), config_("GPUSEL_FAKE_NVML_CONFIG", path_), library_("GPUSEL_NVML_LIBRARY", library()) {}
-  ~FakeNvmlMachine() { std::remove(path_.c_str()); }
+      : directory_(make_directory()),
+        path_(write(directory_, config)),
+        config_("GPUSEL_FAKE_NVML_CONFIG", path_),
+        library_("GPUSEL_NVML_LIBRARY", library()) {}
+  ~FakeNvmlMachine() {
+    std::remove(path_.c_str());
+    rmdir(directory_.c_str());
+  }
   FakeNvmlMachine(const FakeNvmlMachine&) = delete;
   FakeNvmlMachine& operator=(const FakeNvmlMachine&) = delete;
 
@@ -68,13 +76,37 @@ class FakeNvmlMachine {
     return GPUSEL_FAKE_NVML;
   }
   const std::string& path() const { return path_; }
-  // Describes another machine from now on (the fake reads its file on every count).
-  void rewrite(const std::string& config) const { std::ofstream(path_) << as_written(config); }
+  // Describes another machine from now on (the fake reads its file on every count):
+  // a new file, renamed over the old one, so a reader sees one machine or the other.
+  void rewrite(const std::string& config) const {
+    const std::string written = write(directory_, config);
+    if (std::rename(written.c_str(), path_.c_str()) != 0) {
+      std::remove(written.c_str());
+      throw std::runtime_error("FakeNvmlMachine: cannot rename " + written + " to " + path_);
+    }
+  }
 
  private:
-  static std::string write(const std::string& config) {
-    std::string path = "/tmp/gpusel_fake_nvml_" + std::to_string(getpid()) + "_" + std::to_string(counter()++) + ".txt";
-    std::ofstream(path) << as_written(config);
+  static std::string make_directory() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string name = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/gpusel_fake_nvml_XXXXXX";
+    if (mkdtemp(name.data()) == nullptr) throw std::runtime_error("FakeNvmlMachine: mkdtemp failed for " + name);
+    return name;
+  }
+  // A new file in `directory` (mkstemp: created, never opened through a symlink), holding `config`.
+  static std::string write(const std::string& directory, const std::string& config) {
+    std::string path = directory + "/machine_XXXXXX";
+    const int fd = mkstemp(path.data());
+    if (fd < 0) throw std::runtime_error("FakeNvmlMachine: mkstemp failed in " + directory);
+    const std::string text = as_written(config);
+    std::size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t written = ::write(fd, text.data() + done, text.size() - done);
+      if (written <= 0) break;
+      done += static_cast<std::size_t>(written);
+    }
+    close(fd);
+    if (done != text.size()) throw std::runtime_error("FakeNvmlMachine: cannot write " + path);
     return path;
   }
   static std::string file_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
@@ -85,10 +117,7 @@ class FakeNvmlMachine {
     return config;
 #endif
   }
-  static int& counter() {
-    static int value = 0;
-    return value;
-  }
+  std::string directory_;
   std::string path_;
   ScopedEnvironment config_;
   ScopedEnvironment library_;

@@ -3,7 +3,8 @@
 # fake NVML (tests/fake_nvml), checking its output and exit statuses.
 #   check_tool.sh <gpusel program> <fake NVML library> <scenario>
 # Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, odd_uuids, json, usage,
-# run, run_leases, run_wait, run_local_rank, exclude_numbering, device_order, memory.
+# run, run_leases, run_wait, run_local_rank, exclude_numbering, device_order, memory,
+# impossible_readings, hostile_text, output.
 set -uo pipefail
 gpusel=$1
 export GPUSEL_NVML_LIBRARY=$2
@@ -69,8 +70,15 @@ expect() {
     failures=$((failures + 1))
   fi
 }
+# The last run's stdout is valid UTF-8, strictly decoded.
+expect_utf8() {
+  if ! python3 -c 'import sys; sys.stdin.buffer.read().decode("utf-8", "strict")' <"$work/out"; then
+    echo "FAILED: not valid UTF-8"
+    failures=$((failures + 1))
+  fi
+}
 expect_json() {
-  if ! python3 -m json.tool <"$work/out" >/dev/null; then
+  if ! python3 -c 'import json, sys; json.loads(sys.stdin.buffer.read().decode("utf-8", "strict"))' <"$work/out"; then
     echo "FAILED: not valid JSON"
     failures=$((failures + 1))
   fi
@@ -428,6 +436,106 @@ EOF
     expect_json
     expect stdout '"memory_reserved_bytes": 644874240'
     expect stdout '"memory_reserved_bytes": null'
+    ;;
+  impossible_readings)
+    # An NVML whose readings cannot be true: 3000000000% utilization (once shown as
+    # -1294967296% and picked under --max-util 0), more memory free than in total.
+    cat >"$work/absurd.txt" <<EOF
+gpu uuid=GPU-0a000000-0000-4000-8000-000000000000 utilization=3000000000
+gpu uuid=GPU-1b000000-0000-4000-8000-000000000000 memory_mib=1024 used_mib=2048
+gpu uuid=GPU-2c000000-0000-4000-8000-000000000000 utilization=5 process_count=4294967295
+EOF
+    export GPUSEL_FAKE_NVML_CONFIG="$work/absurd.txt"
+    run 0 list
+    if grep -qE -- "-[0-9]+%" <<<"$out"; then echo "FAILED: a negative utilization is shown"; failures=$((failures + 1)); fi
+    expect stdout "readings cannot be true: NVML reports 3000000000% utilization"
+    run 1 pick --max-util 0 --allow-other-users
+    expect stderr "GPU-0a000000-0000-4000-8000-000000000000), 140.4 GiB free: its readings cannot be true (NVML reports 3000000000% utilization"
+    run 1 pick --min-free 1GiB --allow-other-users
+    expect stderr "its readings cannot be true (NVML reports"
+    expect stderr "4294967295 compute processes, more than the 4096 gpusel reads"
+    run 0 list --json
+    expect_json
+    expect stdout '"impossible_readings": "NVML reports 3000000000% utilization'
+    ;;
+  hostile_text)
+    # Processes named by their owners (the comm of a program is its file's name, cut
+    # to 15 bytes): one that would retitle and clear the terminal, and one whose
+    # name the kernel cuts inside a UTF-8 sequence ("abcdefghijklmn\xc3").
+    ln -s "$(command -v sleep)" "$work/"$'\e]0;owned\a\e[2J'
+    ln -s "$(command -v sleep)" "$work/abcdefghijklmné"
+    "$work/"$'\e]0;owned\a\e[2J' 30 &
+    hostile=$!
+    "$work/abcdefghijklmné" 30 &
+    cut=$!
+    trap 'kill $hostile $cut 2>/dev/null; rm -rf "$work"' EXIT
+    printf 'gpu\nprocess gpu=0 pid=%s used_mib=1\nprocess gpu=0 pid=%s used_mib=1\n' $hostile $cut >"$work/hostile.txt"
+    export GPUSEL_FAKE_NVML_CONFIG="$work/hostile.txt"
+    for _ in 1 2 3 4 5 6 7 8 9 10; do  # until both have exec'd
+      grep -q abcdefghijklmn /proc/$cut/comm 2>/dev/null && grep -q owned /proc/$hostile/comm 2>/dev/null && break
+      sleep 0.1
+    done
+    run 0 list
+    if LC_ALL=C grep -q $'[\x01-\x09\x0b-\x1f\x7f]' "$work/out" "$work/err"; then
+      echo "FAILED: a control character reached the terminal"
+      failures=$((failures + 1))
+    fi
+    expect stdout '(\x1b]0;owned\x07\x1b[2J)'
+    expect stdout '(abcdefghijklmn\xc3)'
+    run 0 list --json
+    expect_json
+    expect_utf8
+    expect stdout '"command": "abcdefghijklmn�"'
+    expect stdout '"command_hex": "6162636465666768696a6b6c6d6ec3"'
+    expect stdout '"command": "\u001b]0;owned\u0007\u001b[2J"'
+    CUDA_VISIBLE_DEVICES=$'0,\xff' run 0 explain --json
+    expect_json
+    expect_utf8
+    expect stdout '"cuda_visible_devices_hex": "302cff"'
+    expect stdout '"text_hex": "ff"'
+    CUDA_VISIBLE_DEVICES=$'0,\e[2J\xff' run 0 explain
+    if LC_ALL=C grep -q $'[\x1b\xff]' "$work/out"; then echo "FAILED: explain printed raw bytes"; failures=$((failures + 1)); fi
+    expect stdout 'CUDA_VISIBLE_DEVICES=0,\x1b[2J\xff'
+    ;;
+  output)
+    # A failed write is an error (6): a full disk, a closed stdout.
+    for command in pick list help "explain --json"; do
+      # shellcheck disable=SC2086
+      "$gpusel" $command >/dev/full 2>"$work/err"
+      status=$?
+      echo "\$ gpusel $command >/dev/full -> exit $status; $(cat "$work/err")"
+      [ "$status" = 6 ] || { echo "FAILED: expected exit status 6"; failures=$((failures + 1)); }
+      grep -qF "gpusel: cannot write the output: No space left on device" "$work/err" ||
+        { echo "FAILED: the write error is not said"; failures=$((failures + 1)); }
+    done
+    "$gpusel" list >&- 2>"$work/err"
+    status=$?
+    echo "\$ gpusel list >&- -> exit $status; $(cat "$work/err")"
+    [ "$status" = 6 ] || { echo "FAILED: a closed stdout must fail with 6"; failures=$((failures + 1)); }
+    # Every --json run prints one JSON document, errors included.
+    GPUSEL_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 run 3 list --json
+    expect_json
+    expect stdout '"ok": false'
+    expect stdout '"error": "no_driver"'
+    expect stdout '"exit_status": 3'
+    GPUSEL_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 run 3 pick --json -n 2
+    expect_json
+    expect stdout '"error": "no_driver"'
+    printf 'gpu\ngpu uuid_error=999\n' >"$work/failing.txt"
+    GPUSEL_FAKE_NVML_CONFIG="$work/failing.txt" run 4 pick --json
+    expect_json
+    expect stdout '"error": "nvml_failed"'
+    expect stdout 'nvmlDeviceGetUUID failed'
+    run 2 list --json --frobnicate
+    expect_json
+    expect stdout '"error": "usage"'
+    expect stdout '"exit_status": 2'
+    expect stderr 'unknown option "--frobnicate"'
+    run 2 pick --json --exclude 9
+    expect_json
+    expect stdout '"error": "usage"'
+    run 2 --json
+    expect_json
     ;;
   *)
     echo "unknown scenario $scenario"

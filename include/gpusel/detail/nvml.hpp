@@ -5,8 +5,8 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "gpusel/detail/process_state.hpp"
@@ -101,20 +101,51 @@ bool bind(void* handle, const char* symbol, Function& function) {
   return function != nullptr;
 }
 
+// Note [Loading NVML without a lock]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Programs fork workers (DataLoader-style) and are told device_count() and the
+// picking functions work in them before CUDA starts. fork() copies only the
+// calling thread: a lock another thread holds at that moment stays held in the
+// child forever. The loader once held a mutex across dlopen and nvmlInit (which
+// takes hundreds of milliseconds), so a child forked during another thread's
+// first load hung in query_inventory() and in the noexcept device_count().
+// So no lock is held across anything that can block or load code:
+//  - the loaded libraries are a list, newest first, behind one atomic pointer,
+//    constant-initialized (no guard variable: a function-local static with a
+//    dynamic initializer takes a lock too, __cxa_guard_acquire, and
+//    std::call_once is no better: a child forked while another thread is inside
+//    the once function sees it in progress forever);
+//  - a caller that finds no library for its path loads and initializes one
+//    itself, with no lock, and publishes it with a compare-exchange. Two threads
+//    may both load the same path: the one that loses the exchange uses the
+//    winner's library and closes its own (nvmlShutdown, then dlclose: both are
+//    reference-counted, so the winner's library stays loaded and initialized).
+// In a child, whatever the list held at the fork is there and usable, and a
+// load that was under way in another thread simply never published: the child
+// loads again. Nothing of gpusel's needs forgetting, so there is no
+// pthread_atfork handler here, and no getpid() per call. gpusel cannot make
+// NVML's own insides fork-safe: a child forked while a real nvmlInit runs in
+// another thread relies on NVML. A fork handler that made fork() wait for
+// loads under way was considered and rejected: the driver may fork a helper
+// (nvidia-modprobe) from inside nvmlInit, and that fork would wait for itself.
+
 // Loads and initializes the NVML at `path` (a file name searched the usual way,
 // or a path). A library that loaded and initialized stays so for the life of
 // the process, shared by every caller (nvmlInit is slow, and NVML is
 // thread-safe); a failure is not remembered, so a later call tries again.
+// Takes no lock (Note [Loading NVML without a lock]).
 inline LoadResult load(const std::string& path) {
   // The loaded libraries form a list, newest first: a process loads one NVML, or a
   // few in tests, so a search by path needs no map. The list is one per process,
   // shared by every copy of gpusel in it (Note [One state per process]), and never
   // destroyed: a query from another static object's destructor must still work.
-  ProcessState& process = process_state();
-  const StateLock lock(process.nvml_mutex);
-  const Library*& loaded = process.nvml_libraries;
-  for (const Library* known = loaded; known != nullptr; known = known->next)
-    if (known->path == path) return {known, LoadStatus::loaded, {}};
+  std::atomic<const Library*>& loaded = process_state().nvml_libraries;
+  const auto find = [&path](const Library* newest) -> const Library* {
+    for (const Library* known = newest; known != nullptr; known = known->next)
+      if (known->path == path) return known;
+    return nullptr;
+  };
+  if (const Library* known = find(loaded.load(std::memory_order_acquire))) return {known, LoadStatus::loaded, {}};
 
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
@@ -143,7 +174,13 @@ inline LoadResult load(const std::string& path) {
   else if (!bind(handle, "nvmlDeviceGetMemoryInfo", library->memory_info))
     missing = "nvmlDeviceGetMemoryInfo";
   if (missing != nullptr) {
+    // A library with neither of NVML's first two entry points is some other library, not an old NVML.
+    const bool not_nvml =
+        library->init == nullptr && library->error_string == nullptr && dlsym(handle, "nvmlErrorString") == nullptr;
     dlclose(handle);
+    if (not_nvml)
+      return {nullptr, LoadStatus::unusable,
+              "NVML (" + path + ") lacks nvmlInit_v2 and nvmlErrorString: " + path + " is not an NVML library"};
     return {nullptr, LoadStatus::unusable, "NVML (" + path + ") lacks " + missing + ": the driver is too old"};
   }
   bind(handle, "nvmlDeviceGetUtilizationRates", library->utilization);
@@ -160,9 +197,18 @@ inline LoadResult load(const std::string& path) {
     dlclose(handle);
     return failed;
   }
-  library->next = loaded;
-  loaded = library.release();  // never freed, as said above
-  return {loaded, LoadStatus::loaded, {}};
+  // Publish, unless another thread published this path meanwhile: then use its library and close ours.
+  const Library* newest = loaded.load(std::memory_order_acquire);
+  do {
+    if (const Library* known = find(newest)) {
+      Return (*shutdown)() = nullptr;
+      if (bind(handle, "nvmlShutdown", shutdown)) (void)shutdown();  // undoes our nvmlInit only
+      dlclose(handle);
+      return {known, LoadStatus::loaded, {}};
+    }
+    library->next = newest;
+  } while (!loaded.compare_exchange_weak(newest, library.get(), std::memory_order_acq_rel, std::memory_order_acquire));
+  return {library.release(), LoadStatus::loaded, {}};  // never freed, as said above
 }
 
 }  // namespace gpusel::detail::nvml

@@ -158,9 +158,10 @@ struct ProcessState {
   std::atomic<RestoreErrorHandler> restore_error_handler{nullptr};
   std::atomic<bool> restore_error_printed{false};
   DriverEntryPoints driver{};
-  // The loaded NVML libraries, newest first (detail/nvml.hpp), under nvml_mutex.
-  pthread_mutex_t nvml_mutex = PTHREAD_MUTEX_INITIALIZER;
-  const nvml::Library* nvml_libraries = nullptr;
+  // The loaded NVML libraries, newest first (detail/nvml.hpp), published with
+  // a compare-exchange and never removed: no lock is held across dlopen and
+  // nvmlInit (Note [Loading NVML without a lock]).
+  std::atomic<const nvml::Library*> nvml_libraries{nullptr};
   // Taken to add a runtime and to fill an object slot.
   pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
   // runtimes[0, runtime_count) are in use, in the order the runtimes were first seen.

@@ -12,8 +12,8 @@
 
 #include "gpusel/current_device.hpp"
 #include "gpusel/detail/cuda_status.hpp"
-#include "gpusel/detail/runtime_state.hpp"
 #include "gpusel/detail/memory.hpp"
+#include "gpusel/detail/runtime_state.hpp"
 
 namespace gpusel::detail {
 

@@ -1,0 +1,111 @@
+// Text that came from outside: process names (/proc/<pid>/comm, which any user
+// sets freely with prctl), NVML's strings, the environment. Before it reaches a
+// terminal it is escaped (escape_for_terminal); before it reaches JSON it is
+// made valid UTF-8 (utf8_sequence says what is valid). See Note [Hostile text].
+//
+//   gpusel::escape_for_terminal("\x1b]0;owned\x07")   "\x1b]0;owned\x07" as text, harmless to print
+//   gpusel::hex_bytes("\xff" "A")                     "ff41"
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace gpusel {
+
+// Note [Hostile text]
+// ~~~~~~~~~~~~~~~~~~~
+// Another user names their process "\x1b]0;owned\x07" (prctl(PR_SET_NAME)):
+// printed raw, `gpusel list` would retitle the terminal of whoever runs it, and
+// "\x1b[2J" would clear it. So every human-readable text gpusel makes from
+// outside strings goes through escape_for_terminal: C0 controls (0x00-0x1f),
+// DEL, the C1 controls as UTF-8 (U+0080-U+009F, which terminals may obey as
+// CSI and OSC), any byte that is not part of valid UTF-8 (a raw 0x9b is CSI on
+// a terminal in 8-bit mode) become \xNN, showing the exact bytes. Valid UTF-8
+// that is no control ("é", "中") passes unchanged, and so does '\' (escaping it
+// would double the escapes of text already quoted): a name that spells "\x1b"
+// itself reads the same as one that holds ESC, and JSON's *_hex fields tell them apart.
+// JSON cannot carry bytes, only Unicode text ("\u00ff" is U+00FF, never the
+// byte 0xff), so the JSON writer replaces each byte that is not valid UTF-8 with
+// U+FFFD; where the exact bytes matter (process names, CUDA_VISIBLE_DEVICES) the
+// command adds them beside the text as hex (hex_bytes).
+
+// The length of the valid UTF-8 sequence that starts at text[at] (1 to 4), or 0
+// when the byte there starts none (a stray continuation byte, an overlong or
+// surrogate form, a sequence cut short); sets `code_point` when valid.
+inline std::size_t utf8_sequence(std::string_view text, std::size_t at, std::uint32_t& code_point) noexcept {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(at);
+  if (lead < 0x80) {
+    code_point = lead;
+    return 1;
+  }
+  std::size_t length = 0;
+  unsigned char low = 0x80, high = 0xbf;  // the range of the second byte
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    length = 2;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    length = 3;
+    if (lead == 0xe0) low = 0xa0;   // no overlong forms
+    if (lead == 0xed) high = 0x9f;  // no surrogates
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    length = 4;
+    if (lead == 0xf0) low = 0x90;
+    if (lead == 0xf4) high = 0x8f;  // nothing above U+10FFFF
+  } else {
+    return 0;
+  }
+  if (text.size() - at < length) return 0;
+  std::uint32_t value = lead & (0x7fu >> length);
+  for (std::size_t i = 1; i < length; ++i) {
+    const unsigned char next = byte(at + i);
+    if (next < (i == 1 ? low : 0x80) || next > (i == 1 ? high : 0xbf)) return 0;
+    value = (value << 6) | (next & 0x3fu);
+  }
+  code_point = value;
+  return length;
+}
+
+// `text` safe to print on a terminal (Note [Hostile text]): control characters,
+// and bytes that are not valid UTF-8 as \xNN; the rest unchanged.
+inline std::string escape_for_terminal(std::string_view text) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string result;
+  result.reserve(text.size());
+  const auto escape = [&](unsigned char byte) {
+    result += "\\x";
+    result += digits[byte >> 4];
+    result += digits[byte & 0xf];
+  };
+  for (std::size_t at = 0; at < text.size();) {
+    std::uint32_t code_point = 0;
+    const std::size_t length = utf8_sequence(text, at, code_point);
+    if (length == 0) {
+      escape(static_cast<unsigned char>(text[at++]));
+      continue;
+    }
+    if (code_point < 0x20 || code_point == 0x7f || (code_point >= 0x80 && code_point <= 0x9f)) {
+      for (std::size_t i = 0; i < length; ++i) escape(static_cast<unsigned char>(text[at + i]));
+    } else {
+      result.append(text.substr(at, length));
+    }
+    at += length;
+  }
+  return result;
+}
+
+// The bytes of `text` as lowercase hex, two digits each: "ff41" for "\xff" "A".
+inline std::string hex_bytes(std::string_view text) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string result;
+  result.reserve(2 * text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    result += digits[byte >> 4];
+    result += digits[byte & 0xf];
+  }
+  return result;
+}
+
+}  // namespace gpusel
