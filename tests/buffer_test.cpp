@@ -389,6 +389,42 @@ TEST(BufferEmulated, FreesOnItsOwnDeviceWithoutCreatingAContextElsewhere) {
   EXPECT_FALSE(gpusel_emulated::has_primary_context(0)) << "freeing on cuda:1 made no context on cuda:0";
 }
 
+// What the restore-error handler is told.
+std::vector<std::string>& reported_errors() {
+  static std::vector<std::string> errors;
+  return errors;
+}
+void record_error(const gpusel::Error& error) { reported_errors().push_back(error.what()); }
+
+// A failed switch to the Buffer's device does not leak its memory: it is freed
+// from the current device, and the handler hears of it.
+TEST(BufferEmulated, AFailedSwitchStillFreesTheMemoryAndSaysSo) {
+  machine_with(2);
+  gpusel::set_device(0);  // so the runtime really is back on cuda:0 after each Buffer is made
+  reported_errors().clear();
+  const gpusel::RestoreErrorHandler previous = gpusel::set_restore_error_handler(&record_error);
+  for (const char* call : {"cudaGetDevice", "cudaSetDevice"}) {
+    {
+      gpusel::Buffer<float> x(4, gpusel::cuda(1));
+      ASSERT_EQ(gpusel_emulated::bytes_in_use(1), 16u);
+      gpusel_emulated::fail_call(call, 1, cudaErrorUnknown);
+    }
+    gpusel_emulated::clear_failures();
+    EXPECT_EQ(gpusel_emulated::bytes_in_use(1), 0u) << call << ": the 16 bytes leaked";
+    EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess) << "reported through the handler, not left behind";
+  }
+  gpusel::set_restore_error_handler(previous);
+  ASSERT_EQ(reported_errors().size(), 2u);
+  for (const std::string& error : reported_errors()) {
+    EXPECT_TRUE(contains(error, "gpusel::Buffer freeing its device memory could not make cuda:1 current")) << error;
+    EXPECT_TRUE(contains(error, "released it from the current device instead")) << error;
+    EXPECT_TRUE(contains(error, "cudaErrorUnknown")) << error;
+  }
+  EXPECT_TRUE(contains(reported_errors()[0], "cudaGetDevice")) << reported_errors()[0];
+  EXPECT_TRUE(contains(reported_errors()[1], "cudaSetDevice")) << reported_errors()[1];
+  EXPECT_EQ(gpusel::current_device(), 0);
+}
+
 TEST(BufferEmulated, FreesOnItsOwnDeviceWhateverDeviceIsCurrent) {
   machine_with(2);
   auto x = gpusel::Buffer<float>({1, 2}, gpusel::cpu()).to(gpusel::cuda(0));

@@ -140,7 +140,9 @@ inline void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorC
 // Frees what allocate_memory returned for `place`, on the memory's own device
 // whatever device is current (as rmm's device_buffer does): cudaFree acts in
 // the current context and would make one on a device the program never used.
-// Does nothing for nullptr. Never throws.
+// When that device cannot be made current, frees from the current device
+// rather than leak, and tells the restore-error handler (release_on_device,
+// guard.hpp). Does nothing for nullptr. Never throws.
 inline void free_memory(void* pointer, const MemoryPlace& place) noexcept {
   if (pointer == nullptr) return;
   switch (place.kind) {
@@ -151,11 +153,9 @@ inline void free_memory(void* pointer, const MemoryPlace& place) noexcept {
       if (cudaFreeHost(pointer) != cudaSuccess) (void)cudaGetLastError();
       break;
     case MemoryKind::device:
-      try {
-        DeviceGuard guard(place.device);
+      release_on_device(place.device, "gpusel::Buffer freeing its device memory", [pointer]() noexcept {
         if (cudaFree(pointer) != cudaSuccess) (void)cudaGetLastError();
-      } catch (...) {  // the device cannot be made current: nothing left to free it with
-      }
+      });
       break;
   }
 }
