@@ -578,6 +578,36 @@ TEST(BufferEmulated, PinnedMemoryRunningOutIsAnOutOfMemory) {
   EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), 0u);
 }
 
+// Sizes whose rounding up to an allocation granule cannot be represented are
+// OutOfMemory in every kind of memory, never an allocation of almost nothing.
+TEST(BufferEmulated, SizesNearSizeMaxAreOutOfMemoryEverywhere) {
+  machine_with(1);
+  for (const std::size_t size :
+       {std::numeric_limits<std::size_t>::max() - 100, std::numeric_limits<std::size_t>::max() - (std::size_t{2} << 20),
+        std::numeric_limits<std::size_t>::max()}) {
+    EXPECT_THROW(gpusel::Buffer<char>(size, gpusel::cpu()), gpusel::OutOfMemory) << size;
+    EXPECT_THROW((void)gpusel::Buffer<char>::pinned(size), gpusel::OutOfMemory) << size;
+    EXPECT_THROW(gpusel::Buffer<char>(size, gpusel::cuda(0)), gpusel::OutOfMemory) << size;
+  }
+  EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), 0u);
+  EXPECT_EQ(gpusel_emulated::bytes_in_use(0), 0u);
+}
+
+TEST(DetailMemory, RoundUpIsCheckedArithmetic) {
+  constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
+  std::size_t rounded = 7;
+  EXPECT_TRUE(gpusel::detail::round_up(0, 256, rounded));
+  EXPECT_EQ(rounded, 0u);
+  EXPECT_TRUE(gpusel::detail::round_up(257, 256, rounded));
+  EXPECT_EQ(rounded, 512u);
+  EXPECT_TRUE(gpusel::detail::round_up(max - 255, 256, rounded)) << "already a multiple";
+  EXPECT_EQ(rounded, max - 255);
+  rounded = 7;
+  EXPECT_FALSE(gpusel::detail::round_up(max - 254, 256, rounded));
+  EXPECT_FALSE(gpusel::detail::round_up(max, std::size_t{2} << 20, rounded));
+  EXPECT_EQ(rounded, 7u) << "left alone";
+}
+
 TEST(BufferEmulated, StagingMemoryRunningOutIsAnOutOfMemory) {
   machine_with(1);
   const auto bytes = pattern(kLarge, 13);

@@ -282,13 +282,27 @@ class Call {
   cudaError_t armed_ = cudaSuccess;
 };
 
+// Host memory for an emulated allocation of `bytes`, aligned to `alignment`
+// (a power of two), or nullptr when there is none or the size rounded up to
+// the alignment cannot be represented (it would wrap to almost nothing).
+void* allocate_host(std::size_t bytes, std::size_t alignment) {
+  if (bytes > SIZE_MAX - (alignment - 1)) return nullptr;
+  return std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
+}
+
+// Whether [address, address + bytes) lies in [start, start + length), given
+// address >= start, without computing an end that could wrap.
+bool within(std::uintptr_t address, std::size_t bytes, std::uintptr_t start, std::size_t length) {
+  return bytes <= length && address - start <= length - bytes;
+}
+
 // Finds the allocation that contains [pointer, pointer + bytes), if any.
 const Allocation* find_allocation(State& s, const void* pointer, std::size_t bytes = 1) {
   const auto address = reinterpret_cast<std::uintptr_t>(pointer);
   auto it = s.allocations.upper_bound(address);
   if (it == s.allocations.begin()) return nullptr;
   --it;
-  if (address + bytes > it->first + it->second.bytes) return nullptr;
+  if (!within(address, bytes, it->first, it->second.bytes)) return nullptr;
   return &it->second;
 }
 
@@ -297,7 +311,7 @@ bool is_registered(State& s, const void* pointer, std::size_t bytes) {
   auto it = s.registered.upper_bound(address);
   if (it == s.registered.begin()) return false;
   --it;
-  return address + bytes <= it->first + it->second.bytes;
+  return within(address, bytes, it->first, it->second.bytes);
 }
 
 // Where one side of a copy lives.
@@ -831,7 +845,7 @@ cudaError_t cudaMalloc(void** pointer, size_t bytes) {
     return cudaSuccess;
   }
   if (bytes > state.spec.memory_bytes - state.bytes_in_use) return call.finish(cudaErrorMemoryAllocation);
-  void* memory = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  void* memory = gpusel_emulated::allocate_host(bytes, 256);
   if (memory == nullptr) return call.finish(cudaErrorMemoryAllocation);
   state.bytes_in_use += bytes;
   call.s().allocations.emplace(reinterpret_cast<std::uintptr_t>(memory),
@@ -866,7 +880,7 @@ cudaError_t allocate_pinned(Call& call, void** pointer, size_t bytes) {
     *pointer = nullptr;
     return cudaSuccess;
   }
-  void* memory = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+  void* memory = gpusel_emulated::allocate_host(bytes, 4096);
   if (memory == nullptr) return call.finish(cudaErrorMemoryAllocation);
   call.s().allocations.emplace(reinterpret_cast<std::uintptr_t>(memory),
                                gpusel_emulated::Allocation{gpusel_emulated::MemoryKind::PinnedHost, -1, bytes});

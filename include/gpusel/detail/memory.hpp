@@ -60,8 +60,18 @@ inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 inline constexpr std::size_t kHugePageWorthwhileBytes = std::size_t{4} << 20;
 inline constexpr std::size_t kHostAlignment = 256;  // what cudaMalloc guarantees, so T may need as much
 
-inline std::size_t round_up(std::size_t value, std::size_t multiple) noexcept {
-  return (value + multiple - 1) / multiple * multiple;
+// `value` rounded up to a multiple of `multiple` (> 0) in `rounded`; false,
+// leaving `rounded` alone, when the result cannot be represented (a size near
+// SIZE_MAX would otherwise wrap to almost nothing, and the allocation "succeed").
+inline bool round_up(std::size_t value, std::size_t multiple, std::size_t& rounded) noexcept {
+  const std::size_t remainder = value % multiple;
+  if (remainder == 0) {
+    rounded = value;
+    return true;
+  }
+  if (value > std::numeric_limits<std::size_t>::max() - (multiple - remainder)) return false;
+  rounded = value + (multiple - remainder);
+  return true;
 }
 
 // What cudaMemGetInfo says of `device`, for out-of-memory errors; "" when it cannot say.
@@ -85,16 +95,14 @@ inline std::string describe_free_memory(int device) {
 inline void* allocate_pageable(std::size_t bytes, ErrorContext what) {
   const bool large = bytes >= kHugePageWorthwhileBytes;
   const std::size_t alignment = large ? kHugePageBytes : kHostAlignment;
-  // A size within `alignment` of SIZE_MAX would round up to almost nothing.
-  void* pointer = bytes <= std::numeric_limits<std::size_t>::max() - alignment
-                      ? std::aligned_alloc(alignment, round_up(bytes, alignment))
-                      : nullptr;
+  std::size_t rounded = 0;  // aligned_alloc wants a multiple of the alignment
+  void* pointer = round_up(bytes, alignment, rounded) ? std::aligned_alloc(alignment, rounded) : nullptr;
   if (pointer == nullptr) {
     throw OutOfMemory(static_cast<int>(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation",
                       what() + " on cpu: out of host memory (" + std::to_string(bytes) + " bytes)");
   }
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (large) (void)madvise(pointer, round_up(bytes, alignment), MADV_HUGEPAGE);  // advice; see Note [Fresh host memory]
+  if (large) (void)madvise(pointer, rounded, MADV_HUGEPAGE);  // advice; see Note [Fresh host memory]
 #endif
   return pointer;
 }
