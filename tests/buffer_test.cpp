@@ -608,6 +608,40 @@ TEST(DetailMemory, RoundUpIsCheckedArithmetic) {
   EXPECT_EQ(rounded, 7u) << "left alone";
 }
 
+// Note [Which device pins host memory]: on a 2-GPU machine whose program only
+// used cuda:1, a fresh thread (current device 0, no context) pins memory in
+// every way a Buffer can, and cuda:0 gets no context.
+TEST(BufferEmulated, PinningOnAFreshThreadMakesNoContextOnDevice0) {
+  machine_with(2);
+  const auto bytes = pattern(kLarge, 21);
+  gpusel::Buffer<std::uint8_t> host(bytes, gpusel::cpu());
+  const gpusel::Buffer<std::uint8_t> on_1 = host.to(gpusel::cuda(1));  // staged: pinned chunks too
+  ASSERT_FALSE(gpusel_emulated::has_primary_context(0));
+  std::thread([&] {
+    EXPECT_EQ(gpusel::Buffer<int>::pinned(16).size(), 16u);
+    EXPECT_TRUE(host.pin_memory().is_pinned());
+    EXPECT_EQ(on_1.pin_memory().to_vector(), bytes);
+    gpusel::Stream stream(gpusel::cuda(1));
+    const auto back = on_1.to(gpusel::cpu(), stream);
+    stream.synchronize();
+    EXPECT_TRUE(back.is_pinned());
+    EXPECT_EQ(back.to_vector(), bytes);
+    EXPECT_EQ(host.to(gpusel::cuda(1)).to_vector(), bytes) << "staged, on this thread";
+    EXPECT_EQ(gpusel::current_device(), 0) << "the thread's device is what it was";
+  }).join();
+  EXPECT_FALSE(gpusel_emulated::has_primary_context(0)) << "pinning made a context on cuda:0";
+  EXPECT_EQ(gpusel_emulated::primary_context_count(), 1);
+}
+
+// With no context anywhere, pinning makes the current device's (it needs one),
+// and only that one.
+TEST(BufferEmulated, PinningWithNoContextUsesTheCurrentDevice) {
+  machine_with(2);
+  std::thread([] { EXPECT_EQ(gpusel::Buffer<int>::pinned(4).size(), 4u); }).join();
+  EXPECT_TRUE(gpusel_emulated::has_primary_context(0));
+  EXPECT_EQ(gpusel_emulated::primary_context_count(), 1);
+}
+
 TEST(BufferEmulated, StagingMemoryRunningOutIsAnOutOfMemory) {
   machine_with(1);
   const auto bytes = pattern(kLarge, 13);

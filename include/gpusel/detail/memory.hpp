@@ -107,7 +107,56 @@ inline void* allocate_pageable(std::size_t bytes, ErrorContext what) {
   return pointer;
 }
 
-inline void* allocate_pinned(std::size_t bytes, ErrorContext what) {
+// Note [Which device pins host memory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// cudaMallocHost works in the calling thread's current context. On a thread
+// that never chose a device that is device 0, and the call creates 0's
+// primary context (about 500 MiB of GPU memory on an H200) if it has none: a
+// program that only uses cuda:1 would pay for cuda:0 the first time a worker
+// thread pins memory (PyTorch #21081, fixed the same way in #22229). Pinned
+// memory is usable from every context (unified addressing), so gpusel chooses
+// the device to pin under, and pins under one that already has its context:
+//  1. the device the copy involves, when there is one: the source of
+//     pin_memory() or of to(cpu(), stream) from a GPU (it holds memory, so it
+//     has its context);
+//  2. else the current device, if it has its context (or the driver cannot
+//     say: then gpusel cannot do better than the runtime would);
+//  3. else the lowest device that has its context;
+//  4. else the current device: no GPU is in use yet, and pinning needs a
+//     context; the current device is the one the program would use first.
+// The switch is a guard's, so it creates nothing and the thread's device is
+// what it was afterwards (Note [Restoring a device without creating its
+// context]). The copy engine's staging chunks are pinned inside a guard on
+// the copy's GPU (detail/staged_copy.hpp), which is rule 1.
+
+// The device to pin host memory under (Note [Which device pins host memory]);
+// `involved` is the device the copy involves, or -1. -1 when the runtime
+// cannot say which device is current (cudaMallocHost will then fail and say why).
+inline int pinning_device(int involved) noexcept {
+  if (involved >= 0) return involved;
+  int current = 0;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  if (primary_context_state(current) != PrimaryContextState::Inactive) return current;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return current;
+  }
+  for (int device = 0; device < count; ++device)
+    if (device != current && primary_context_state(device) == PrimaryContextState::Active) return device;
+  return current;
+}
+
+// `bytes` of pinned host memory, pinned under a device that already has its
+// context (Note [Which device pins host memory]); `involved` is the device the
+// copy involves, or -1. Throws OutOfMemory when pinned memory ran out.
+inline void* allocate_pinned_for(std::size_t bytes, int involved, ErrorContext what) {
+  OptionalDeviceGuard guard;
+  const int device = pinning_device(involved);
+  if (device >= 0) guard.set_device(device);
   void* pointer = nullptr;
   const cudaError_t status = cudaMallocHost(&pointer, bytes);
   if (status != cudaSuccess) {
@@ -130,15 +179,17 @@ inline void* allocate_device(std::size_t bytes, int device, ErrorContext what) {
 }
 
 // `bytes` in `place`, or nullptr for zero bytes; `what` names the owner for
-// errors ("gpusel::Buffer(1024 elements, 4096 bytes, cuda:1)"). Throws
-// OutOfMemory when the memory ran out, Error for any other failure.
-inline void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorContext what) {
+// errors ("gpusel::Buffer(1024 elements, 4096 bytes, cuda:1)"); `involved` is
+// the GPU the bytes are copied from or to, or -1, for pinned memory (Note
+// [Which device pins host memory]). Throws OutOfMemory when the memory ran
+// out, Error for any other failure.
+inline void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorContext what, int involved = -1) {
   if (bytes == 0) return nullptr;
   switch (place.kind) {
     case MemoryKind::pageable_host:
       return allocate_pageable(bytes, what);
     case MemoryKind::pinned_host:
-      return allocate_pinned(bytes, what);
+      return allocate_pinned_for(bytes, involved, what);
     case MemoryKind::device:
       break;
   }
