@@ -148,6 +148,27 @@ TEST(StreamEmulated, AFailedSwitchInTheDestructorStillDestroysTheStreamAndSaysSo
   EXPECT_EQ(gpusel::current_device(), 0);
 }
 
+// Note [Failed switches at exit]: a Stream and a Buffer destroyed after the
+// runtime's teardown at exit fail quietly: nothing for the handler, nothing
+// left behind, no exception.
+TEST(StreamEmulated, DestroyedWhileTheRuntimeUnloadsSaysNothing) {
+  gpusel_test::need_devices(2);
+  gpusel::set_device(0);
+  reported_errors().clear();
+  const gpusel::RestoreErrorHandler previous = gpusel::set_restore_error_handler(&record_error);
+  {
+    gpusel::Stream stream(gpusel::cuda(1));
+    gpusel::Buffer<int> memory(4, gpusel::cuda(1));
+    auto pinned = gpusel::Buffer<int>::pinned(4);
+    gpusel::DeviceGuard guard(1);  // its restore fails too
+    gpusel_emulated::begin_process_exit();
+  }
+  EXPECT_GT(gpusel_emulated::calls_refused_while_unloading(), 3);
+  gpusel::set_restore_error_handler(previous);
+  EXPECT_TRUE(reported_errors().empty()) << reported_errors().front();
+  gpusel_test::need_devices(1);  // a new process
+}
+
 TEST(StreamEmulated, OrderChoosesTheStreamFlags) {
   gpusel_test::need_devices(1);
   gpusel::Stream independent(gpusel::cuda(0), gpusel::StreamOrder::independent);
