@@ -419,6 +419,42 @@ TEST(BufferEmulated, FreesOnItsOwnDeviceWithoutCreatingAContextElsewhere) {
   EXPECT_FALSE(gpusel_emulated::has_primary_context(0)) << "freeing on cuda:1 made no context on cuda:0";
 }
 
+// What the restore-error handler is told.
+std::vector<std::string>& reported_errors() {
+  static std::vector<std::string> errors;
+  return errors;
+}
+void record_error(const gpusel::Error& error) { reported_errors().push_back(error.what()); }
+
+// A failed switch to the Buffer's device does not leak its memory: it is freed
+// from the current device, and the handler hears of it.
+TEST(BufferEmulated, AFailedSwitchStillFreesTheMemoryAndSaysSo) {
+  machine_with(2);
+  gpusel::set_device(0);  // so the runtime really is back on cuda:0 after each Buffer is made
+  reported_errors().clear();
+  const gpusel::RestoreErrorHandler previous = gpusel::set_restore_error_handler(&record_error);
+  for (const char* call : {"cudaGetDevice", "cudaSetDevice"}) {
+    {
+      gpusel::Buffer<float> x(4, gpusel::cuda(1));
+      ASSERT_EQ(gpusel_emulated::bytes_in_use(1), 16u);
+      gpusel_emulated::fail_call(call, 1, cudaErrorUnknown);
+    }
+    gpusel_emulated::clear_failures();
+    EXPECT_EQ(gpusel_emulated::bytes_in_use(1), 0u) << call << ": the 16 bytes leaked";
+    EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess) << "reported through the handler, not left behind";
+  }
+  gpusel::set_restore_error_handler(previous);
+  ASSERT_EQ(reported_errors().size(), 2u);
+  for (const std::string& error : reported_errors()) {
+    EXPECT_TRUE(contains(error, "gpusel::Buffer freeing its device memory could not make cuda:1 current")) << error;
+    EXPECT_TRUE(contains(error, "released it from the current device instead")) << error;
+    EXPECT_TRUE(contains(error, "cudaErrorUnknown")) << error;
+  }
+  EXPECT_TRUE(contains(reported_errors()[0], "cudaGetDevice")) << reported_errors()[0];
+  EXPECT_TRUE(contains(reported_errors()[1], "cudaSetDevice")) << reported_errors()[1];
+  EXPECT_EQ(gpusel::current_device(), 0);
+}
+
 TEST(BufferEmulated, FreesOnItsOwnDeviceWhateverDeviceIsCurrent) {
   machine_with(2);
   auto x = gpusel::Buffer<float>({1, 2}, gpusel::cpu()).to(gpusel::cuda(0));
@@ -570,6 +606,70 @@ TEST(BufferEmulated, PinnedMemoryRunningOutIsAnOutOfMemory) {
   gpusel_emulated::fail_call("cudaMallocHost", 1, cudaErrorMemoryAllocation);
   EXPECT_THROW((void)pageable.pin_memory(), gpusel::OutOfMemory);
   EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), 0u);
+}
+
+// Sizes whose rounding up to an allocation granule cannot be represented are
+// OutOfMemory in every kind of memory, never an allocation of almost nothing.
+TEST(BufferEmulated, SizesNearSizeMaxAreOutOfMemoryEverywhere) {
+  machine_with(1);
+  for (const std::size_t size :
+       {std::numeric_limits<std::size_t>::max() - 100, std::numeric_limits<std::size_t>::max() - (std::size_t{2} << 20),
+        std::numeric_limits<std::size_t>::max()}) {
+    EXPECT_THROW(gpusel::Buffer<char>(size, gpusel::cpu()), gpusel::OutOfMemory) << size;
+    EXPECT_THROW((void)gpusel::Buffer<char>::pinned(size), gpusel::OutOfMemory) << size;
+    EXPECT_THROW(gpusel::Buffer<char>(size, gpusel::cuda(0)), gpusel::OutOfMemory) << size;
+  }
+  EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), 0u);
+  EXPECT_EQ(gpusel_emulated::bytes_in_use(0), 0u);
+}
+
+TEST(DetailMemory, RoundUpIsCheckedArithmetic) {
+  constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
+  std::size_t rounded = 7;
+  EXPECT_TRUE(gpusel::detail::round_up(0, 256, rounded));
+  EXPECT_EQ(rounded, 0u);
+  EXPECT_TRUE(gpusel::detail::round_up(257, 256, rounded));
+  EXPECT_EQ(rounded, 512u);
+  EXPECT_TRUE(gpusel::detail::round_up(max - 255, 256, rounded)) << "already a multiple";
+  EXPECT_EQ(rounded, max - 255);
+  rounded = 7;
+  EXPECT_FALSE(gpusel::detail::round_up(max - 254, 256, rounded));
+  EXPECT_FALSE(gpusel::detail::round_up(max, std::size_t{2} << 20, rounded));
+  EXPECT_EQ(rounded, 7u) << "left alone";
+}
+
+// Note [Which device pins host memory]: on a 2-GPU machine whose program only
+// used cuda:1, a fresh thread (current device 0, no context) pins memory in
+// every way a Buffer can, and cuda:0 gets no context.
+TEST(BufferEmulated, PinningOnAFreshThreadMakesNoContextOnDevice0) {
+  machine_with(2);
+  const auto bytes = pattern(kLarge, 21);
+  gpusel::Buffer<std::uint8_t> host(bytes, gpusel::cpu());
+  const gpusel::Buffer<std::uint8_t> on_1 = host.to(gpusel::cuda(1));  // staged: pinned chunks too
+  ASSERT_FALSE(gpusel_emulated::has_primary_context(0));
+  std::thread([&] {
+    EXPECT_EQ(gpusel::Buffer<int>::pinned(16).size(), 16u);
+    EXPECT_TRUE(host.pin_memory().is_pinned());
+    EXPECT_EQ(on_1.pin_memory().to_vector(), bytes);
+    gpusel::Stream stream(gpusel::cuda(1));
+    const auto back = on_1.to(gpusel::cpu(), stream);
+    stream.synchronize();
+    EXPECT_TRUE(back.is_pinned());
+    EXPECT_EQ(back.to_vector(), bytes);
+    EXPECT_EQ(host.to(gpusel::cuda(1)).to_vector(), bytes) << "staged, on this thread";
+    EXPECT_EQ(gpusel::current_device(), 0) << "the thread's device is what it was";
+  }).join();
+  EXPECT_FALSE(gpusel_emulated::has_primary_context(0)) << "pinning made a context on cuda:0";
+  EXPECT_EQ(gpusel_emulated::primary_context_count(), 1);
+}
+
+// With no context anywhere, pinning makes the current device's (it needs one),
+// and only that one.
+TEST(BufferEmulated, PinningWithNoContextUsesTheCurrentDevice) {
+  machine_with(2);
+  std::thread([] { EXPECT_EQ(gpusel::Buffer<int>::pinned(4).size(), 4u); }).join();
+  EXPECT_TRUE(gpusel_emulated::has_primary_context(0));
+  EXPECT_EQ(gpusel_emulated::primary_context_count(), 1);
 }
 
 TEST(BufferEmulated, StagingMemoryRunningOutIsAnOutOfMemory) {

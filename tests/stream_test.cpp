@@ -116,6 +116,59 @@ TEST(StreamEmulated, IsMadeAndDestroyedOnItsDeviceWithoutTouchingAnother) {
   EXPECT_FALSE(gpusel_emulated::has_primary_context(0)) << "no stray context on the device the thread started on";
 }
 
+std::vector<std::string>& reported_errors() {
+  static std::vector<std::string> errors;
+  return errors;
+}
+void record_error(const gpusel::Error& error) { reported_errors().push_back(error.what()); }
+
+// A failed switch to the stream's device does not leak the stream: it is
+// destroyed from the current device, and the restore-error handler hears of it.
+TEST(StreamEmulated, AFailedSwitchInTheDestructorStillDestroysTheStreamAndSaysSo) {
+  gpusel_test::need_devices(2);
+  gpusel::set_device(0);  // so the runtime really is back on cuda:0 after each Stream is made
+  reported_errors().clear();
+  const gpusel::RestoreErrorHandler previous = gpusel::set_restore_error_handler(&record_error);
+  for (const char* call : {"cudaGetDevice", "cudaSetDevice"}) {
+    {
+      gpusel::Stream stream(gpusel::cuda(1));
+      gpusel_emulated::fail_call(call, 1, cudaErrorUnknown);
+    }
+    gpusel_emulated::clear_failures();
+    EXPECT_EQ(gpusel_emulated::live_streams(), 0) << call << ": the stream leaked";
+    EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess) << "reported through the handler, not left behind";
+  }
+  gpusel::set_restore_error_handler(previous);
+  ASSERT_EQ(reported_errors().size(), 2u);
+  for (const std::string& error : reported_errors()) {
+    EXPECT_TRUE(contains(error, "gpusel::Stream's destructor could not make cuda:1 current")) << error;
+    EXPECT_TRUE(contains(error, "cudaErrorUnknown")) << error;
+  }
+  EXPECT_TRUE(contains(reported_errors()[1], "cudaSetDevice")) << reported_errors()[1];
+  EXPECT_EQ(gpusel::current_device(), 0);
+}
+
+// Note [Failed switches at exit]: a Stream and a Buffer destroyed after the
+// runtime's teardown at exit fail quietly: nothing for the handler, nothing
+// left behind, no exception.
+TEST(StreamEmulated, DestroyedWhileTheRuntimeUnloadsSaysNothing) {
+  gpusel_test::need_devices(2);
+  gpusel::set_device(0);
+  reported_errors().clear();
+  const gpusel::RestoreErrorHandler previous = gpusel::set_restore_error_handler(&record_error);
+  {
+    gpusel::Stream stream(gpusel::cuda(1));
+    gpusel::Buffer<int> memory(4, gpusel::cuda(1));
+    auto pinned = gpusel::Buffer<int>::pinned(4);
+    gpusel::DeviceGuard guard(1);  // its restore fails too
+    gpusel_emulated::begin_process_exit();
+  }
+  EXPECT_GT(gpusel_emulated::calls_refused_while_unloading(), 3);
+  gpusel::set_restore_error_handler(previous);
+  EXPECT_TRUE(reported_errors().empty()) << reported_errors().front();
+  gpusel_test::need_devices(1);  // a new process
+}
+
 TEST(StreamEmulated, OrderChoosesTheStreamFlags) {
   gpusel_test::need_devices(1);
   gpusel::Stream independent(gpusel::cuda(0), gpusel::StreamOrder::independent);

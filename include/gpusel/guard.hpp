@@ -27,9 +27,12 @@
 namespace gpusel {
 
 // Called with the Error when a guard (or synchronize(device)) could not switch
-// the thread back to the device it found. A guard's destructor cannot throw, so
-// this is where that failure goes; it must not throw either (if it does, the
-// failure goes to stderr).
+// the thread back to the device it found, or when a Buffer or Stream could not
+// switch to its own device to free itself (and freed itself from the current
+// device instead). A destructor cannot throw, so this is where those failures
+// go; the handler must not throw either (if it does, the failure goes to
+// stderr). Failures while the CUDA runtime unloads at exit are not reported
+// (Note [Failed switches at exit] in detail/device_switch.hpp).
 using RestoreErrorHandler = detail::RestoreErrorHandler;
 
 // Sets who hears about a failed restore; nullptr brings back the default, one
@@ -94,6 +97,30 @@ inline int guard_index(const Device& device, const char* who) {
 
 inline void check_guard_index(int index, const char* who) {
   if (index < 0) throw Error(std::string(who) + "(" + std::to_string(index) + "): a device index cannot be negative");
+}
+
+// Runs `action` (which must not throw) with cuda:`device` current and then
+// restores the device, for a destructor that releases something there (a
+// stream, device memory). When the device cannot be made current (a failed
+// cudaGetDevice or cudaSetDevice), runs `action` from the current device all
+// the same: releasing from another device's context usually works, where
+// dropping the handle always leaks; and reports the failed switch through the
+// restore-error handler (Note [Failed switches at exit] for why not at exit).
+// Never throws.
+template <class Action>
+void release_on_device(int device, const char* who, const Action& action) noexcept {
+  const EnterResult entered = enter_device(device);
+  if (entered.status != cudaSuccess) {
+    report_release_failure(entered, who, device);
+    action();
+    return;
+  }
+  GuardState state;
+  state.original = entered.original;
+  state.current = device;
+  state.switches = thread_device().switches;
+  action();
+  state.leave(who);
 }
 
 }  // namespace detail

@@ -13,6 +13,7 @@
 //   layer.weight.device()                // cuda:0
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,6 +49,26 @@ namespace gpusel {
 // before to() sees the moved data after it. Between the two steps each copy
 // waits in its buffer's entry (detail/module_entries.hpp).
 
+// Note [A module graph is a tree with shared nodes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A child module, or a Buffer, may be reached by several paths: two layers
+// that register one shared embedding, one Buffer registered in two modules.
+// As in PyTorch, each distinct Buffer counts once: to() moves it once (a
+// 4 MiB buffer reachable as "x.leaf.w" and "y.leaf.w" needs 4 MiB on the
+// target, not 8), device() looks at it once, and named_buffers() lists it
+// once, under the first path a depth-first walk in registration order meets
+// (PyTorch's named_buffers(remove_duplicate=True)); a child already walked is
+// not walked again. named_buffers(SharedBuffers::every_path) lists every path.
+// A cycle (A registers B, B registers A) would make every walk endless, so
+// register_module rejects the registration that would close one.
+
+// Which paths named_buffers() lists for a Buffer reached by several
+// (Note [A module graph is a tree with shared nodes]).
+enum class SharedBuffers {
+  once,        // the first path only, as PyTorch's named_buffers() does by default
+  every_path,  // every path, so a shared Buffer appears once per path
+};
+
 class Module {
  public:
   // What named_buffers() reports of one buffer.
@@ -75,7 +96,8 @@ class Module {
   // as one transaction (Note [Module::to is a transaction]), and returns
   // *this, so that `&m.to(d) == &m` and calls chain. `cuda` means the current
   // device. Buffers already there are not copied (pinned host buffers stay
-  // pinned on to(cpu())). Throws OutOfMemory when the copies do not fit, and
+  // pinned on to(cpu())); a buffer reached by several paths is copied once
+  // (Note [A module graph is a tree with shared nodes]). Throws OutOfMemory when the copies do not fit, and
   // Error for any other failure; either way no buffer was moved.
   Module& to(const Device& device) {
     const Device target = device.is_cpu() ? gpusel::cpu() : gpusel::cuda(detail::resolve_cuda_index(device, [&] {
@@ -129,23 +151,25 @@ class Module {
 
   // Every buffer of the module and its children, in registration order, own
   // buffers first, named like PyTorch's named_buffers(): "weight", "child.weight".
-  [[nodiscard]] std::vector<BufferInfo> named_buffers() const {
+  // A Buffer reached by several paths is listed once, under its first path,
+  // unless `listing` is SharedBuffers::every_path (Note [A module graph is a
+  // tree with shared nodes]).
+  [[nodiscard]] std::vector<BufferInfo> named_buffers(SharedBuffers listing = SharedBuffers::once) const {
     std::vector<BufferInfo> infos;
-    for_each_buffer([&infos](const std::string& name, const detail::BufferEntry& entry) {
-      infos.push_back(
-          BufferInfo{name, entry.device(), entry.size(), entry.bytes(), entry.is_pinned(), &entry.element_type()});
-    });
+    for_each_buffer(
+        [&infos](const std::string& name, const detail::BufferEntry& entry) {
+          infos.push_back(
+              BufferInfo{name, entry.device(), entry.size(), entry.bytes(), entry.is_pinned(), &entry.element_type()});
+        },
+        listing);
     return infos;
   }
 
-  // The buffer registered as `name` ("child.weight"). Throws Error when there
-  // is none or its element type is not T.
+  // The buffer registered as `name` ("child.weight"), by any of its paths.
+  // Throws Error when there is none or its element type is not T.
   template <class T>
   Buffer<T>& buffer(std::string_view name) {
-    detail::BufferEntry* found = nullptr;
-    for_each_buffer([&](const std::string& entry_name, detail::BufferEntry& entry) {
-      if (found == nullptr && entry_name == name) found = &entry;
-    });
+    detail::BufferEntry* found = find_entry(name);
     if (found == nullptr) throw Error("gpusel::Module::buffer(\"" + std::string(name) + "\"): no buffer has this name");
     if (found->element_type() != typeid(T))
       throw Error("gpusel::Module::buffer(\"" + std::string(name) + "\"): the buffer holds another element type");
@@ -163,7 +187,9 @@ class Module {
   }
 
   // Registers a child module (usually a member of the subclass) under `name`;
-  // its buffers are named "<name>.<buffer>" and move with this module.
+  // its buffers are named "<name>.<buffer>" and move with this module. The
+  // child may be another module's child too (Note [A module graph is a tree
+  // with shared nodes]), but may not contain this module: that would be a cycle.
   template <class M>
   M& register_module(std::string name, M& child) {
     static_assert(std::is_base_of_v<Module, M>,
@@ -172,6 +198,12 @@ class Module {
     if (&base == this)
       throw Error("gpusel::Module::register_module(\"" + name + "\"): a module cannot be its own child");
     check_new_name(name, &base, "register_module");
+    std::vector<const Module*> walked;
+    if (std::optional<std::string> back = base.path_to(this, walked)) {
+      throw Error("gpusel::Module::register_module(\"" + name + "\"): the module to register as \"" + name +
+                  "\" contains this module already, as \"" + name + "." + *back +
+                  "\", so the two would contain each other without end; a module graph cannot have cycles");
+    }
     children_.push_back(Child{std::move(name), &base});
     return child;
   }
@@ -185,23 +217,78 @@ class Module {
     std::string name;
     Module* module;
   };
-  // Calls visit(entry) for every buffer of this module and its children.
-  // Builds no names, so it cannot fail where visit cannot: the commit and
-  // cancel of to() run through it.
+  // Calls visit(entry) for every buffer of this module and its children, a
+  // shared one once per path. Builds no names and keeps no record, so it
+  // cannot fail where visit cannot: the commit and cancel of to() run through
+  // it, and do nothing for an entry seen again or never prepared.
   template <class Visit>
   void for_each_entry(const Visit& visit) const noexcept {
     for (const Entry& entry : buffers_) visit(*entry.entry);
     for (const Child& child : children_) child.module->for_each_entry(visit);
   }
 
-  // Calls visit(name, entry) for every buffer of this module and its
-  // children, in registration order, own buffers first.
+  // Calls visit(name, entry) for every distinct buffer of this module and its
+  // children, in registration order, own buffers first, under its first path;
+  // with SharedBuffers::every_path, once per path (Note [A module graph is a
+  // tree with shared nodes]).
   template <class Visit>
-  void for_each_buffer(const Visit& visit, const std::string& prefix = std::string()) const {
-    for (const Entry& entry : buffers_) visit(prefix + entry.name, *entry.entry);
-    for (const Child& child : children_) child.module->for_each_buffer(visit, prefix + child.name + ".");
+  void for_each_buffer(const Visit& visit, SharedBuffers listing = SharedBuffers::once) const {
+    Walked walked;
+    walk(visit, std::string(), listing == SharedBuffers::once ? &walked : nullptr);
   }
 
+  // What a walk has met already, each list sorted by address.
+  struct Walked {
+    std::vector<const void*> buffers;
+    std::vector<const Module*> modules;
+  };
+
+  // Adds `item` to the sorted `seen`; false when it was there already.
+  template <class P>
+  static bool first_meeting(std::vector<P>& seen, P item) {
+    const auto at = std::lower_bound(seen.begin(), seen.end(), item);
+    if (at != seen.end() && *at == item) return false;
+    seen.insert(at, item);
+    return true;
+  }
+
+  // for_each_buffer's walk below `prefix`; `walked` is null when every path counts.
+  template <class Visit>
+  void walk(const Visit& visit, const std::string& prefix, Walked* walked) const {
+    for (const Entry& entry : buffers_)
+      if (walked == nullptr || first_meeting(walked->buffers, entry.entry->address()))
+        visit(prefix + entry.name, *entry.entry);
+    for (const Child& child : children_)
+      if (walked == nullptr || first_meeting(walked->modules, static_cast<const Module*>(child.module)))
+        child.module->walk(visit, prefix + child.name + ".", walked);
+  }
+
+  // The path from this module to `target` ("b.c"), if this module contains it;
+  // `walked` keeps the modules searched already, so a shared child is searched once.
+  std::optional<std::string> path_to(const Module* target, std::vector<const Module*>& walked) const {
+    for (const Child& child : children_) {
+      if (child.module == target) return child.name;
+      if (!first_meeting(walked, static_cast<const Module*>(child.module))) continue;
+      if (std::optional<std::string> below = child.module->path_to(target, walked)) return child.name + "." + *below;
+    }
+    return std::nullopt;
+  }
+
+  // The entry at the path `name` ("child.weight"), or nullptr.
+  detail::BufferEntry* find_entry(std::string_view name) const {
+    const std::size_t dot = name.find('.');
+    if (dot == std::string_view::npos) {
+      for (const Entry& entry : buffers_)
+        if (entry.name == name) return entry.entry.get();
+      return nullptr;
+    }
+    for (const Child& child : children_)
+      if (child.name == name.substr(0, dot)) return child.module->find_entry(name.substr(dot + 1));
+    return nullptr;
+  }
+
+  // Sets the module and everything below it (a shared child once per path:
+  // a repeated store; there are no cycles, so it ends).
   void set_last_device(const Device& device) noexcept {
     last_device_ = device;
     for (const Child& child : children_) child.module->set_last_device(device);

@@ -107,14 +107,13 @@ class Stream {
     if (handle_ == nullptr) return;
     // Destroyed from its own device: the runtime resolves a stream handle in
     // the current context, so destroying it from another device's context is
-    // not something to rely on. If switching fails (the device is gone) the
-    // stream is dropped: a destructor must not throw.
-    try {
-      DeviceGuard guard(device_index_);
-      if (cudaStreamDestroy(handle_) != cudaSuccess) (void)cudaGetLastError();
-    } catch (...) {
-    }
-    handle_ = nullptr;
+    // not something to rely on. If switching fails, it is destroyed from the
+    // current device all the same rather than leaked, and the failure goes to
+    // the restore-error handler (detail::release_on_device, guard.hpp).
+    cudaStream_t handle = std::exchange(handle_, nullptr);
+    detail::release_on_device(device_index_, "gpusel::Stream's destructor", [handle]() noexcept {
+      if (cudaStreamDestroy(handle) != cudaSuccess) (void)cudaGetLastError();
+    });
   }
 
   cudaStream_t handle_ = nullptr;

@@ -40,6 +40,13 @@
 //    as a new process would start without it. (The fake NVML loads it too,
 //    without initializing it, as the real NVML loads the driver: see
 //    tests/support/fake_nvml_machine.hpp.)
+//  - process exit (Note [The runtime unloads at exit]): the teardown is
+//    registered with atexit by the first call that initializes the runtime, as
+//    the static runtime (libcudart_static.a, nvcc's default) registers its own;
+//    once it has run, every call answers cudaErrorCudartUnloading. So a Buffer
+//    or Stream with static storage that was made before the runtime started
+//    (a global assigned in main) is destroyed after the teardown, and meets the
+//    unloading runtime, as in a real process.
 //  - the emulated machine has no NVML: unless GPUSEL_NVML_LIBRARY is already
 //    set (a test pointing at tests/fake_nvml), the emulation sets it to "none"
 //    when the program starts, so the machine that runs the tests cannot leak its
@@ -60,6 +67,15 @@
 //    later; operations_left_to_stream_destroy() counts such work so tests can
 //    check that gpusel never reuses memory a destroyed stream still uses;
 //  - there are no kernels, and no error ever becomes sticky;
+//  - the runtime's own state is never destroyed (it lives on the heap), so it
+//    outlives every static object; the real runtime's teardown destroys its
+//    contexts and frees their memory, where the emulation keeps its records
+//    (tests read them) and only answers cudaErrorCudartUnloading from then on;
+//    begin_process_exit() runs the teardown early, within a test, and reset()
+//    starts a process whose runtime is loaded again;
+//  - cudaFree and cudaStreamDestroy accept memory and streams of any device
+//    whatever device is current (as the real runtime does with unified
+//    addressing, though for streams it does not promise it);
 //  - built twice, as a static library (each shared object that links it gets
 //    its own copy, hidden inside it, as with libcudart_static.a) and as a
 //    shared library (gpusel_emulated_cudart_shared, as libcudart.so), for the
@@ -182,11 +198,33 @@ struct State {
   int operations_left_to_stream_destroy = 0;
   std::uint64_t generation = 1;
   void* libcuda = nullptr;  // the fake libcuda.so.1, loaded on initialization
+  // Note [The runtime unloads at exit]
+  bool teardown_registered = false;  // with atexit, once per process
+  bool unloading = false;
+  int calls_refused_while_unloading = 0;
 };
 
+// Note [The runtime unloads at exit]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A process ends by running its atexit handlers and static destructors in
+// reverse order of registration and construction. The static CUDA runtime
+// registers its teardown when it initializes; a static object constructed
+// before that (a global Buffer assigned in main) is destroyed after it, and
+// every CUDA call it makes then answers cudaErrorCudartUnloading. The
+// emulation does the same: the first initializing call registers
+// `tear_down_at_exit`, which marks the runtime unloading. Its state lives on
+// the heap and is never destroyed, so that a static destroyed after the
+// teardown still reaches it (as a function-local static it would be destroyed
+// before such an object, and the object's cudaFree would touch freed memory).
 State& state() {
-  static State instance;
-  return instance;
+  static State* const instance = new State;  // never destroyed: see the Note
+  return *instance;
+}
+
+void tear_down_at_exit() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.unloading = true;
 }
 
 // The emulated machine has no NVML unless a test names one (see the Note).
@@ -245,6 +283,15 @@ class Call {
       : s_(state()), lock_(s_.mutex), thread_(thread_state(s_)) {
     ++s_.call_counts[function];
     s_.call_log.add(function);
+    if (s_.unloading) {  // Note [The runtime unloads at exit]
+      ++s_.calls_refused_while_unloading;
+      armed_ = cudaErrorCudartUnloading;
+      return;
+    }
+    if (counts_as_initialization && !s_.teardown_registered) {
+      s_.teardown_registered = true;
+      (void)std::atexit(&tear_down_at_exit);
+    }
     for (auto it = s_.failures.begin(); it != s_.failures.end(); ++it) {
       if (it->function != function) continue;
       if (it->remaining_calls > 1) {
@@ -282,13 +329,27 @@ class Call {
   cudaError_t armed_ = cudaSuccess;
 };
 
+// Host memory for an emulated allocation of `bytes`, aligned to `alignment`
+// (a power of two), or nullptr when there is none or the size rounded up to
+// the alignment cannot be represented (it would wrap to almost nothing).
+void* allocate_host(std::size_t bytes, std::size_t alignment) {
+  if (bytes > SIZE_MAX - (alignment - 1)) return nullptr;
+  return std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
+}
+
+// Whether [address, address + bytes) lies in [start, start + length), given
+// address >= start, without computing an end that could wrap.
+bool within(std::uintptr_t address, std::size_t bytes, std::uintptr_t start, std::size_t length) {
+  return bytes <= length && address - start <= length - bytes;
+}
+
 // Finds the allocation that contains [pointer, pointer + bytes), if any.
 const Allocation* find_allocation(State& s, const void* pointer, std::size_t bytes = 1) {
   const auto address = reinterpret_cast<std::uintptr_t>(pointer);
   auto it = s.allocations.upper_bound(address);
   if (it == s.allocations.begin()) return nullptr;
   --it;
-  if (address + bytes > it->first + it->second.bytes) return nullptr;
+  if (!within(address, bytes, it->first, it->second.bytes)) return nullptr;
   return &it->second;
 }
 
@@ -297,7 +358,7 @@ bool is_registered(State& s, const void* pointer, std::size_t bytes) {
   auto it = s.registered.upper_bound(address);
   if (it == s.registered.begin()) return false;
   --it;
-  return address + bytes <= it->first + it->second.bytes;
+  return within(address, bytes, it->first, it->second.bytes);
 }
 
 // Where one side of a copy lives.
@@ -423,6 +484,8 @@ void reset(const Config& config) {
   s.peer_copies = 0;
   s.staged_device_copies = 0;
   s.operations_left_to_stream_destroy = 0;
+  s.unloading = false;
+  s.calls_refused_while_unloading = 0;
   s.config = config;
   s.devices.clear();
   for (std::size_t i = 0; i < config.devices.size(); ++i) {
@@ -566,6 +629,20 @@ void clear_failures() {
   s.failures.clear();
 }
 
+void begin_process_exit() { tear_down_at_exit(); }
+
+bool unloading() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.unloading;
+}
+
+int calls_refused_while_unloading() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.calls_refused_while_unloading;
+}
+
 // Driver API functions handed out through cudaGetDriverEntryPointByVersion.
 // CUresult is an int-sized enum and CUdevice an int; 0 is CUDA_SUCCESS and
 // 101 CUDA_ERROR_INVALID_DEVICE in the driver API as in the runtime.
@@ -633,6 +710,8 @@ const char* cudaGetErrorName(cudaError_t status) {
       return "cudaErrorNotSupported";
     case cudaErrorUnknown:
       return "cudaErrorUnknown";
+    case cudaErrorCudartUnloading:
+      return "cudaErrorCudartUnloading";
     default:
       return "cudaErrorUnknown";
   }
@@ -648,6 +727,8 @@ const char* cudaGetErrorString(cudaError_t status) {
       return "out of memory";
     case cudaErrorInitializationError:
       return "initialization error";
+    case cudaErrorCudartUnloading:
+      return "driver shutting down";
     case cudaErrorInsufficientDriver:
       return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNoDevice:
@@ -831,7 +912,7 @@ cudaError_t cudaMalloc(void** pointer, size_t bytes) {
     return cudaSuccess;
   }
   if (bytes > state.spec.memory_bytes - state.bytes_in_use) return call.finish(cudaErrorMemoryAllocation);
-  void* memory = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  void* memory = gpusel_emulated::allocate_host(bytes, 256);
   if (memory == nullptr) return call.finish(cudaErrorMemoryAllocation);
   state.bytes_in_use += bytes;
   call.s().allocations.emplace(reinterpret_cast<std::uintptr_t>(memory),
@@ -866,7 +947,7 @@ cudaError_t allocate_pinned(Call& call, void** pointer, size_t bytes) {
     *pointer = nullptr;
     return cudaSuccess;
   }
-  void* memory = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+  void* memory = gpusel_emulated::allocate_host(bytes, 4096);
   if (memory == nullptr) return call.finish(cudaErrorMemoryAllocation);
   call.s().allocations.emplace(reinterpret_cast<std::uintptr_t>(memory),
                                gpusel_emulated::Allocation{gpusel_emulated::MemoryKind::PinnedHost, -1, bytes});

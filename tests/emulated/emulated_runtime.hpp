@@ -91,4 +91,13 @@ void fail_call(const std::string& function, int nth, cudaError_t status);
 void fail_calls_from(const std::string& function, int nth, cudaError_t status);
 void clear_failures();
 
+// --- process exit (Note [The runtime unloads at exit] in the .cpp) -----------
+// Runs the runtime's exit-time teardown now: from here on every call answers
+// cudaErrorCudartUnloading, as after the teardown the first initializing call
+// registered with atexit. reset() loads the runtime again.
+void begin_process_exit();
+bool unloading();
+// Calls answered cudaErrorCudartUnloading since the last reset.
+int calls_refused_while_unloading();
+
 }  // namespace gpusel_emulated

@@ -5,7 +5,11 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -356,6 +360,55 @@ TEST_F(EmulatedRuntime, PeerAccessIsEnabledOnceFromTheCurrentDevice) {
   EXPECT_EQ(emu::peer_copies(), 1);
   (void)cudaFree(on_zero);
   (void)cudaFree(on_one);
+}
+
+// Note [The runtime unloads at exit]: after the teardown every call answers
+// cudaErrorCudartUnloading, cudaGetLastError included; reset() loads it again.
+TEST_F(EmulatedRuntime, AfterTheTeardownAtExitEveryCallAnswersUnloading) {
+  void* memory = nullptr;
+  ASSERT_EQ(cudaMalloc(&memory, 8), cudaSuccess);
+  emu::begin_process_exit();
+  EXPECT_TRUE(emu::unloading());
+  int device = -1;
+  EXPECT_EQ(cudaGetDevice(&device), cudaErrorCudartUnloading);
+  EXPECT_EQ(cudaSetDevice(0), cudaErrorCudartUnloading);
+  EXPECT_EQ(cudaFree(memory), cudaErrorCudartUnloading);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorCudartUnloading);
+  EXPECT_EQ(emu::calls_refused_while_unloading(), 4);
+  EXPECT_STREQ(cudaGetErrorName(cudaErrorCudartUnloading), "cudaErrorCudartUnloading");
+  emu::reset(emu::devices(1));
+  EXPECT_FALSE(emu::unloading());
+  EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
+}
+
+// cudaMallocHost acts on the calling thread's current device and makes its
+// primary context (what Note [Which device pins host memory] works around).
+TEST_F(EmulatedRuntime, PinningMakesTheCurrentDevicesContext) {
+  void* pinned = nullptr;
+  std::thread([&] { ASSERT_EQ(cudaMallocHost(&pinned, 64), cudaSuccess); }).join();
+  EXPECT_TRUE(emu::has_primary_context(0));
+  EXPECT_EQ(emu::primary_context_count(), 1);
+  ASSERT_EQ(cudaSetDevice(2), cudaSuccess);
+  void* more = nullptr;
+  ASSERT_EQ(cudaMallocHost(&more, 64), cudaSuccess);
+  EXPECT_TRUE(emu::has_primary_context(2));
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(more), cudaSuccess);
+}
+
+// A program with a static Buffer on a GPU, a static Stream and gpusel's caches,
+// all destroyed after the runtime's teardown at exit: it exits with status 0,
+// prints nothing and does not abort (tests/emulated/static_objects_at_exit.cpp).
+TEST(EmulatedRuntimeAtExit, StaticBuffersAndStreamsOutlivingTheRuntimeExitCleanly) {
+  FILE* program = popen(GPUSEL_STATIC_OBJECTS_AT_EXIT " 2>&1", "r");
+  ASSERT_NE(program, nullptr);
+  std::string output;
+  char chunk[256];
+  for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, program)) > 0;) output.append(chunk, n);
+  const int status = pclose(program);
+  ASSERT_TRUE(WIFEXITED(status)) << "the program died: " << output;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << output;
+  EXPECT_EQ(output, "") << "gpusel printed something at exit";
 }
 
 }  // namespace

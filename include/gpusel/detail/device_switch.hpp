@@ -184,10 +184,26 @@ inline Error restore_error(const RestoreResult& result, const char* who, int dev
       cuda(device));
 }
 
-// Reports that `who` could not restore `device`. Never throws.
-inline void report_restore_failure(const RestoreResult& result, const char* who, int device) noexcept {
+// Note [Failed switches at exit]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Once the CUDA runtime has begun to unload at process exit, every call
+// answers cudaErrorCudartUnloading; a Buffer or Stream with static storage
+// that dies after that cannot switch devices or free anything, and needs not:
+// the process is ending and takes its GPU memory with it. Such a failure is
+// not reported (no handler call, nothing on stderr): it says nothing a
+// program could act on, and a handler may itself be gone by then.
+
+// Hands the Error `make_error()` builds for a failed switch (`status`) to the
+// restore-error handler, or by default to stderr, once per process; says
+// `fallback` on stderr when even the message cannot be built. Never throws.
+template <class MakeError>
+void report_switch_failure(cudaError_t status, const MakeError& make_error, const char* fallback) noexcept {
+  if (status == cudaErrorCudartUnloading) {  // Note [Failed switches at exit]
+    (void)cudaGetLastError();
+    return;
+  }
   try {
-    const Error error = restore_error(result, who, device);
+    const Error error = make_error();
     const RestoreErrorHandler handler = restore_error_handler().load(std::memory_order_acquire);
     if (handler == nullptr) {
       print_restore_error_once(error.what());
@@ -200,8 +216,30 @@ inline void report_restore_failure(const RestoreResult& result, const char* who,
     }
   } catch (...) {  // no memory for the message: say what we can
     (void)cudaGetLastError();
-    print_restore_error_once("a device guard could not restore the device on exit (no memory to say more)");
+    print_restore_error_once(fallback);
   }
+}
+
+// Reports that `who` could not restore `device`. Never throws.
+inline void report_restore_failure(const RestoreResult& result, const char* who, int device) noexcept {
+  report_switch_failure(
+      result.status, [&] { return restore_error(result, who, device); },
+      "a device guard could not restore the device on exit (no memory to say more)");
+}
+
+// Reports that `who` could not make `device` current to release something
+// there (entering failed as `entered` says) and released it from the current
+// device instead. Never throws.
+inline void report_release_failure(const EnterResult& entered, const char* who, int device) noexcept {
+  report_switch_failure(
+      entered.status,
+      [&] {
+        return cuda_error(entered.status,
+                          std::string(who) + " could not make " + cuda(device).str() +
+                              " current, and released it from the current device instead: " + entered.call,
+                          cuda(device));
+      },
+      "gpusel could not switch devices to release memory or a stream (no memory to say more)");
 }
 
 }  // namespace gpusel::detail

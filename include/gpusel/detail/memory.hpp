@@ -46,8 +46,9 @@ inline constexpr MemoryPlace kPinnedHost{MemoryKind::pinned_host, -1};
 // ~~~~~~~~~~~~~~~~~~~~~~~~
 // A new host array of 1 GiB is 262144 untouched 4 KiB pages: the first write
 // to each one faults into the kernel, which zeroes it. That, not the PCIe bus,
-// is why copying a GPU's data into a new array runs at 1.4-1.6 GB/s on the H200
-// (DESIGN.md). gpusel's large host buffers therefore
+// is why copying a GPU's data into a new array ran at 1.4-1.6 GB/s on an H200
+// (measured there; a copy into pinned memory reached about 55 GB/s). gpusel's
+// large host buffers therefore
 //  - are aligned to 2 MiB and advised MADV_HUGEPAGE, so the kernel can back
 //    them with huge pages: 512 times fewer faults, each zeroing 2 MiB at
 //    memory speed; and
@@ -60,8 +61,18 @@ inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 inline constexpr std::size_t kHugePageWorthwhileBytes = std::size_t{4} << 20;
 inline constexpr std::size_t kHostAlignment = 256;  // what cudaMalloc guarantees, so T may need as much
 
-inline std::size_t round_up(std::size_t value, std::size_t multiple) noexcept {
-  return (value + multiple - 1) / multiple * multiple;
+// `value` rounded up to a multiple of `multiple` (> 0) in `rounded`; false,
+// leaving `rounded` alone, when the result cannot be represented (a size near
+// SIZE_MAX would otherwise wrap to almost nothing, and the allocation "succeed").
+inline bool round_up(std::size_t value, std::size_t multiple, std::size_t& rounded) noexcept {
+  const std::size_t remainder = value % multiple;
+  if (remainder == 0) {
+    rounded = value;
+    return true;
+  }
+  if (value > std::numeric_limits<std::size_t>::max() - (multiple - remainder)) return false;
+  rounded = value + (multiple - remainder);
+  return true;
 }
 
 // What cudaMemGetInfo says of `device`, for out-of-memory errors; "" when it cannot say.
@@ -85,21 +96,68 @@ inline std::string describe_free_memory(int device) {
 inline void* allocate_pageable(std::size_t bytes, ErrorContext what) {
   const bool large = bytes >= kHugePageWorthwhileBytes;
   const std::size_t alignment = large ? kHugePageBytes : kHostAlignment;
-  // A size within `alignment` of SIZE_MAX would round up to almost nothing.
-  void* pointer = bytes <= std::numeric_limits<std::size_t>::max() - alignment
-                      ? std::aligned_alloc(alignment, round_up(bytes, alignment))
-                      : nullptr;
+  std::size_t rounded = 0;  // aligned_alloc wants a multiple of the alignment
+  void* pointer = round_up(bytes, alignment, rounded) ? std::aligned_alloc(alignment, rounded) : nullptr;
   if (pointer == nullptr) {
     throw OutOfMemory(static_cast<int>(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation",
                       what() + " on cpu: out of host memory (" + std::to_string(bytes) + " bytes)");
   }
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (large) (void)madvise(pointer, round_up(bytes, alignment), MADV_HUGEPAGE);  // advice; see Note [Fresh host memory]
+  if (large) (void)madvise(pointer, rounded, MADV_HUGEPAGE);  // advice; see Note [Fresh host memory]
 #endif
   return pointer;
 }
 
-inline void* allocate_pinned(std::size_t bytes, ErrorContext what) {
+// Note [Which device pins host memory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// cudaMallocHost works in the calling thread's current context. On a thread
+// that never chose a device that is device 0, and the call creates 0's
+// primary context (about 500 MiB of GPU memory on an H200) if it has none: a
+// program that only uses cuda:1 would pay for cuda:0 the first time a worker
+// thread pins memory (PyTorch #21081, fixed the same way in #22229). Pinned
+// memory is usable from every context (unified addressing), so gpusel chooses
+// the device to pin under, and pins under one that already has its context:
+//  1. the device the copy involves, when there is one: the source of
+//     pin_memory() or of to(cpu(), stream) from a GPU (it holds memory, so it
+//     has its context);
+//  2. else the current device, if it has its context (or the driver cannot
+//     say: then gpusel cannot do better than the runtime would);
+//  3. else the lowest device that has its context;
+//  4. else the current device: no GPU is in use yet, and pinning needs a
+//     context; the current device is the one the program would use first.
+// The switch is a guard's, so it creates nothing and the thread's device is
+// what it was afterwards (Note [Restoring a device without creating its
+// context]). The copy engine's staging chunks are pinned inside a guard on
+// the copy's GPU (detail/staged_copy.hpp), which is rule 1.
+
+// The device to pin host memory under (Note [Which device pins host memory]);
+// `involved` is the device the copy involves, or -1. -1 when the runtime
+// cannot say which device is current (cudaMallocHost will then fail and say why).
+inline int pinning_device(int involved) noexcept {
+  if (involved >= 0) return involved;
+  int current = 0;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  if (primary_context_state(current) != PrimaryContextState::Inactive) return current;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return current;
+  }
+  for (int device = 0; device < count; ++device)
+    if (device != current && primary_context_state(device) == PrimaryContextState::Active) return device;
+  return current;
+}
+
+// `bytes` of pinned host memory, pinned under a device that already has its
+// context (Note [Which device pins host memory]); `involved` is the device the
+// copy involves, or -1. Throws OutOfMemory when pinned memory ran out.
+inline void* allocate_pinned_for(std::size_t bytes, int involved, ErrorContext what) {
+  OptionalDeviceGuard guard;
+  const int device = pinning_device(involved);
+  if (device >= 0) guard.set_device(device);
   void* pointer = nullptr;
   const cudaError_t status = cudaMallocHost(&pointer, bytes);
   if (status != cudaSuccess) {
@@ -122,15 +180,17 @@ inline void* allocate_device(std::size_t bytes, int device, ErrorContext what) {
 }
 
 // `bytes` in `place`, or nullptr for zero bytes; `what` names the owner for
-// errors ("gpusel::Buffer(1024 elements, 4096 bytes, cuda:1)"). Throws
-// OutOfMemory when the memory ran out, Error for any other failure.
-inline void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorContext what) {
+// errors ("gpusel::Buffer(1024 elements, 4096 bytes, cuda:1)"); `involved` is
+// the GPU the bytes are copied from or to, or -1, for pinned memory (Note
+// [Which device pins host memory]). Throws OutOfMemory when the memory ran
+// out, Error for any other failure.
+inline void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorContext what, int involved = -1) {
   if (bytes == 0) return nullptr;
   switch (place.kind) {
     case MemoryKind::pageable_host:
       return allocate_pageable(bytes, what);
     case MemoryKind::pinned_host:
-      return allocate_pinned(bytes, what);
+      return allocate_pinned_for(bytes, involved, what);
     case MemoryKind::device:
       break;
   }
@@ -140,7 +200,9 @@ inline void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorC
 // Frees what allocate_memory returned for `place`, on the memory's own device
 // whatever device is current (as rmm's device_buffer does): cudaFree acts in
 // the current context and would make one on a device the program never used.
-// Does nothing for nullptr. Never throws.
+// When that device cannot be made current, frees from the current device
+// rather than leak, and tells the restore-error handler (release_on_device,
+// guard.hpp). Does nothing for nullptr. Never throws.
 inline void free_memory(void* pointer, const MemoryPlace& place) noexcept {
   if (pointer == nullptr) return;
   switch (place.kind) {
@@ -151,11 +213,9 @@ inline void free_memory(void* pointer, const MemoryPlace& place) noexcept {
       if (cudaFreeHost(pointer) != cudaSuccess) (void)cudaGetLastError();
       break;
     case MemoryKind::device:
-      try {
-        DeviceGuard guard(place.device);
+      release_on_device(place.device, "gpusel::Buffer freeing its device memory", [pointer]() noexcept {
         if (cudaFree(pointer) != cudaSuccess) (void)cudaGetLastError();
-      } catch (...) {  // the device cannot be made current: nothing left to free it with
-      }
+      });
       break;
   }
 }

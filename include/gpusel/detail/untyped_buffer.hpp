@@ -28,9 +28,12 @@ class UntypedBuffer {
   UntypedBuffer() noexcept = default;
 
   // `bytes` in `place`, contents unspecified; zero bytes allocate nothing.
-  // `what` names the owner for errors. Throws OutOfMemory when the memory ran out.
-  [[nodiscard]] static UntypedBuffer allocate(std::size_t bytes, const MemoryPlace& place, ErrorContext what) {
-    return UntypedBuffer(allocate_memory(bytes, place, what), bytes, place);
+  // `what` names the owner for errors; `involved` is the GPU they will be
+  // copied from, if any (detail/memory.hpp's allocate_memory). Throws
+  // OutOfMemory when the memory ran out.
+  [[nodiscard]] static UntypedBuffer allocate(std::size_t bytes, const MemoryPlace& place, ErrorContext what,
+                                              int involved = -1) {
+    return UntypedBuffer(allocate_memory(bytes, place, what, involved), bytes, place);
   }
 
   // Frees the memory in its own place (detail/memory.hpp's free_memory); never throws.
@@ -59,7 +62,7 @@ class UntypedBuffer {
 
   // A new buffer in `target` holding a copy of these bytes; done when it returns.
   [[nodiscard]] UntypedBuffer copy_to(const MemoryPlace& target, ErrorContext what) const {
-    UntypedBuffer result = allocate(bytes_, target, what);
+    UntypedBuffer result = allocate(bytes_, target, what, gpu());
     result.copy_from(pointer_, place_, what);
     return result;
   }
@@ -77,7 +80,7 @@ class UntypedBuffer {
   // memory is involved (detail/copy_engine.hpp's copy_async): then the caller
   // keeps both alive and synchronizes the stream before using either.
   [[nodiscard]] UntypedBuffer copy_to(const MemoryPlace& target, const Stream& stream, ErrorContext what) const {
-    UntypedBuffer result = allocate(bytes_, target, what);
+    UntypedBuffer result = allocate(bytes_, target, what, gpu());
     try {
       copy_async(result.pointer_, target, pointer_, place_, bytes_, stream);
     } catch (const Error& error) {
@@ -115,6 +118,9 @@ class UntypedBuffer {
   }
 
  private:
+  // The GPU this buffer is on, or -1 in host memory.
+  int gpu() const noexcept { return place_.kind == MemoryKind::device ? place_.device : -1; }
+
   UntypedBuffer(void* pointer, std::size_t bytes, const MemoryPlace& place) noexcept
       : pointer_(pointer), bytes_(bytes), place_(place) {}
 
