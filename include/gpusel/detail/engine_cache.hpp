@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <new>
 #include <thread>
-#include <vector>
 
 #include "gpusel/copy_engine_options.hpp"
 #include "gpusel/detail/fork_state.hpp"
@@ -45,7 +44,7 @@ struct PipelineResources {
 // (a lease: try_acquire); a copy that finds it held, because another thread is
 // copying, makes its own threads, stream and events as before, so concurrent
 // copies still run concurrently. Part i of a copy runs on worker thread i (0
-// on the caller) and uses only resources_[i], so no lock is needed past the
+// on the caller) and uses only by_device_[i], so no lock is needed past the
 // lease. A worker whose stream could not be synchronized after a failure has
 // its resources destroyed, not kept. release() (release_cached_resources())
 // waits for the lease, joins the threads and destroys the CUDA objects; so does
@@ -73,10 +72,18 @@ class EngineCache {
 
   // Worker `index`'s objects on `device` (made by the caller, as needed),
   // only while holding the cache, and only from the thread doing part `index`.
+  // (A plain array, not a std::vector: instantiating one in every file that
+  // includes buffer.hpp cost compile time.)
   PipelineResources& resources(std::size_t index, int device) {
-    std::vector<PipelineResources>& by_device = resources_[index];
-    if (by_device.size() <= static_cast<std::size_t>(device)) by_device.resize(static_cast<std::size_t>(device) + 1);
-    return by_device[static_cast<std::size_t>(device)];
+    const auto wanted = static_cast<std::size_t>(device) + 1;
+    if (devices_[index] < wanted) {
+      auto* grown = new PipelineResources[wanted]();
+      for (std::size_t d = 0; d < devices_[index]; ++d) grown[d] = by_device_[index][d];
+      delete[] by_device_[index];
+      by_device_[index] = grown;
+      devices_[index] = wanted;
+    }
+    return by_device_[index][device];
   }
 
   // Joins the threads and destroys the streams and events, waiting for a copy
@@ -107,24 +114,30 @@ class EngineCache {
 
   void release_held() noexcept {
     workers_.stop();
-    for (std::vector<PipelineResources>& by_device : resources_) {
-      for (PipelineResources& resources : by_device) resources.destroy();
-      by_device.clear();
+    for (std::size_t index = 0; index < kMaxCopyWorkers; ++index) {
+      for (std::size_t d = 0; d < devices_[index]; ++d) by_device_[index][d].destroy();
+      delete[] by_device_[index];
+      by_device_[index] = nullptr;
+      devices_[index] = 0;
     }
   }
 
-  // In a forked child: plain stores only. The vectors' memory is leaked, not
-  // freed (a parent's thread may have been resizing one at the fork).
+  // In a forked child: plain stores only. The arrays are leaked, not freed
+  // (a parent's thread may have been growing one at the fork).
   void forget() noexcept {
     workers_.forget();
-    for (std::vector<PipelineResources>& by_device : resources_)
-      new (static_cast<void*>(&by_device)) std::vector<PipelineResources>();
+    for (std::size_t index = 0; index < kMaxCopyWorkers; ++index) {
+      by_device_[index] = nullptr;
+      devices_[index] = 0;
+    }
     busy_.store(false, std::memory_order_relaxed);
   }
 
   std::atomic<bool> busy_{false};
   PartWorkers workers_;
-  std::vector<PipelineResources> resources_[kMaxCopyWorkers];
+  // Worker i's objects on devices [0, devices_[i]).
+  PipelineResources* by_device_[kMaxCopyWorkers] = {};
+  std::size_t devices_[kMaxCopyWorkers] = {};
 };
 
 // Holds the engine cache for one copy, if it is free.
