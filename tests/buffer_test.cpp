@@ -492,10 +492,13 @@ TEST(BufferEmulated, LargeCopiesGoThroughReusedPinnedStaging) {
   EXPECT_EQ(gpusel_emulated::calls("cudaMallocHost"), 0) << "no pinning on later copies";
   EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), pinned);
   EXPECT_EQ(std::memcmp(back.data(), bytes.data(), bytes.size()), 0);
-  EXPECT_EQ(gpusel_emulated::live_streams(), 0);
-  EXPECT_EQ(gpusel_emulated::live_events(), 0);
+  EXPECT_EQ(gpusel_emulated::calls("cudaStreamCreateWithFlags"), 0) << "the streams are kept too";
+  EXPECT_EQ(gpusel_emulated::calls("cudaEventCreateWithFlags"), 0) << "and the events";
+  EXPECT_GT(gpusel_emulated::live_streams(), 0);
   gpusel::release_cached_resources();
   EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), 0u);
+  EXPECT_EQ(gpusel_emulated::live_streams(), 0);
+  EXPECT_EQ(gpusel_emulated::live_events(), 0);
 }
 
 TEST(BufferEmulated, UsesPeerAccessWhereAllowedEnablingItOnce) {

@@ -14,7 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "gpusel/cached_resources.hpp"  // release_cached_resources, for users of this header
+#include "gpusel/cached_resources.hpp"     // release_cached_resources, for users of this header
+#include "gpusel/copy_engine_options.hpp"  // set_copy_engine_options, for users of this header
 #include "gpusel/default_device.hpp"
 #include "gpusel/detail/memory.hpp"
 #include "gpusel/detail/untyped_buffer.hpp"

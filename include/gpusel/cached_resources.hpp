@@ -1,21 +1,29 @@
 // What gpusel keeps between calls, and how to give it back: the copy engine's
-// pinned staging memory and the table of GPU pairs with peer access enabled.
+// pinned staging memory, its worker threads with their streams and events,
+// and the table of GPU pairs with peer access enabled.
 //
 //   gpusel::release_cached_resources();   // torch.cuda.empty_cache(); before cudaDeviceReset
 //
 // <gpusel/buffer.hpp> includes this header.
 #pragma once
 
+#include "gpusel/detail/engine_cache.hpp"
+#include "gpusel/detail/fork_state.hpp"
 #include "gpusel/detail/peer_access.hpp"
 #include "gpusel/detail/staging_pool.hpp"
 
 namespace gpusel {
 
-// Frees the pinned staging memory the copy engine keeps between copies and
-// forgets which GPU pairs have peer access enabled. Call it before
-// cudaDeviceReset (which destroys both behind gpusel's back), or to give the
-// pinned memory (up to 128 MiB) back to the system. Like torch.cuda.empty_cache().
+// Frees the pinned staging memory the copy engine keeps between copies, ends
+// its worker threads and destroys their streams and events, and forgets which
+// GPU pairs have peer access enabled. Call it before cudaDeviceReset (which
+// destroys them behind gpusel's back), or to give the pinned memory (workers
+// times slots times chunk_bytes: 32 MiB by default) back to the system. Like
+// torch.cuda.empty_cache(). In a process forked after CUDA started it does
+// nothing: the caches were forgotten at the fork (Note [Caches across fork()]).
 inline void release_cached_resources() noexcept {
+  if (detail::forked_after_cuda()) return;
+  detail::EngineCache::instance().release();
   detail::StagingPool::instance().release_idle();
   detail::PeerAccess::instance().forget();
 }

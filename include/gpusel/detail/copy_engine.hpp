@@ -11,7 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "gpusel/copy_engine_options.hpp"
 #include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/detail/engine_cache.hpp"
+#include "gpusel/detail/fork_state.hpp"
 #include "gpusel/detail/memory.hpp"
 #include "gpusel/detail/parallel_parts.hpp"
 #include "gpusel/detail/peer_access.hpp"
@@ -40,15 +43,20 @@ inline void check_copy(cudaError_t status, const char* call, std::size_t bytes, 
 
 // memcpy, on several threads when the size pays for it (a fresh destination's
 // page faults are then taken in parallel too).
+// On the engine cache's threads when no other copy holds them.
 inline void host_copy(void* destination, const void* source, std::size_t bytes) {
-  const std::size_t workers = worker_count(bytes, kBytesPerHostCopyWorker, kMaxHostCopyWorkers);
+  const std::size_t workers =
+      worker_count(bytes, kBytesPerHostCopyWorker, std::min(kMaxHostCopyWorkers, copy_engine_settings().cores));
   if (workers == 1) {
     std::memcpy(destination, source, bytes);
     return;
   }
-  run_in_parts(bytes, workers, std::size_t{1} << 20, [&](std::size_t begin, std::size_t end, const std::atomic<bool>&) {
-    std::memcpy(static_cast<char*>(destination) + begin, static_cast<const char*>(source) + begin, end - begin);
-  });
+  const EngineLease lease;
+  run_in_parts(bytes, workers, std::size_t{1} << 20, lease.get() != nullptr ? &lease.get()->workers() : nullptr,
+               [&](std::size_t, std::size_t begin, std::size_t end, const std::atomic<bool>&) {
+                 std::memcpy(static_cast<char*>(destination) + begin, static_cast<const char*>(source) + begin,
+                             end - begin);
+               });
 }
 
 // Copies `bytes` from `source` (in `from`) to `destination` (in `to`); they
@@ -57,6 +65,7 @@ inline void copy(void* destination, const MemoryPlace& to, const void* source, c
                  std::size_t bytes) {
   if (bytes == 0) return;
   if (to.is_host() && from.is_host()) return host_copy(destination, source, bytes);
+  enter_cuda_work("gpusel copy engine");
 
   if (from.is_host()) {  // host -> device
     DeviceGuard guard(to.device);
@@ -105,6 +114,7 @@ inline void copy_async(void* destination, const MemoryPlace& to, const void* sou
   if (bytes == 0) return;
   const bool pageable = to.kind == MemoryKind::pageable_host || from.kind == MemoryKind::pageable_host;
   if (pageable || (to.is_host() && from.is_host())) return copy(destination, to, source, from, bytes);
+  enter_cuda_work("gpusel copy engine");
   const bool stream_fits = (!to.is_host() && to.device == stream.device_index()) ||
                            (!from.is_host() && from.device == stream.device_index());
   if (!stream_fits) {

@@ -18,6 +18,7 @@
 #include "gpusel/current_device.hpp"
 #include "gpusel/detail/cuda_status.hpp"
 #include "gpusel/detail/error_context.hpp"
+#include "gpusel/detail/fork_state.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/guard.hpp"
@@ -168,6 +169,8 @@ inline void* allocate_pinned_for(std::size_t bytes, int involved, ErrorContext w
 }
 
 inline void* allocate_device(std::size_t bytes, int device, ErrorContext what) {
+  if (forked_after_cuda()) throw_forked_after_cuda(what().c_str());
+  enter_cuda_work("gpusel::Buffer");
   DeviceGuard guard(device);
   void* pointer = nullptr;
   const cudaError_t status = cudaMalloc(&pointer, bytes);

@@ -133,8 +133,15 @@ struct ThreadDevice {
 inline constexpr int kMaxRuntimes = 8;
 inline constexpr int kObjectSlots = 8;
 
-// What each slot of Runtime::objects holds; the others are free.
-enum class RuntimeObject : int { staging_pool = 0, peer_access = 1 };
+// What each slot of Runtime::objects holds; the others are free. Slot 0 held
+// the staging pool of fixed 4 MiB chunks: copies of older gpusel versions
+// still use it, so the pool of tunable chunks took a free slot instead of
+// changing slot 0's type (which would have meant a new layout version).
+enum class RuntimeObject : int { staging_pool_fixed_chunks = 0, peer_access = 1, staging_pool = 2, copy_engine = 3 };
+
+// What each slot of ProcessState::objects holds; the others are free (slot 0
+// is meant for the GPU leases).
+enum class ProcessObject : int { copy_engine_options = 1, fork_state = 2 };
 
 // One CUDA runtime of the process (Note [One state per runtime]).
 struct Runtime {
@@ -189,6 +196,7 @@ using GPUSEL_DETAIL_STATE::kDefaultIsCpu;
 using GPUSEL_DETAIL_STATE::kDefaultIsCurrentCuda;
 using GPUSEL_DETAIL_STATE::kMaxRuntimes;
 using GPUSEL_DETAIL_STATE::process_state;
+using GPUSEL_DETAIL_STATE::ProcessObject;
 using GPUSEL_DETAIL_STATE::ProcessState;
 using GPUSEL_DETAIL_STATE::RestoreErrorHandler;
 using GPUSEL_DETAIL_STATE::Runtime;

@@ -11,11 +11,12 @@
 #include <cstring>
 #include <string>
 
+#include "gpusel/copy_engine_options.hpp"
 #include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/detail/engine_cache.hpp"
 #include "gpusel/detail/parallel_parts.hpp"
 #include "gpusel/detail/staging_pool.hpp"
 #include "gpusel/guard.hpp"
-#include "gpusel/stream.hpp"
 
 namespace gpusel::detail {
 
@@ -25,47 +26,58 @@ namespace gpusel::detail {
 // memory reaches 55 GB/s (measured on an H200): the driver copies through its own small
 // staging buffer, one piece at a time, on one thread. gpusel does the same
 // work better:
-//  - pinned staging chunks of kStagingChunkBytes come from a pool kept between
-//    calls (Note [The staging pool]), so no copy pays for pinning;
-//  - each worker owns two chunks and one stream: while the DMA engine moves
-//    one chunk, the worker fills (host->device) or drains (device->host) the
-//    other; a chunk is reused only after the event recorded behind its DMA
-//    has completed (reusing it earlier corrupts the data: the emulated runtime
-//    queues such copies until waited for, so the tests catch it);
+//  - pinned staging chunks (CopyEngineOptions::chunk_bytes, 4 MiB by
+//    default) come from a pool kept between calls (Note [The staging pool]),
+//    so no copy pays for pinning;
+//  - each worker owns `slots` chunks (2 by default) and one stream: while the
+//    DMA engine moves some chunks, the worker fills (host->device) or drains
+//    (device->host) another; a chunk is reused only after the event recorded
+//    behind its DMA has completed (reusing it earlier corrupts the data: the
+//    emulated runtime queues such copies until waited for, so the tests catch it);
 //  - a large copy is cut into contiguous parts, one per worker thread, so the
 //    host memcpys (the bottleneck) run in parallel, and so do the page faults
 //    of a fresh destination (Note [Fresh host memory]);
+//  - the threads, streams and events are kept between copies too (Note [The
+//    engine cache]); how many workers and slots, and how large the chunks,
+//    is set at run time (Note [Tuning the copy engine], copy_engine_options.hpp);
 //  - small copies (kDirectCopyBytes and less) go straight to cudaMemcpy: they
 //    never touch the pool, a stream, an event or a thread.
 // Every copy has arrived when the function returns.
 inline constexpr std::size_t kDirectCopyBytes = std::size_t{1} << 20;
 inline constexpr std::size_t kBytesPerCopyWorker = std::size_t{8} << 20;
-inline constexpr std::size_t kMaxHostToDeviceWorkers = 6;
-inline constexpr std::size_t kMaxDeviceToHostWorkers = 8;
-static_assert(kMaxHostToDeviceWorkers <= kMaxStagingWorkers && kMaxDeviceToHostWorkers <= kMaxStagingWorkers,
-              "the staging pool keeps the chunks of at most kMaxStagingWorkers pipelines");
+static_assert(kMaxCopyWorkers <= kMaxStagingWorkers && kMaxCopyWorkers <= kMaxPartWorkers,
+              "the staging pool and the part workers hold what the largest engine keeps in flight");
 
 enum class StagedDirection { host_to_device, device_to_host };
 
-// One worker's pipeline: a stream on the device and two staging slots.
+// One worker's pipeline: a stream on the device and `slots` staging slots.
+// The stream and events are the engine cache's when `cached` is given (Note
+// [The engine cache]), else the pipeline's own, destroyed with it.
 class StagedPipeline {
  public:
-  explicit StagedPipeline(int device) : stream_(cuda(device)) {}
+  StagedPipeline(int device, const CopyEngineOptions& options, PipelineResources* cached)
+      : device_(device),
+        resources_(cached != nullptr ? cached : &own_),
+        slot_count_(options.slots),
+        chunk_bytes_(options.chunk_bytes),
+        keep_(std::max(options.host_to_device_workers, options.device_to_host_workers) * options.slots) {
+    if (resources_->stream == nullptr)
+      check(cudaStreamCreateWithFlags(&resources_->stream, cudaStreamDefault), "cudaStreamCreateWithFlags");
+  }
 
   // Waits for the DMA still in flight (after a failure) before giving the
-  // chunks back; if waiting fails, frees them instead. Never throws.
+  // chunks back; if waiting fails, frees them instead, and destroys the
+  // stream and events rather than keep them. Never throws.
   ~StagedPipeline() {
     bool in_flight = false;
-    for (const Slot& slot : slots_) in_flight = in_flight || slot.in_flight;
+    for (std::size_t i = 0; i < slot_count_; ++i) in_flight = in_flight || slots_[i].in_flight;
     bool finished = true;
-    if (in_flight && cudaStreamSynchronize(stream_.handle()) != cudaSuccess) {
+    if (in_flight && cudaStreamSynchronize(resources_->stream) != cudaSuccess) {
       (void)cudaGetLastError();
       finished = false;
     }
-    for (Slot& slot : slots_) {
-      slot.chunk.end(finished || !slot.in_flight);
-      if (slot.event != nullptr && cudaEventDestroy(slot.event) != cudaSuccess) (void)cudaGetLastError();
-    }
+    for (std::size_t i = 0; i < slot_count_; ++i) slots_[i].chunk.end(finished || !slots_[i].in_flight);
+    if (!finished || resources_ == &own_) resources_->destroy();
   }
 
   StagedPipeline(const StagedPipeline&) = delete;  // owns chunks and events
@@ -73,10 +85,10 @@ class StagedPipeline {
 
   void host_to_device(char* device, const char* host, std::size_t bytes, const std::atomic<bool>& stop) {
     std::size_t index = 0;
-    for (std::size_t offset = 0; offset < bytes; offset += kStagingChunkBytes, ++index) {
+    for (std::size_t offset = 0; offset < bytes; offset += chunk_bytes_, ++index) {
       if (stop.load(std::memory_order_relaxed)) return;
       Slot& slot = ready_slot(index);
-      const std::size_t length = std::min(kStagingChunkBytes, bytes - offset);
+      const std::size_t length = std::min(chunk_bytes_, bytes - offset);
       std::memcpy(slot.chunk.get(), host + offset, length);
       enqueue(slot, device + offset, slot.chunk.get(), length, cudaMemcpyHostToDevice);
     }
@@ -84,41 +96,43 @@ class StagedPipeline {
   }
 
   void device_to_host(char* host, const char* device, std::size_t bytes, const std::atomic<bool>& stop) {
-    const std::size_t chunks = (bytes + kStagingChunkBytes - 1) / kStagingChunkBytes;
+    const std::size_t chunks = (bytes + chunk_bytes_ - 1) / chunk_bytes_;
     const auto issue = [&](std::size_t index) {
       Slot& slot = ready_slot(index);
-      const std::size_t offset = index * kStagingChunkBytes;
-      enqueue(slot, slot.chunk.get(), device + offset, std::min(kStagingChunkBytes, bytes - offset),
-              cudaMemcpyDeviceToHost);
+      const std::size_t offset = index * chunk_bytes_;
+      enqueue(slot, slot.chunk.get(), device + offset, std::min(chunk_bytes_, bytes - offset), cudaMemcpyDeviceToHost);
     };
-    for (std::size_t index = 0; index < std::min(chunks, slots_.size()); ++index) issue(index);
+    for (std::size_t index = 0; index < std::min(chunks, slot_count_); ++index) issue(index);
     for (std::size_t index = 0; index < chunks; ++index) {
       if (stop.load(std::memory_order_relaxed)) return;
-      Slot& slot = slots_[index % slots_.size()];
+      Slot& slot = slots_[index % slot_count_];
       wait(slot);
-      const std::size_t offset = index * kStagingChunkBytes;
-      std::memcpy(host + offset, slot.chunk.get(), std::min(kStagingChunkBytes, bytes - offset));
-      if (index + slots_.size() < chunks) issue(index + slots_.size());
+      const std::size_t offset = index * chunk_bytes_;
+      std::memcpy(host + offset, slot.chunk.get(), std::min(chunk_bytes_, bytes - offset));
+      if (index + slot_count_ < chunks) issue(index + slot_count_);
     }
   }
 
  private:
   struct Slot {
     StagingLease chunk;
-    cudaEvent_t event = nullptr;
+    cudaEvent_t* event = nullptr;
     bool in_flight = false;
   };
 
   void check(cudaError_t status, const char* call) const {
-    if (status != cudaSuccess) throw cuda_error(status, std::string("gpusel copy engine: ") + call, stream_.device());
+    if (status != cudaSuccess) throw cuda_error(status, std::string("gpusel copy engine: ") + call, cuda(device_));
   }
 
   // The slot for chunk `index`, with its staging chunk and event, idle.
   Slot& ready_slot(std::size_t index) {
-    Slot& slot = slots_[index % slots_.size()];
-    if (slot.chunk.get() == nullptr) slot.chunk = StagingLease(StagingPool::instance().acquire());
-    if (slot.event == nullptr)
-      check(cudaEventCreateWithFlags(&slot.event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    const std::size_t number = index % slot_count_;
+    Slot& slot = slots_[number];
+    if (slot.chunk.get() == nullptr)
+      slot.chunk = StagingLease(StagingPool::instance().acquire(chunk_bytes_), chunk_bytes_, keep_);
+    slot.event = &resources_->events[number];
+    if (*slot.event == nullptr)
+      check(cudaEventCreateWithFlags(slot.event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     wait(slot);
     return slot;
   }
@@ -129,36 +143,47 @@ class StagedPipeline {
   // to the pool, or another copy could take the chunk while this DMA still
   // reads or writes it.
   void enqueue(Slot& slot, void* destination, const void* source, std::size_t length, cudaMemcpyKind kind) {
-    check(cudaMemcpyAsync(destination, source, length, kind, stream_.handle()), "cudaMemcpyAsync");
+    check(cudaMemcpyAsync(destination, source, length, kind, resources_->stream), "cudaMemcpyAsync");
     slot.in_flight = true;
-    check(cudaEventRecord(slot.event, stream_.handle()), "cudaEventRecord");
+    check(cudaEventRecord(*slot.event, resources_->stream), "cudaEventRecord");
   }
 
   void wait(Slot& slot) {
     if (!slot.in_flight) return;
-    check(cudaEventSynchronize(slot.event), "cudaEventSynchronize");
+    check(cudaEventSynchronize(*slot.event), "cudaEventSynchronize");
     slot.in_flight = false;
   }
 
   void finish() {
-    check(cudaStreamSynchronize(stream_.handle()), "cudaStreamSynchronize");
-    for (Slot& slot : slots_) slot.in_flight = false;
+    check(cudaStreamSynchronize(resources_->stream), "cudaStreamSynchronize");
+    for (std::size_t i = 0; i < slot_count_; ++i) slots_[i].in_flight = false;
   }
 
-  Stream stream_;
-  std::array<Slot, kSlotsPerStagingWorker> slots_;
+  int device_;
+  PipelineResources own_;
+  PipelineResources* resources_;
+  std::size_t slot_count_;
+  std::size_t chunk_bytes_;
+  std::size_t keep_;
+  std::array<Slot, kMaxCopySlots> slots_;
 };
 
 // Copies `bytes` between pageable `host` memory and `device_memory` on
-// `device`, through the pipelines above, spread over threads by size.
+// `device`, through the pipelines above, spread over threads by size and by
+// the engine's options; on the engine cache's threads, streams and events
+// when no other copy holds them.
 inline void staged_copy(StagedDirection direction, char* host, char* device_memory, std::size_t bytes, int device) {
+  const CopyEngineOptions options = copy_engine_options();
   const std::size_t max_workers =
-      direction == StagedDirection::host_to_device ? kMaxHostToDeviceWorkers : kMaxDeviceToHostWorkers;
+      direction == StagedDirection::host_to_device ? options.host_to_device_workers : options.device_to_host_workers;
   const std::size_t workers = worker_count(bytes, kBytesPerCopyWorker, max_workers);
-  run_in_parts(bytes, workers, kStagingChunkBytes,
-               [&](std::size_t begin, std::size_t end, const std::atomic<bool>& stop) {
+  const EngineLease lease;
+  EngineCache* const cache = lease.get();
+  run_in_parts(bytes, workers, options.chunk_bytes, cache != nullptr ? &cache->workers() : nullptr,
+               [&](std::size_t index, std::size_t begin, std::size_t end, const std::atomic<bool>& stop) {
                  DeviceGuard guard(device);  // a new thread starts on device 0
-                 StagedPipeline pipeline(device);
+                 StagedPipeline pipeline(device, options,
+                                         cache != nullptr ? &cache->resources(index, device) : nullptr);
                  if (direction == StagedDirection::host_to_device)
                    pipeline.host_to_device(device_memory + begin, host + begin, end - begin, stop);
                  else

@@ -4,14 +4,18 @@
 
 #include <cuda_runtime_api.h>
 
+#include <pthread.h>
+
 #include <array>
 #include <cstddef>
-#include <mutex>
+#include <cstring>
 #include <string>
 #include <utility>
 
+#include "gpusel/copy_engine_options.hpp"
 #include "gpusel/current_device.hpp"
 #include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/detail/fork_state.hpp"
 #include "gpusel/detail/memory.hpp"
 #include "gpusel/detail/runtime_state.hpp"
 
@@ -31,53 +35,74 @@ namespace gpusel::detail {
 // The idle chunks are kept in a fixed array, so that give_back, which runs
 // where a copy ends or unwinds, never allocates and cannot fail. The array
 // holds what the largest copy engine gpusel allows keeps in flight at once,
-// kMaxStagingWorkers pipelines of kSlotsPerStagingWorker chunks; idle chunks
-// beyond that are freed, so a burst of parallel copies does not keep its peak
-// forever. The pool lives until the process exits and frees its chunks then,
+// kMaxStagingWorkers pipelines of kMaxSlotsPerStagingWorker chunks; a copy
+// keeps idle only what the engine's options keep in flight (workers times
+// slots) and frees chunks beyond that, so a burst of parallel copies does not
+// keep its peak forever. The pool lives until the process exits and frees its chunks then,
 // ignoring errors: the CUDA runtime may already have shut down
 // (cudaErrorCudartUnloading), and a destructor must not throw.
 // release_cached_resources() (cached_resources.hpp) empties it earlier: call
 // it before cudaDeviceReset, which frees pinned memory behind the pool's back.
-inline constexpr std::size_t kStagingChunkBytes = std::size_t{4} << 20;
-// The most staging pipelines (worker threads) any copy engine may run, room
-// for an engine whose worker counts are tunable: twice the 8 today's engine
-// runs at most (detail/staged_copy.hpp).
-inline constexpr std::size_t kMaxStagingWorkers = 16;
-inline constexpr std::size_t kSlotsPerStagingWorker = 2;  // one chunk filled while the other's DMA runs
-inline constexpr std::size_t kMaxIdleChunks = kMaxStagingWorkers * kSlotsPerStagingWorker;  // 128 MiB
+//
+// Chunks have the size the engine's options give (CopyEngineOptions::chunk_bytes,
+// Note [Tuning the copy engine]); the idle ones are all of one size, and a copy
+// that asks for another size frees them first. In a child made by fork() the
+// pool forgets its chunks without freeing them: they were pinned in the
+// parent's CUDA context (Note [Caches across fork()]).
+inline constexpr std::size_t kDefaultStagingChunkBytes = std::size_t{4} << 20;
+// The most staging pipelines (worker threads) any copy engine may run, and
+// the most chunks each keeps in flight (CopyEngineOptions' bounds).
+inline constexpr std::size_t kMaxStagingWorkers = kMaxCopyWorkers;
+inline constexpr std::size_t kMaxSlotsPerStagingWorker = kMaxCopySlots;
+inline constexpr std::size_t kMaxIdleChunks = kMaxStagingWorkers * kMaxSlotsPerStagingWorker;
 
 class StagingPool {
  public:
   // The pool of the CUDA runtime the caller links, shared by every copy of
   // gpusel that calls it (Note [One state per runtime]).
   static StagingPool& instance() noexcept {
-    return runtime_object<StagingPool>(RuntimeObject::staging_pool,
-                                       [](void* storage) noexcept { return new (storage) StagingPool; });
+    ForkState& fork = fork_state();  // made first: runtime_object holds the state's mutex while it makes the object
+    return runtime_object<StagingPool>(RuntimeObject::staging_pool, [&fork](void* storage) noexcept {
+      StagingPool* pool = new (storage) StagingPool;
+      forget_in_forked_child(
+          fork, [](void* object) noexcept { static_cast<StagingPool*>(object)->forget(); }, pool);
+      return pool;
+    });
   }
 
-  // A chunk of kStagingChunkBytes pinned bytes. Throws OutOfMemory when pinned
-  // memory ran out, Error when pinning fails otherwise.
-  void* acquire() {
+  // A chunk of `bytes` pinned bytes. Throws OutOfMemory when pinned memory
+  // ran out, Error when pinning fails otherwise.
+  void* acquire(std::size_t bytes) {
+    enter_cuda_work("gpusel copy engine");
+    std::array<void*, kMaxIdleChunks> other_size{};
+    std::size_t other_count = 0;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (idle_count_ > 0) return idle_[--idle_count_];
+      const StateLock lock(mutex_);
+      if (bytes == chunk_bytes_ && idle_count_ > 0) return idle_[--idle_count_];
+      if (bytes != chunk_bytes_) {
+        other_size = idle_;
+        other_count = std::exchange(idle_count_, 0);
+        chunk_bytes_ = bytes;
+      }
     }
+    for (std::size_t i = 0; i < other_count; ++i) discard(other_size[i]);
     void* chunk = nullptr;
-    const cudaError_t status = cudaMallocHost(&chunk, kStagingChunkBytes);
+    const cudaError_t status = cudaMallocHost(&chunk, bytes);
     if (status != cudaSuccess) {
       throw_allocation_error(
-          status, cuda_error(status, "gpusel copy engine: cudaMallocHost",
-                             std::to_string(kStagingChunkBytes) + " bytes of staging", describe_visible_devices()));
+          status, cuda_error(status, "gpusel copy engine: cudaMallocHost", std::to_string(bytes) + " bytes of staging",
+                             describe_visible_devices()));
     }
     return chunk;
   }
 
-  // Takes back a chunk whose copies have all finished.
-  void give_back(void* chunk) noexcept {
+  // Takes back a chunk of `bytes` whose copies have all finished, keeping at
+  // most `keep` idle (what the engine's options keep in flight).
+  void give_back(void* chunk, std::size_t bytes, std::size_t keep) noexcept {
     if (chunk == nullptr) return;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (idle_count_ < kMaxIdleChunks) {
+      const StateLock lock(mutex_);
+      if (bytes == chunk_bytes_ && idle_count_ < keep && idle_count_ < kMaxIdleChunks) {
         idle_[idle_count_++] = chunk;
         return;
       }
@@ -95,11 +120,17 @@ class StagingPool {
     std::array<void*, kMaxIdleChunks> idle{};
     std::size_t count = 0;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      const StateLock lock(mutex_);
       idle = idle_;
       count = std::exchange(idle_count_, 0);
     }
     for (std::size_t i = 0; i < count; ++i) discard(idle[i]);
+  }
+
+  // How many chunks are idle, and their size.
+  std::size_t idle_chunks() noexcept {
+    const StateLock lock(mutex_);
+    return idle_count_;
   }
 
   ~StagingPool() { release_idle(); }
@@ -115,11 +146,20 @@ class StagingPool {
     (void)cudaRuntimeGetVersion(&version);
   }
 
-  std::mutex mutex_;
-  // The idle chunks are idle_[0, idle_count_): never more than kMaxIdleChunks,
-  // so keeping one never allocates (give_back cannot fail).
+  // In a forked child (Note [Caches across fork()]): plain stores only.
+  void forget() noexcept {
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    std::memcpy(static_cast<void*>(&mutex_), &fresh, sizeof fresh);
+    idle_count_ = 0;
+  }
+
+  pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;
+  // The idle chunks are idle_[0, idle_count_), each of chunk_bytes_: never
+  // more than kMaxIdleChunks, so keeping one never allocates (give_back
+  // cannot fail).
   std::array<void*, kMaxIdleChunks> idle_{};
   std::size_t idle_count_ = 0;
+  std::size_t chunk_bytes_ = kDefaultStagingChunkBytes;
 };
 
 // One chunk, held for the lifetime of a pipeline slot. Ending the lease gives
@@ -127,16 +167,20 @@ class StagingPool {
 class StagingLease {
  public:
   StagingLease() = default;
-  explicit StagingLease(void* chunk) noexcept : chunk_(chunk) {}
+  // `chunk` has `bytes`; giving it back keeps at most `keep` chunks idle.
+  StagingLease(void* chunk, std::size_t bytes, std::size_t keep) noexcept : chunk_(chunk), bytes_(bytes), keep_(keep) {}
   ~StagingLease() { end(true); }
 
   StagingLease(const StagingLease&) = delete;  // one owner per chunk
   StagingLease& operator=(const StagingLease&) = delete;
-  StagingLease(StagingLease&& other) noexcept : chunk_(std::exchange(other.chunk_, nullptr)) {}
+  StagingLease(StagingLease&& other) noexcept
+      : chunk_(std::exchange(other.chunk_, nullptr)), bytes_(other.bytes_), keep_(other.keep_) {}
   StagingLease& operator=(StagingLease&& other) noexcept {
     if (this != &other) {
       end(true);
       chunk_ = std::exchange(other.chunk_, nullptr);
+      bytes_ = other.bytes_;
+      keep_ = other.keep_;
     }
     return *this;
   }
@@ -146,7 +190,7 @@ class StagingLease {
   void end(bool copies_finished) noexcept {
     if (chunk_ == nullptr) return;
     if (copies_finished)
-      StagingPool::instance().give_back(chunk_);
+      StagingPool::instance().give_back(chunk_, bytes_, keep_);
     else
       StagingPool::discard(chunk_);
     chunk_ = nullptr;
@@ -154,6 +198,8 @@ class StagingLease {
 
  private:
   void* chunk_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::size_t keep_ = 0;
 };
 
 }  // namespace gpusel::detail

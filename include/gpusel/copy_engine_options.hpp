@@ -1,0 +1,204 @@
+// How the copy engine moves pageable host memory: how many threads one copy
+// uses, how many pinned staging chunks each keeps in flight, and how large
+// they are. Set at run time, for the whole process.
+//
+//   gpusel::CopyEngineOptions options = gpusel::copy_engine_options();
+//   options.host_to_device_workers = 10;
+//   gpusel::set_copy_engine_options(options);     // later copies use 10 threads
+//
+// or, for a sweep, in the environment (read once, at the engine's first use):
+//   GPUSEL_COPY_WORKERS=10 GPUSEL_COPY_SLOTS=3 GPUSEL_COPY_CHUNK=2M ./app
+//
+// <gpusel/buffer.hpp> includes this header.
+#pragma once
+
+#include <sched.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <thread>
+
+#include "gpusel/detail/process_state.hpp"
+#include "gpusel/error.hpp"
+
+namespace gpusel {
+
+// The bounds of each option. The staging pool's fixed array of idle chunks
+// holds kMaxCopyWorkers * kMaxCopySlots of them (detail/staging_pool.hpp).
+inline constexpr std::size_t kMaxCopyWorkers = 16;
+inline constexpr std::size_t kMaxCopySlots = 4;
+inline constexpr std::size_t kMinCopyChunkBytes = std::size_t{64} << 10;
+inline constexpr std::size_t kMaxCopyChunkBytes = std::size_t{16} << 20;
+
+// Note [Tuning the copy engine]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A pageable copy larger than 1 MiB is cut into parts, one per worker thread
+// (at most one per 8 MiB); each worker streams its part through `slots`
+// pinned staging chunks of `chunk_bytes`, filling one while the DMA of the
+// others runs. A field of 0 means its default:
+//  - workers: 6 host->device and 8 device->host (what the H200 host ran
+//    best before the engine was tunable), never more than the cores this
+//    process may run on (sched_getaffinity, read once), so a 2-core
+//    container uses 2;
+//  - slots: 2; chunk_bytes: 4 MiB.
+// tests/bench/sweep_engine.py measures a grid of them on a machine and
+// prints the best. The environment variables GPUSEL_COPY_WORKERS (both
+// directions), GPUSEL_COPY_SLOTS and GPUSEL_COPY_CHUNK (bytes, or with a K
+// or M suffix: "2M") are read once, the first time the options are needed;
+// set_copy_engine_options overrides them. A copy takes the options when it
+// starts: a change applies to later copies. Worker threads, their streams and
+// events, and the pinned chunks are kept between copies and given back by
+// release_cached_resources().
+struct CopyEngineOptions {
+  std::size_t host_to_device_workers = 0;  // threads for one pageable host->device copy, 1..kMaxCopyWorkers
+  std::size_t device_to_host_workers = 0;  // threads for one device->pageable host copy, 1..kMaxCopyWorkers
+  std::size_t slots = 0;                   // staging chunks per thread, 2..kMaxCopySlots
+  std::size_t chunk_bytes = 0;  // bytes per staging chunk, kMinCopyChunkBytes..kMaxCopyChunkBytes, a multiple of 4096
+};
+
+namespace detail {
+
+// The cores this process may run on.
+inline std::size_t usable_cores() noexcept {
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    return static_cast<std::size_t>(CPU_COUNT(&set));
+#endif
+  const unsigned hardware = std::thread::hardware_concurrency();
+  return hardware == 0 ? 1 : hardware;
+}
+
+// Why `options` cannot be used, or "" when it can (zero fields are defaults).
+inline std::string copy_options_problem(const CopyEngineOptions& options) {
+  const auto workers = [](std::size_t n) { return n == 0 || n <= kMaxCopyWorkers; };
+  if (!workers(options.host_to_device_workers) || !workers(options.device_to_host_workers))
+    return "workers must be 1 to " + std::to_string(kMaxCopyWorkers);
+  if (options.slots != 0 && (options.slots < 2 || options.slots > kMaxCopySlots))
+    return "slots must be 2 to " + std::to_string(kMaxCopySlots);
+  if (options.chunk_bytes != 0 && (options.chunk_bytes < kMinCopyChunkBytes ||
+                                   options.chunk_bytes > kMaxCopyChunkBytes || options.chunk_bytes % 4096 != 0))
+    return "chunk_bytes must be a multiple of 4096 from " + std::to_string(kMinCopyChunkBytes) + " to " +
+           std::to_string(kMaxCopyChunkBytes);
+  return {};
+}
+
+// The options in effect, for the whole process (Note [One state per process]).
+struct CopyEngineSettings {
+  std::atomic<std::size_t> host_to_device_workers{0};
+  std::atomic<std::size_t> device_to_host_workers{0};
+  std::atomic<std::size_t> slots{0};
+  std::atomic<std::size_t> chunk_bytes{0};
+  // The cores this process could run on when the engine was first used.
+  std::size_t cores = 1;
+  // The first environment variable that could not be used, with why, or "".
+  char environment_problem[160] = {};
+};
+
+// "10" -> 10, "2M" -> 2 MiB, "64K" -> 64 KiB; 0 for anything else.
+inline std::size_t parse_option(const char* text, bool bytes) noexcept {
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(text, &end, 10);
+  if (end == text || value > (1ull << 40)) return 0;
+  std::size_t result = static_cast<std::size_t>(value);
+  if (bytes && (*end == 'K' || *end == 'k')) result <<= 10, ++end;
+  if (bytes && (*end == 'M' || *end == 'm')) result <<= 20, ++end;
+  if (bytes && (*end == 'i' || *end == 'B')) ++end;
+  if (bytes && *end == 'B') ++end;
+  return *end == '\0' ? result : 0;
+}
+
+inline void read_copy_environment(CopyEngineSettings& settings) noexcept {
+  struct Variable {
+    const char* name;
+    std::atomic<std::size_t>* field;
+    bool bytes;
+  };
+  const Variable variables[] = {{"GPUSEL_COPY_WORKERS", &settings.host_to_device_workers, false},
+                                {"GPUSEL_COPY_SLOTS", &settings.slots, false},
+                                {"GPUSEL_COPY_CHUNK", &settings.chunk_bytes, true}};
+  for (const Variable& variable : variables) {
+    const char* text = std::getenv(variable.name);
+    if (text == nullptr || *text == '\0') continue;
+    const std::size_t value = parse_option(text, variable.bytes);
+    CopyEngineOptions one;
+    if (variable.field == &settings.host_to_device_workers) one.host_to_device_workers = value;
+    if (variable.field == &settings.slots) one.slots = value;
+    if (variable.field == &settings.chunk_bytes) one.chunk_bytes = value;
+    try {
+      const std::string problem = value == 0 ? std::string("not a number") : copy_options_problem(one);
+      if (!problem.empty()) {
+        if (settings.environment_problem[0] == '\0')
+          (std::string(variable.name) + "=" + text + ": " + problem)
+              .copy(settings.environment_problem, sizeof settings.environment_problem - 1);
+        continue;
+      }
+    } catch (...) {  // no memory for the text: ignore the variable
+      continue;
+    }
+    variable.field->store(value, std::memory_order_relaxed);
+    if (variable.field == &settings.host_to_device_workers)
+      settings.device_to_host_workers.store(value, std::memory_order_relaxed);
+  }
+}
+
+inline CopyEngineSettings& copy_engine_settings() noexcept {
+  static CopyEngineSettings* const settings = static_cast<CopyEngineSettings*>(shared_object(
+      process_state().objects[static_cast<int>(ProcessObject::copy_engine_options)], []() noexcept -> void* {
+        CopyEngineSettings* made = new (std::nothrow) CopyEngineSettings;
+        if (made == nullptr) {
+          static CopyEngineSettings own;
+          made = &own;
+        }
+        made->cores = usable_cores();
+        read_copy_environment(*made);
+        return made;
+      }));
+  return *settings;
+}
+
+// The options in effect with every default filled in.
+inline CopyEngineOptions effective_copy_options() noexcept {
+  const CopyEngineSettings& settings = copy_engine_settings();
+  const std::size_t cores = settings.cores;
+  const auto pick = [](std::size_t set, std::size_t fallback) { return set != 0 ? set : fallback; };
+  CopyEngineOptions options;
+  options.host_to_device_workers =
+      pick(settings.host_to_device_workers.load(std::memory_order_relaxed), cores < 6 ? cores : 6);
+  options.device_to_host_workers =
+      pick(settings.device_to_host_workers.load(std::memory_order_relaxed), cores < 8 ? cores : 8);
+  options.slots = pick(settings.slots.load(std::memory_order_relaxed), 2);
+  options.chunk_bytes = pick(settings.chunk_bytes.load(std::memory_order_relaxed), std::size_t{4} << 20);
+  return options;
+}
+
+}  // namespace detail
+
+// The options copies use now, every default filled in (Note [Tuning the copy
+// engine]). Throws Error when an environment variable was set to a value
+// that cannot be used, naming it.
+inline CopyEngineOptions copy_engine_options() {
+  const detail::CopyEngineSettings& settings = detail::copy_engine_settings();
+  if (settings.environment_problem[0] != '\0')
+    throw Error(std::string("gpusel copy engine: ") + settings.environment_problem);
+  return detail::effective_copy_options();
+}
+
+// Sets the options later copies use; a field of 0 goes back to its default.
+// Throws Error for a value out of its bounds, changing nothing.
+inline void set_copy_engine_options(const CopyEngineOptions& options) {
+  const std::string problem = detail::copy_options_problem(options);
+  if (!problem.empty()) throw Error("gpusel::set_copy_engine_options: " + problem);
+  detail::CopyEngineSettings& settings = detail::copy_engine_settings();
+  settings.host_to_device_workers.store(options.host_to_device_workers, std::memory_order_relaxed);
+  settings.device_to_host_workers.store(options.device_to_host_workers, std::memory_order_relaxed);
+  settings.slots.store(options.slots, std::memory_order_relaxed);
+  settings.chunk_bytes.store(options.chunk_bytes, std::memory_order_relaxed);
+  settings.environment_problem[0] = '\0';
+}
+
+}  // namespace gpusel

@@ -1,0 +1,162 @@
+// What the copy engine keeps between copies besides pinned memory: its worker
+// threads, and each worker's stream and events on each device.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstddef>
+#include <new>
+#include <thread>
+
+#include "gpusel/copy_engine_options.hpp"
+#include "gpusel/detail/fork_state.hpp"
+#include "gpusel/detail/parallel_parts.hpp"
+#include "gpusel/detail/runtime_state.hpp"
+
+namespace gpusel::detail {
+
+// One worker's CUDA objects on one device: a stream and an event per slot,
+// made on first use (cudaStream_t and cudaEvent_t are per device).
+struct PipelineResources {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t events[kMaxCopySlots] = {};
+
+  // Destroys what was made; errors are ignored (at exit the runtime may be
+  // unloading: cudaErrorCudartUnloading).
+  void destroy() noexcept {
+    for (cudaEvent_t& event : events) {
+      if (event != nullptr && cudaEventDestroy(event) != cudaSuccess) (void)cudaGetLastError();
+      event = nullptr;
+    }
+    if (stream != nullptr && cudaStreamDestroy(stream) != cudaSuccess) (void)cudaGetLastError();
+    stream = nullptr;
+  }
+};
+
+// Note [The engine cache]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Threads, streams and events were made on every large copy (7 us per thread
+// on a 2-core host, and a stream and two events per thread). The cache keeps
+// them per CUDA runtime (Note [One state per runtime]): PartWorkers' threads
+// (Note [Worker threads kept between copies]) and, for worker i on device d,
+// one stream and kMaxCopySlots events. One copy at a time holds the cache
+// (a lease: try_acquire); a copy that finds it held, because another thread is
+// copying, makes its own threads, stream and events as before, so concurrent
+// copies still run concurrently. Part i of a copy runs on worker thread i (0
+// on the caller) and uses only by_device_[i], so no lock is needed past the
+// lease. A worker whose stream could not be synchronized after a failure has
+// its resources destroyed, not kept. release() (release_cached_resources())
+// waits for the lease, joins the threads and destroys the CUDA objects; so does
+// process exit, ignoring cudaErrorCudartUnloading, unless a copy still holds
+// the lease then (nothing is touched). In a forked child it forgets
+// everything without a call (Note [Caches across fork()]).
+class EngineCache {
+ public:
+  static EngineCache& instance() noexcept {
+    ForkState& fork = fork_state();  // made first: runtime_object holds the state's mutex while it makes the object
+    return runtime_object<EngineCache>(RuntimeObject::copy_engine, [&fork](void* storage) noexcept {
+      EngineCache* cache = new (storage) EngineCache;
+      forget_in_forked_child(
+          fork, [](void* object) noexcept { static_cast<EngineCache*>(object)->forget(); }, cache);
+      return cache;
+    });
+  }
+
+  // Takes the cache for one copy; false when another copy holds it.
+  bool try_acquire() noexcept { return !busy_.exchange(true, std::memory_order_acquire); }
+  void give_back() noexcept { busy_.store(false, std::memory_order_release); }
+
+  // Only while holding the cache.
+  PartWorkers& workers() noexcept { return workers_; }
+
+  // Worker `index`'s objects on `device` (made by the caller, as needed),
+  // only while holding the cache, and only from the thread doing part `index`.
+  // (A plain array, not a std::vector: instantiating one in every file that
+  // includes buffer.hpp cost compile time.)
+  PipelineResources& resources(std::size_t index, int device) {
+    const auto wanted = static_cast<std::size_t>(device) + 1;
+    if (devices_[index] < wanted) {
+      auto* grown = new PipelineResources[wanted]();
+      for (std::size_t d = 0; d < devices_[index]; ++d) grown[d] = by_device_[index][d];
+      delete[] by_device_[index];
+      by_device_[index] = grown;
+      devices_[index] = wanted;
+    }
+    return by_device_[index][device];
+  }
+
+  // Joins the threads and destroys the streams and events, waiting for a copy
+  // that holds the cache to finish.
+  void release() noexcept {
+    while (!try_acquire()) std::this_thread::yield();
+    release_held();
+    give_back();
+  }
+
+  // How many threads and streams are kept.
+  std::size_t threads() noexcept { return workers_.threads(); }
+
+  ~EngineCache() {
+    if (try_acquire()) release_held();  // else a copy still runs at exit: leave it alone
+  }
+
+  EngineCache(const EngineCache&) = delete;
+  EngineCache& operator=(const EngineCache&) = delete;
+
+ private:
+  // Asking the runtime something first makes sure whatever runtime state it
+  // keeps in static storage exists before the cache and so outlives it.
+  EngineCache() {
+    int version = 0;
+    (void)cudaRuntimeGetVersion(&version);
+  }
+
+  void release_held() noexcept {
+    workers_.stop();
+    for (std::size_t index = 0; index < kMaxCopyWorkers; ++index) {
+      for (std::size_t d = 0; d < devices_[index]; ++d) by_device_[index][d].destroy();
+      delete[] by_device_[index];
+      by_device_[index] = nullptr;
+      devices_[index] = 0;
+    }
+  }
+
+  // In a forked child: plain stores only. The arrays are leaked, not freed
+  // (a parent's thread may have been growing one at the fork).
+  void forget() noexcept {
+    workers_.forget();
+    for (std::size_t index = 0; index < kMaxCopyWorkers; ++index) {
+      by_device_[index] = nullptr;
+      devices_[index] = 0;
+    }
+    busy_.store(false, std::memory_order_relaxed);
+  }
+
+  std::atomic<bool> busy_{false};
+  PartWorkers workers_;
+  // Worker i's objects on devices [0, devices_[i]).
+  PipelineResources* by_device_[kMaxCopyWorkers] = {};
+  std::size_t devices_[kMaxCopyWorkers] = {};
+};
+
+// Holds the engine cache for one copy, if it is free.
+class EngineLease {
+ public:
+  EngineLease() noexcept : cache_(&EngineCache::instance()) {
+    if (!cache_->try_acquire()) cache_ = nullptr;
+  }
+  ~EngineLease() {
+    if (cache_ != nullptr) cache_->give_back();
+  }
+  EngineLease(const EngineLease&) = delete;
+  EngineLease& operator=(const EngineLease&) = delete;
+
+  // The cache, or nullptr when another copy holds it.
+  EngineCache* get() const noexcept { return cache_; }
+
+ private:
+  EngineCache* cache_;
+};
+
+}  // namespace gpusel::detail

@@ -1,0 +1,110 @@
+// What a process forked from one that used CUDA may still do, and the caches
+// it forgets: Note [Caches across fork()].
+#pragma once
+
+#include <pthread.h>
+
+#include <atomic>
+#include <new>
+#include <string>
+
+#include "gpusel/detail/process_state.hpp"
+#include "gpusel/error.hpp"
+
+namespace gpusel::detail {
+
+// Note [Caches across fork()]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A child made by fork() has a copy of its parent's memory and one thread.
+// The CUDA driver's state is copied too, but not the GPU's side of it: CUDA
+// cannot be used in a child whose parent had started it (PyTorch says
+// "Cannot re-initialize CUDA in forked subprocess"). gpusel's caches hold
+// what the parent made: pinned staging chunks, streams, events, worker
+// threads (which do not exist in the child), locks another thread may have
+// held at the fork. So a pthread_atfork child handler, registered the first
+// time gpusel starts CUDA work, runs in every child:
+//  - it makes each registered cache forget what it holds, without touching
+//    it: no free of pinned memory, no join of a thread, no CUDA call, only
+//    plain stores (the locks are made anew);
+//  - if gpusel had used CUDA in the parent, it marks the child, and every
+//    later entry into CUDA work through gpusel's data layer (allocating on a
+//    GPU, a copy involving one, the engine's pinned staging) throws Error:
+//    "CUDA cannot be used in a process forked after CUDA started". That is
+//    one relaxed load per entry; there is no getpid() per call.
+// "Started" means started through gpusel's data layer (as PyTorch's check is
+// for PyTorch's lazy initialization): a parent that used CUDA only by direct
+// cudart calls is not detected. Host-only work (copies between host buffers)
+// goes on in the child, on fresh threads.
+inline constexpr int kMaxForkForgets = 8;
+
+struct ForkState {
+  std::atomic<bool> cuda_used{false};
+  std::atomic<bool> forked_after_cuda{false};
+  std::atomic<unsigned> forks{0};  // children this process descends from, through fork()
+  // forget_functions[i](forget_objects[i]), for i < forget_count, in a child.
+  std::atomic<int> forget_count{0};
+  std::atomic<void (*)(void*) noexcept> forget_functions[kMaxForkForgets]{};
+  std::atomic<void*> forget_objects[kMaxForkForgets]{};
+};
+
+inline ForkState* find_fork_state() noexcept {
+  return static_cast<ForkState*>(
+      process_state().objects[static_cast<int>(ProcessObject::fork_state)].load(std::memory_order_acquire));
+}
+
+// The atfork child handler (Note [Caches across fork()]).
+inline void forget_after_fork() noexcept {
+  ForkState* state = find_fork_state();
+  if (state == nullptr) return;
+  if (state->cuda_used.load(std::memory_order_relaxed)) state->forked_after_cuda.store(true, std::memory_order_relaxed);
+  state->forks.fetch_add(1, std::memory_order_relaxed);
+  const int count = state->forget_count.load(std::memory_order_acquire);
+  for (int i = 0; i < count && i < kMaxForkForgets; ++i) {
+    void (*forget)(void*) noexcept = state->forget_functions[i].load(std::memory_order_acquire);
+    if (forget != nullptr) forget(state->forget_objects[i].load(std::memory_order_relaxed));
+  }
+}
+
+inline ForkState& fork_state() noexcept {
+  static ForkState* const state = static_cast<ForkState*>(
+      shared_object(process_state().objects[static_cast<int>(ProcessObject::fork_state)], []() noexcept -> void* {
+        ForkState* made = new (std::nothrow) ForkState;
+        if (made == nullptr) {
+          static ForkState own;
+          made = &own;
+        }
+        (void)pthread_atfork(nullptr, nullptr, &forget_after_fork);
+        return made;
+      }));
+  return *state;
+}
+
+// Has `forget(object)` called in every child forked from now on (the object
+// lives until the process exits). Beyond kMaxForkForgets, nothing is
+// registered. Takes no lock: it is called where a runtime object is made,
+// under the state's mutex, so fork_state() must have been made before.
+inline void forget_in_forked_child(ForkState& state, void (*forget)(void*) noexcept, void* object) noexcept {
+  const int index = state.forget_count.fetch_add(1, std::memory_order_relaxed);
+  if (index >= kMaxForkForgets) return;
+  state.forget_objects[index].store(object, std::memory_order_relaxed);
+  state.forget_functions[index].store(forget, std::memory_order_release);  // a slot not yet filled reads as null
+}
+
+// Whether this process is a child forked after gpusel used CUDA.
+inline bool forked_after_cuda() noexcept { return fork_state().forked_after_cuda.load(std::memory_order_relaxed); }
+
+[[noreturn]] inline void throw_forked_after_cuda(const char* what) {
+  throw Error(std::string(what) +
+              ": CUDA cannot be used in a process forked after CUDA started (the parent had used CUDA before "
+              "fork()); start the process with the spawn or forkserver start method, or fork before CUDA starts");
+}
+
+// Called where gpusel's data layer starts CUDA work: throws in a child forked
+// after CUDA started, and otherwise records that CUDA is in use.
+inline void enter_cuda_work(const char* what) {
+  ForkState& state = fork_state();
+  if (state.forked_after_cuda.load(std::memory_order_relaxed)) throw_forked_after_cuda(what);
+  if (!state.cuda_used.load(std::memory_order_relaxed)) state.cuda_used.store(true, std::memory_order_relaxed);
+}
+
+}  // namespace gpusel::detail

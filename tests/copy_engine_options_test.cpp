@@ -1,0 +1,319 @@
+// Specification of the copy engine's run-time options and of what it keeps
+// between copies (include/gpusel/copy_engine_options.hpp,
+// detail/engine_cache.hpp, detail/fork_state.hpp). Built against the emulated
+// and the real runtime (gpusel_test.hpp).
+#include "gpusel/copy_engine_options.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpusel/buffer.hpp"
+#include "gpusel_test.hpp"
+#include "text_checks.hpp"
+
+// The fork tests start threads in a child of a process with threads (the
+// engine's kept workers), which TSan refuses by default; gpusel's child
+// forgets the parent's threads and locks (Note [Caches across fork()]).
+#if defined(__SANITIZE_THREAD__)
+#define GPUSEL_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define GPUSEL_TEST_TSAN 1
+#endif
+#endif
+#if defined(GPUSEL_TEST_TSAN)
+extern "C" const char* __tsan_default_options() { return "die_after_fork=0"; }
+#endif
+
+namespace {
+
+using gpusel_test::contains;
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+std::vector<std::uint8_t> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::uint8_t> bytes(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t x = (i + std::uint64_t{seed} * 0x100000001u) * 0x9E3779B97F4A7C15u;
+    x ^= x >> 31;
+    bytes[i] = static_cast<std::uint8_t>(x >> 24);
+  }
+  return bytes;
+}
+
+// Sets an environment variable for a scope (the settings read it on demand here).
+class ScopedVariable {
+ public:
+  ScopedVariable(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedVariable() { unsetenv(name_); }
+  ScopedVariable(const ScopedVariable&) = delete;
+  ScopedVariable& operator=(const ScopedVariable&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// Puts the options back to their defaults when a test ends.
+struct DefaultOptionsAfter {
+  ~DefaultOptionsAfter() { gpusel::set_copy_engine_options({}); }
+};
+
+TEST(CopyEngineOptions, DefaultsScaleWithTheCoresThisProcessMayUse) {
+  const DefaultOptionsAfter restore;
+  gpusel::set_copy_engine_options({});
+  const gpusel::CopyEngineOptions options = gpusel::copy_engine_options();
+  const std::size_t cores = gpusel::detail::usable_cores();
+  EXPECT_EQ(options.host_to_device_workers, std::min<std::size_t>(6, cores));
+  EXPECT_EQ(options.device_to_host_workers, std::min<std::size_t>(8, cores));
+  EXPECT_EQ(options.slots, 2u);
+  EXPECT_EQ(options.chunk_bytes, 4 * kMiB);
+  EXPECT_GE(cores, 1u);
+  EXPECT_LE(cores, std::max(1u, std::thread::hardware_concurrency()));
+}
+
+TEST(CopyEngineOptions, SetAndGetAndZeroMeansTheDefault) {
+  const DefaultOptionsAfter restore;
+  gpusel::set_copy_engine_options({10, 12, 3, 2 * kMiB});
+  gpusel::CopyEngineOptions options = gpusel::copy_engine_options();
+  EXPECT_EQ(options.host_to_device_workers, 10u);
+  EXPECT_EQ(options.device_to_host_workers, 12u);
+  EXPECT_EQ(options.slots, 3u);
+  EXPECT_EQ(options.chunk_bytes, 2 * kMiB);
+  gpusel::set_copy_engine_options({10, 0, 0, 0});
+  options = gpusel::copy_engine_options();
+  EXPECT_EQ(options.host_to_device_workers, 10u);
+  EXPECT_EQ(options.slots, 2u);
+  EXPECT_EQ(options.chunk_bytes, 4 * kMiB);
+}
+
+TEST(CopyEngineOptions, ValuesOutOfBoundsAreAnErrorAndChangeNothing) {
+  const DefaultOptionsAfter restore;
+  gpusel::set_copy_engine_options({3, 3, 3, kMiB});
+  const gpusel::CopyEngineOptions bad[] = {
+      {gpusel::kMaxCopyWorkers + 1, 0, 0, 0},   {0, 17, 0, 0},   {0, 0, 1, 0},
+      {0, 0, gpusel::kMaxCopySlots + 1, 0},     {0, 0, 0, 4096}, {0, 0, 0, kMiB + 1},
+      {0, 0, 0, gpusel::kMaxCopyChunkBytes * 2}};
+  for (const gpusel::CopyEngineOptions& options : bad) {
+    try {
+      gpusel::set_copy_engine_options(options);
+      ADD_FAILURE() << "accepted " << options.host_to_device_workers << " " << options.device_to_host_workers << " "
+                    << options.slots << " " << options.chunk_bytes;
+    } catch (const gpusel::Error& e) {
+      EXPECT_TRUE(contains(e.what(), "gpusel::set_copy_engine_options: ")) << e.what();
+    }
+  }
+  const gpusel::CopyEngineOptions kept = gpusel::copy_engine_options();
+  EXPECT_EQ(kept.host_to_device_workers, 3u);
+  EXPECT_EQ(kept.chunk_bytes, kMiB);
+}
+
+TEST(CopyEngineOptions, TheEnvironmentIsReadIntoTheSettings) {
+  const ScopedVariable workers("GPUSEL_COPY_WORKERS", "12");
+  const ScopedVariable slots("GPUSEL_COPY_SLOTS", "3");
+  const ScopedVariable chunk("GPUSEL_COPY_CHUNK", "2M");
+  gpusel::detail::CopyEngineSettings settings;
+  gpusel::detail::read_copy_environment(settings);
+  EXPECT_EQ(settings.host_to_device_workers.load(), 12u);
+  EXPECT_EQ(settings.device_to_host_workers.load(), 12u);
+  EXPECT_EQ(settings.slots.load(), 3u);
+  EXPECT_EQ(settings.chunk_bytes.load(), 2 * kMiB);
+  EXPECT_STREQ(settings.environment_problem, "");
+  EXPECT_EQ(gpusel::detail::parse_option("1048576", true), kMiB);
+  EXPECT_EQ(gpusel::detail::parse_option("64K", true), std::size_t{64} << 10);
+  EXPECT_EQ(gpusel::detail::parse_option("4MiB", true), 4 * kMiB);
+  EXPECT_EQ(gpusel::detail::parse_option("4M", false), 0u);
+  EXPECT_EQ(gpusel::detail::parse_option("x", false), 0u);
+}
+
+TEST(CopyEngineOptions, ABadVariableIsNamedAndTheOthersStillApply) {
+  const ScopedVariable workers("GPUSEL_COPY_WORKERS", "lots");
+  const ScopedVariable slots("GPUSEL_COPY_SLOTS", "9");
+  const ScopedVariable chunk("GPUSEL_COPY_CHUNK", "1M");
+  gpusel::detail::CopyEngineSettings settings;
+  gpusel::detail::read_copy_environment(settings);
+  EXPECT_STREQ(settings.environment_problem, "GPUSEL_COPY_WORKERS=lots: not a number");
+  EXPECT_EQ(settings.host_to_device_workers.load(), 0u);
+  EXPECT_EQ(settings.slots.load(), 0u);
+  EXPECT_EQ(settings.chunk_bytes.load(), kMiB);
+}
+
+TEST(CopyEngine, WorkersSlotsAndChunkSizeTakeEffect) {
+  if (auto why = gpusel_test::need_devices(1)) GTEST_SKIP() << *why;
+  const DefaultOptionsAfter restore;
+  gpusel::set_copy_engine_options({3, 2, 3, kMiB});
+  const auto bytes = pattern(37 * kMiB + 13, 1);
+  gpusel::Buffer<std::uint8_t> host(bytes, gpusel::cpu());
+#if GPUSEL_TEST_EMULATED
+  gpusel_emulated::clear_calls();
+#endif
+  auto on_gpu = host.to(gpusel::cuda(0));
+  auto back = on_gpu.to(gpusel::cpu());
+  EXPECT_EQ(std::memcmp(back.data(), bytes.data(), bytes.size()), 0);
+#if GPUSEL_TEST_EMULATED
+  // Host->device: 3 workers of 13, 13 and 11 MiB, 1 MiB chunks, 3 slots each.
+  // Device->host: 2 workers, whose 3 slots reuse the kept chunks.
+  EXPECT_EQ(gpusel_emulated::calls("cudaMallocHost"), 9);
+  EXPECT_EQ(gpusel_emulated::calls("cudaStreamCreateWithFlags"), 3);
+  EXPECT_EQ(gpusel_emulated::calls("cudaEventCreateWithFlags"), 9);
+  EXPECT_EQ(gpusel_emulated::calls("cudaMemcpyAsync"), 38 + 38);
+  EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), 9 * kMiB);
+  gpusel_emulated::clear_calls();
+  gpusel::set_copy_engine_options({3, 2, 2, 2 * kMiB});  // another chunk size: the old chunks go
+  auto again = host.to(gpusel::cuda(0));
+  EXPECT_EQ(again.to_vector(), bytes);
+  EXPECT_EQ(gpusel_emulated::calls("cudaFreeHost"), 9);
+  EXPECT_EQ(gpusel_emulated::calls("cudaMallocHost"), 6);
+  EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), 6 * 2 * kMiB);
+#endif
+  gpusel::release_cached_resources();
+}
+
+TEST(CopyEngine, ThreadsStreamsAndEventsAreKeptUntilReleased) {
+  if (auto why = gpusel_test::need_devices(1)) GTEST_SKIP() << *why;
+  const DefaultOptionsAfter restore;
+  gpusel::set_copy_engine_options({2, 2, 2, 4 * kMiB});
+  const auto bytes = pattern(33 * kMiB, 2);
+  gpusel::Buffer<std::uint8_t> host(bytes, gpusel::cpu());
+  auto first = host.to(gpusel::cuda(0));
+  EXPECT_EQ(gpusel::detail::EngineCache::instance().threads(), 1u) << "the caller does part 0";
+#if GPUSEL_TEST_EMULATED
+  EXPECT_EQ(gpusel_emulated::live_streams(), 2);
+  EXPECT_EQ(gpusel_emulated::live_events(), 4);
+  gpusel_emulated::clear_calls();
+#endif
+  auto second = host.to(gpusel::cuda(0));
+  auto back = second.to(gpusel::cpu());
+  EXPECT_EQ(std::memcmp(back.data(), bytes.data(), bytes.size()), 0);
+#if GPUSEL_TEST_EMULATED
+  EXPECT_EQ(gpusel_emulated::calls("cudaStreamCreateWithFlags"), 0);
+  EXPECT_EQ(gpusel_emulated::calls("cudaEventCreateWithFlags"), 0);
+  EXPECT_EQ(gpusel_emulated::calls("cudaMallocHost"), 0);
+#endif
+  gpusel::release_cached_resources();
+  EXPECT_EQ(gpusel::detail::EngineCache::instance().threads(), 0u);
+#if GPUSEL_TEST_EMULATED
+  EXPECT_EQ(gpusel_emulated::live_streams(), 0);
+  EXPECT_EQ(gpusel_emulated::live_events(), 0);
+  EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), 0u);
+  EXPECT_EQ(gpusel_emulated::operations_left_to_stream_destroy(), 0);
+#endif
+  // And they are made again when needed.
+  auto third = host.to(gpusel::cuda(0));
+  EXPECT_EQ(third.to_vector(), bytes);
+  gpusel::release_cached_resources();
+}
+
+TEST(CopyEngine, ConcurrentCopiesShareTheCacheOrMakeTheirOwn) {
+  if (auto why = gpusel_test::need_devices(2)) GTEST_SKIP() << *why;
+  const DefaultOptionsAfter restore;
+  gpusel::set_copy_engine_options({4, 4, 2, kMiB});
+  std::vector<std::thread> threads;
+  std::vector<int> ok(6, 0);
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([t, &ok] {
+      const auto bytes = pattern(17 * kMiB + static_cast<std::size_t>(t) * 4099, static_cast<unsigned>(t));
+      gpusel::Buffer<std::uint8_t> host(bytes, gpusel::cpu());
+      for (int round = 0; round < 3; ++round) {
+        auto on_gpu = host.to(gpusel::cuda(t % 2));
+        auto back = std::move(on_gpu).to(gpusel::cpu());
+        auto copy = back.to(gpusel::cpu());  // host to host, also on the kept threads
+        if (copy.to_vector() != bytes) return;
+      }
+      ok[static_cast<std::size_t>(t)] = 1;
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(ok, std::vector<int>(6, 1));
+  gpusel::release_cached_resources();
+#if GPUSEL_TEST_EMULATED
+  EXPECT_EQ(gpusel_emulated::live_streams(), 0);
+  EXPECT_EQ(gpusel_emulated::live_events(), 0);
+  EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), 0u);
+#endif
+}
+
+#if GPUSEL_TEST_EMULATED
+
+// Runs `child` in a forked process and returns its exit status (or -1).
+template <class Child>
+int in_forked_child(const Child& child) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    int status = 1;
+    try {
+      status = child();
+    } catch (...) {
+      status = 99;
+    }
+    std::fflush(nullptr);
+    _exit(status);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+TEST(CopyEngineFork, AChildForgetsTheCachesAndCannotUseCuda) {
+  gpusel_test::need_devices(1);
+  const auto bytes = pattern(20 * kMiB, 3);
+  gpusel::Buffer<std::uint8_t> host(bytes, gpusel::cpu());
+  auto on_gpu = host.to(gpusel::cuda(0));  // CUDA has started; the caches hold chunks, streams, threads
+  const std::size_t pinned = gpusel_emulated::pinned_host_bytes_in_use();
+  ASSERT_GT(pinned, 0u);
+  const int status = in_forked_child([&] {
+    if (!gpusel::detail::forked_after_cuda()) return 2;
+    if (gpusel::detail::StagingPool::instance().idle_chunks() != 0) return 3;
+    if (gpusel::detail::EngineCache::instance().threads() != 0) return 4;
+    try {
+      gpusel::Buffer<float> x(4, gpusel::cuda(0));
+      return 5;
+    } catch (const gpusel::Error& e) {
+      if (!contains(e.what(), "CUDA cannot be used in a process forked after CUDA started")) return 6;
+      if (!contains(e.what(), "gpusel::Buffer(4 elements, 16 bytes, cuda:0)")) return 7;
+    }
+    try {
+      auto back = on_gpu.to(gpusel::cpu());
+      return 8;
+    } catch (const gpusel::Error& e) {
+      if (!contains(e.what(), "CUDA cannot be used in a process forked after CUDA started")) return 9;
+    }
+    // Host work goes on, on fresh threads; releasing frees nothing of the parent's.
+    auto copy = host.to(gpusel::cpu());
+    if (copy.to_vector() != bytes) return 10;
+    gpusel::release_cached_resources();
+    if (gpusel_emulated::pinned_host_bytes_in_use() != pinned) return 11;
+    return 0;
+  });
+  EXPECT_EQ(status, 0);
+  // The parent's caches are its own still.
+  EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), pinned);
+  EXPECT_EQ(on_gpu.to(gpusel::cpu()).to_vector(), bytes);
+  EXPECT_FALSE(gpusel::detail::forked_after_cuda());
+  gpusel::release_cached_resources();
+}
+
+TEST(CopyEngineFork, AChildThatExitsWithKeptThreadsEndsCleanly) {
+  gpusel_test::need_devices(1);
+  const auto bytes = pattern(64 * kMiB, 4);
+  gpusel::Buffer<std::uint8_t> host(bytes, gpusel::cpu());
+  const int status = in_forked_child([&] {
+    auto copy = host.to(gpusel::cpu());  // keeps worker threads in the child's cache
+    if (copy.to_vector() != bytes) return 2;
+    if (gpusel::detail::copy_engine_settings().cores > 1 && gpusel::detail::EngineCache::instance().threads() == 0)
+      return 3;
+    std::exit(0);  // runs the cache's destructor: it joins the threads
+  });
+  EXPECT_EQ(status, 0);
+}
+
+#endif
+
+}  // namespace
