@@ -285,6 +285,12 @@ TEST(CopyEngineFork, AChildForgetsTheCachesAndCannotUseCuda) {
     } catch (const gpusel::Error& e) {
       if (!contains(e.what(), "CUDA cannot be used in a process forked after CUDA started")) return 9;
     }
+    try {
+      (void)gpusel::Buffer<float>::pinned(4);  // cudaMallocHost is CUDA work too
+      return 12;
+    } catch (const gpusel::Error& e) {
+      if (!contains(e.what(), "CUDA cannot be used in a process forked after CUDA started")) return 13;
+    }
     // Host work goes on, on fresh threads; releasing frees nothing of the parent's.
     auto copy = host.to(gpusel::cpu());
     if (copy.to_vector() != bytes) return 10;

@@ -156,6 +156,8 @@ inline int pinning_device(int involved) noexcept {
 // context (Note [Which device pins host memory]); `involved` is the device the
 // copy involves, or -1. Throws OutOfMemory when pinned memory ran out.
 inline void* allocate_pinned_for(std::size_t bytes, int involved, ErrorContext what) {
+  if (forked_after_cuda()) throw_forked_after_cuda(what().c_str());  // Note [Caches across fork()]
+  enter_cuda_work("gpusel::Buffer");
   OptionalDeviceGuard guard;
   const int device = pinning_device(involved);
   if (device >= 0) guard.set_device(device);
