@@ -1,5 +1,5 @@
 // The umbrella header: everything gpusel offers (docs/layers.md shows which
-// header to include for less).
+// header to include for less; docs/reference.md lists every name).
 #pragma once
 
 #include "gpusel/current_device.hpp"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that include/gpusel/REFERENCE.md names every public name of gpusel.
+"""Checks that docs/reference.md names every public name of gpusel.
 
     check_reference.py --clang clang++ --cuda-include DIR [--list]
 
@@ -13,7 +13,7 @@ over the text:
     deleted functions are the class's own name or not names at all);
   - the enumerators of public enums;
   - the GPUSEL_* macros the public headers define.
-A namespace-scope name must appear in REFERENCE.md as a word. A member
+A namespace-scope name must appear in docs/reference.md as a word. A member
 (Class::member) must appear spelled so, or as a word on a line that names the
 class (a table row), or in a section whose heading names the class. --list
 prints the names and what is missing.
@@ -29,7 +29,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INCLUDE = os.path.join(ROOT, "include")
-REFERENCE = os.path.join(INCLUDE, "gpusel", "REFERENCE.md")
+REFERENCE = os.path.join(ROOT, "docs", "reference.md")
 
 NAMESPACE_KINDS = {"FunctionDecl", "FunctionTemplateDecl", "CXXRecordDecl", "ClassTemplateDecl", "EnumDecl",
                    "TypedefDecl", "TypeAliasDecl", "TypeAliasTemplateDecl", "VarDecl", "VarTemplateDecl"}
