@@ -5,9 +5,12 @@
 #include "gpusel/copy_engine_options.hpp"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -303,6 +306,62 @@ TEST(CopyEngineFork, AChildForgetsTheCachesAndCannotUseCuda) {
   EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), pinned);
   EXPECT_EQ(on_gpu.to(gpusel::cpu()).to_vector(), bytes);
   EXPECT_FALSE(gpusel::detail::forked_after_cuda());
+  gpusel::release_cached_resources();
+}
+
+// Waits for `pid` at most `seconds`; kills it and returns -1 when it does not end by then.
+int wait_at_most(pid_t pid, int seconds) {
+  for (int tenth = 0; tenth < seconds * 10; ++tenth) {
+    int status = 0;
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (done < 0) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  kill(pid, SIGKILL);
+  (void)waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+TEST(CopyEngineFork, ChildrenForkedWhileAnotherThreadCopiesNeverHang) {
+  // A fork can land while a worker holds the staging pool's or the cache's lock, or in the middle of a
+  // copy: the child must neither wait for a lock nobody will release nor for threads it does not have.
+  gpusel_test::need_devices(1);
+  const auto bytes = pattern(24 * kMiB, 5);
+  const gpusel::Buffer<std::uint8_t> host(bytes, gpusel::cpu());
+  std::atomic<bool> stop{false};
+  std::atomic<int> copies{0};
+  std::thread copier([&] {
+    while (!stop.load()) {
+      auto on_gpu = host.to(gpusel::cuda(0));
+      auto back = std::move(on_gpu).to(gpusel::cpu());
+      if (back.size() == bytes.size()) copies.fetch_add(1);
+    }
+  });
+  while (copies.load() == 0) std::this_thread::yield();
+  std::vector<int> statuses;
+  for (int child = 0; child < 10; ++child) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      int status = 0;
+      try {
+        if (host.to(gpusel::cpu()).to_vector() != bytes) status = 2;  // host work, on fresh threads
+        try {
+          (void)host.to(gpusel::cuda(0));
+          status = 3;
+        } catch (const gpusel::Error& e) {
+          if (!contains(e.what(), "CUDA cannot be used in a process forked after CUDA started")) status = 4;
+        }
+      } catch (...) {
+        status = 5;
+      }
+      _exit(status);
+    }
+    statuses.push_back(pid < 0 ? -1 : wait_at_most(pid, 20));
+  }
+  stop.store(true);
+  copier.join();
+  EXPECT_EQ(statuses, std::vector<int>(10, 0)) << "-1: a child hung (killed after 20 s) or crashed";
   gpusel::release_cached_resources();
 }
 

@@ -10,6 +10,7 @@
 #include "gpusel/detail/cuda_status.hpp"
 #include "gpusel/detail/device_switch.hpp"
 #include "gpusel/detail/error_context.hpp"
+#include "gpusel/detail/fork_state.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 
@@ -23,6 +24,9 @@ namespace gpusel::detail {
 // Makes no context.
 inline int resolve_cuda_index(const Device& device, ErrorContext what) {
   if (!device.is_cuda()) throw Error(what() + ": expected a cuda device, got " + device.str());
+  // Before any CUDA call: in a child forked after CUDA started, even cudaGetDeviceCount may wait
+  // for a lock another thread of the parent held at the fork (Note [Caches across fork()]).
+  if (forked_after_cuda()) throw_forked_after_cuda(what().c_str());
   const DeviceCountResult visible = query_device_count();
   if (visible.status != cudaSuccess) {
     const char* name = cudaGetErrorName(visible.status);
