@@ -114,7 +114,10 @@ BUDGETS = [
     ("gpusel/stream.hpp",       "gpusel/error.hpp",  2.00),
     ("T + gpusel/guard.hpp",    "T",                 1.20),
     ("T + gpusel/buffer.hpp",   "T",                 1.30),
-    # the umbrella in compile-once mode (Note [Compile-once mode]); header-only it is in INFORMATIONAL
+    # the umbrella in compile-once mode (Note [Compile-once mode]); header-only it is in INFORMATIONAL.
+    # Measured when the mode came (2 cores, load 3-5): 1.45 with clang 14, 1.53-1.62 with g++ 12 (header-only
+    # 2.05-2.41); the cuda and data layers' headers alone (buffer, module, default_device, stream, guard,
+    # cached_resources) gave 1.45 with g++, so the rest of this budget is theirs to meet.
     ("T + compile-once + gpusel/gpusel.hpp", "T",    1.40),
 ]
 
