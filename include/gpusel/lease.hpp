@@ -12,24 +12,15 @@
 // This header includes no CUDA header and makes no CUDA call.
 #pragma once
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <chrono>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "gpusel/detail/compile_once.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel {
@@ -100,23 +91,18 @@ class FileDescriptor {
   int fd_ = -1;
 };
 
-inline std::string errno_text(int error) { return std::strerror(error); }
-
 }  // namespace detail
 
 // The lease directory of this machine (Note [Leases]): GPUSEL_LEASE_DIR, read with
 // secure_getenv, else "/tmp/gpusel-leases".
-inline std::string lease_directory() {
-  const char* named = secure_getenv("GPUSEL_LEASE_DIR");
-  if (named != nullptr && *named != '\0') return named;
-  return "/tmp/gpusel-leases";
-}
+GPUSEL_MACHINE_API std::string lease_directory();
 
 class GpuLease;
 // Leases `uuid` (a GPU's UUID, or a MIG instance's with its GPU's UUID as
 // `parent_gpu_uuid`; Note [Leases]); nullopt when another process holds it.
 // Throws Error when the lease directory or file cannot be used.
-[[nodiscard]] std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::string_view parent_gpu_uuid = {});
+[[nodiscard]] GPUSEL_MACHINE_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid,
+                                                                       std::string_view parent_gpu_uuid = {});
 
 // GPUs leased by this process: held until the lease is destroyed or released,
 // or the process ends. Move-only.
@@ -153,7 +139,48 @@ class [[nodiscard]] GpuLease {
   std::vector<std::string> uuids_;
 };
 
+// Who holds `uuid` (and, for a MIG instance, its GPU `parent_gpu_uuid`), in words
+// ("leased by another job (pid 4242, lock /tmp/gpusel-leases/GPU-....lock)"), or
+// nullopt when no lease holds it. A lease of this very process counts too (flock
+// locks belong to open files, not processes). Throws Error as try_lease_gpu.
+[[nodiscard]] GPUSEL_MACHINE_API std::optional<std::string> lease_holder(std::string_view uuid,
+                                                                         std::string_view parent_gpu_uuid = {});
+
+// Leases every GPU of `uuids`, all or none: throws Error naming the first one
+// another process holds (or when the directory cannot be used).
+GPUSEL_MACHINE_API GpuLease lease_gpus(const std::vector<std::string>& uuids);
+
+// One GPU: lease_gpus({uuid}).
+GPUSEL_MACHINE_API GpuLease lease_gpu(const std::string& uuid);
+
+}  // namespace gpusel
+
+// --- definitions (Note [Compile-once mode]) ---------------------------------
+#if GPUSEL_MACHINE_DEFINITIONS
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace gpusel {
+
+GPUSEL_MACHINE_API std::string lease_directory() {
+  const char* named = secure_getenv("GPUSEL_LEASE_DIR");
+  if (named != nullptr && *named != '\0') return named;
+  return "/tmp/gpusel-leases";
+}
+
 namespace detail {
+
+inline std::string errno_text(int error) { return std::strerror(error); }
 
 // The lease directory, opened and checked (Note [Leases]); throws Error saying what is wrong.
 inline FileDescriptor open_lease_directory(const std::string& path) {
@@ -249,7 +276,7 @@ inline std::string held_text(std::string_view uuid, const std::string& holder, c
 
 }  // namespace detail
 
-inline std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::string_view parent_gpu_uuid) {
+GPUSEL_MACHINE_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::string_view parent_gpu_uuid) {
   const std::string path = lease_directory();
   const detail::FileDescriptor directory = detail::open_lease_directory(path);
   GpuLease lease;
@@ -265,12 +292,7 @@ inline std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::string_
   return lease;
 }
 
-// Who holds `uuid` (and, for a MIG instance, its GPU `parent_gpu_uuid`), in words
-// ("leased by another job (pid 4242, lock /tmp/gpusel-leases/GPU-....lock)"), or
-// nullopt when no lease holds it. A lease of this very process counts too (flock
-// locks belong to open files, not processes). Throws Error as try_lease_gpu.
-[[nodiscard]] inline std::optional<std::string> lease_holder(std::string_view uuid,
-                                                             std::string_view parent_gpu_uuid = {}) {
+GPUSEL_MACHINE_API std::optional<std::string> lease_holder(std::string_view uuid, std::string_view parent_gpu_uuid) {
   const std::string path = lease_directory();
   const detail::FileDescriptor directory = detail::open_lease_directory(path);
   for (const std::string_view each : {uuid, parent_gpu_uuid}) {
@@ -283,9 +305,7 @@ inline std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::string_
   return std::nullopt;
 }
 
-// Leases every GPU of `uuids`, all or none: throws Error naming the first one
-// another process holds (or when the directory cannot be used).
-inline GpuLease lease_gpus(const std::vector<std::string>& uuids) {
+GPUSEL_MACHINE_API GpuLease lease_gpus(const std::vector<std::string>& uuids) {
   GpuLease all;
   for (const std::string& uuid : uuids) {
     std::optional<GpuLease> one = try_lease_gpu(uuid);
@@ -298,7 +318,8 @@ inline GpuLease lease_gpus(const std::vector<std::string>& uuids) {
   return all;
 }
 
-// One GPU: lease_gpus({uuid}).
-inline GpuLease lease_gpu(const std::string& uuid) { return lease_gpus({uuid}); }
+GPUSEL_MACHINE_API GpuLease lease_gpu(const std::string& uuid) { return lease_gpus({uuid}); }
 
 }  // namespace gpusel
+
+#endif  // GPUSEL_MACHINE_DEFINITIONS

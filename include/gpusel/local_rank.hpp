@@ -18,8 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "gpusel/detail/decimal.hpp"
-#include "gpusel/detail/environment.hpp"
+#include "gpusel/detail/compile_once.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 
@@ -78,17 +77,63 @@ struct LocalRank {
 
   // "local rank 2 of 4 (torchrun: LOCAL_RANK=2, LOCAL_WORLD_SIZE=4)", or
   // "local rank 0 (no launcher variable is set)".
-  std::string describe() const {
-    std::string text = "local rank " + std::to_string(rank);
-    if (size) text += " of " + std::to_string(*size);
-    text += launcher.empty() ? " (no launcher variable is set" : " (" + launcher + ": " + source;
-    for (const std::string& other : overridden) text += "; " + other + " ignored";
-    return text + ")";
-  }
+  std::string describe() const;
 };
 
 // Reads a variable: its value, or nullopt when it is unset.
 using ReadVariable = std::function<std::optional<std::string>(const char* name)>;
+
+// The local rank as the variables read through `read` say; nullopt when none
+// of launcher_variables is set. Throws Error for a malformed value, or a rank
+// not below the node's process count. Pure: reads nothing but `read`.
+GPUSEL_MACHINE_API std::optional<LocalRank> find_local_rank(const ReadVariable& read);
+
+// The local rank from this process's environment; see find_local_rank.
+GPUSEL_MACHINE_API std::optional<LocalRank> local_rank();
+
+// How ranks are spread over the visible devices.
+enum class Placement {
+  // The default. Rank r gets device r, as PyTorch's
+  // torch.cuda.set_device(int(os.environ["LOCAL_RANK"])) does; a rank with no
+  // device of its number is an Error, since sharing a GPU between ranks should
+  // be asked for, not fall out of a modulo. With no GPU visible at all every
+  // rank gets the CPU (the CPU fallback).
+  rank_or_cpu,
+  // Rank r gets device r % count: with more ranks than GPUs, ranks share them
+  // (ask for it explicitly). With no GPU at all every rank gets the CPU.
+  round_robin,
+  // Every rank needs a GPU of its own: fewer visible GPUs than ranks on the
+  // node is an Error (in every rank when the launcher tells the node's
+  // process count, so that the whole job stops, not half of it), and so is
+  // having no GPU at all.
+  one_gpu_per_rank,
+};
+
+// The device for `rank` (nullopt: a process started alone, rank 0 of 1) when
+// `visible_devices` devices are visible. `why_this_many`, when given, says so
+// in errors ("2 CUDA devices are visible (cuda:0..cuda:1); CUDA_VISIBLE_DEVICES=1,3").
+// Pure: makes no CUDA call.
+GPUSEL_MACHINE_API Device device_for_local_rank(const std::optional<LocalRank>& rank, int visible_devices,
+                                                Placement placement = Placement::rank_or_cpu,
+                                                std::string_view why_this_many = {});
+
+}  // namespace gpusel
+
+// --- definitions (Note [Compile-once mode]) ---------------------------------
+#if GPUSEL_MACHINE_DEFINITIONS
+
+#include "gpusel/detail/decimal.hpp"
+#include "gpusel/detail/environment.hpp"
+
+namespace gpusel {
+
+GPUSEL_MACHINE_API std::string LocalRank::describe() const {
+  std::string text = "local rank " + std::to_string(rank);
+  if (size) text += " of " + std::to_string(*size);
+  text += launcher.empty() ? " (no launcher variable is set" : " (" + launcher + ": " + source;
+  for (const std::string& other : overridden) text += "; " + other + " ignored";
+  return text + ")";
+}
 
 namespace detail {
 
@@ -107,10 +152,7 @@ inline int parse_launcher_number(const char* variable, const std::string& value)
 
 }  // namespace detail
 
-// The local rank as the variables read through `read` say; nullopt when none
-// of launcher_variables is set. Throws Error for a malformed value, or a rank
-// not below the node's process count. Pure: reads nothing but `read`.
-inline std::optional<LocalRank> find_local_rank(const ReadVariable& read) {
+GPUSEL_MACHINE_API std::optional<LocalRank> find_local_rank(const ReadVariable& read) {
   std::optional<LocalRank> found;
   for (const LauncherVariables& variables : launcher_variables) {
     const std::optional<std::string> rank_text = read(variables.rank_variable);
@@ -137,28 +179,9 @@ inline std::optional<LocalRank> find_local_rank(const ReadVariable& read) {
   return found;
 }
 
-// The local rank from this process's environment; see find_local_rank.
-inline std::optional<LocalRank> local_rank() {
+GPUSEL_MACHINE_API std::optional<LocalRank> local_rank() {
   return find_local_rank([](const char* name) { return detail::environment_variable(name); });
 }
-
-// How ranks are spread over the visible devices.
-enum class Placement {
-  // The default. Rank r gets device r, as PyTorch's
-  // torch.cuda.set_device(int(os.environ["LOCAL_RANK"])) does; a rank with no
-  // device of its number is an Error, since sharing a GPU between ranks should
-  // be asked for, not fall out of a modulo. With no GPU visible at all every
-  // rank gets the CPU (the CPU fallback).
-  rank_or_cpu,
-  // Rank r gets device r % count: with more ranks than GPUs, ranks share them
-  // (ask for it explicitly). With no GPU at all every rank gets the CPU.
-  round_robin,
-  // Every rank needs a GPU of its own: fewer visible GPUs than ranks on the
-  // node is an Error (in every rank when the launcher tells the node's
-  // process count, so that the whole job stops, not half of it), and so is
-  // having no GPU at all.
-  one_gpu_per_rank,
-};
 
 namespace detail {
 inline const char* placement_name(Placement placement) noexcept {
@@ -174,12 +197,8 @@ inline const char* placement_name(Placement placement) noexcept {
 }
 }  // namespace detail
 
-// The device for `rank` (nullopt: a process started alone, rank 0 of 1) when
-// `visible_devices` devices are visible. `why_this_many`, when given, says so
-// in errors ("2 CUDA devices are visible (cuda:0..cuda:1); CUDA_VISIBLE_DEVICES=1,3").
-// Pure: makes no CUDA call.
-inline Device device_for_local_rank(const std::optional<LocalRank>& rank, int visible_devices,
-                                    Placement placement = Placement::rank_or_cpu, std::string_view why_this_many = {}) {
+GPUSEL_MACHINE_API Device device_for_local_rank(const std::optional<LocalRank>& rank, int visible_devices,
+                                                Placement placement, std::string_view why_this_many) {
   const LocalRank alone{};
   const LocalRank& process = rank ? *rank : alone;
   if (visible_devices < 0) {
@@ -210,3 +229,5 @@ inline Device device_for_local_rank(const std::optional<LocalRank>& rank, int vi
 }
 
 }  // namespace gpusel
+
+#endif  // GPUSEL_MACHINE_DEFINITIONS

@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "gpusel/detail/compile_once.hpp"
+
 namespace gpusel {
 
 // Note [Hostile text]
@@ -34,7 +36,20 @@ namespace gpusel {
 // The length of the valid UTF-8 sequence that starts at text[at] (1 to 4), or 0
 // when the byte there starts none (a stray continuation byte, an overlong or
 // surrogate form, a sequence cut short); sets `code_point` when valid.
-inline std::size_t utf8_sequence(std::string_view text, std::size_t at, std::uint32_t& code_point) noexcept {
+GPUSEL_MACHINE_API std::size_t utf8_sequence(std::string_view text, std::size_t at, std::uint32_t& code_point) noexcept;
+
+// `text` safe to print on a terminal (Note [Hostile text]): control characters,
+// and bytes that are not valid UTF-8 as \xNN; the rest unchanged.
+GPUSEL_MACHINE_API std::string escape_for_terminal(std::string_view text);
+
+// The bytes of `text` as lowercase hex, two digits each: "ff41" for "\xff" "A".
+GPUSEL_MACHINE_API std::string hex_bytes(std::string_view text);
+
+// --- definitions (Note [Compile-once mode]) ---------------------------------
+#if GPUSEL_MACHINE_DEFINITIONS
+
+GPUSEL_MACHINE_API std::size_t utf8_sequence(std::string_view text, std::size_t at,
+                                             std::uint32_t& code_point) noexcept {
   const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
   const unsigned char lead = byte(at);
   if (lead < 0x80) {
@@ -67,9 +82,7 @@ inline std::size_t utf8_sequence(std::string_view text, std::size_t at, std::uin
   return length;
 }
 
-// `text` safe to print on a terminal (Note [Hostile text]): control characters,
-// and bytes that are not valid UTF-8 as \xNN; the rest unchanged.
-inline std::string escape_for_terminal(std::string_view text) {
+GPUSEL_MACHINE_API std::string escape_for_terminal(std::string_view text) {
   static constexpr char digits[] = "0123456789abcdef";
   std::string result;
   result.reserve(text.size());
@@ -95,8 +108,7 @@ inline std::string escape_for_terminal(std::string_view text) {
   return result;
 }
 
-// The bytes of `text` as lowercase hex, two digits each: "ff41" for "\xff" "A".
-inline std::string hex_bytes(std::string_view text) {
+GPUSEL_MACHINE_API std::string hex_bytes(std::string_view text) {
   static constexpr char digits[] = "0123456789abcdef";
   std::string result;
   result.reserve(2 * text.size());
@@ -107,5 +119,7 @@ inline std::string hex_bytes(std::string_view text) {
   }
   return result;
 }
+
+#endif  // GPUSEL_MACHINE_DEFINITIONS
 
 }  // namespace gpusel

@@ -38,7 +38,9 @@ MEMBER_KINDS = {"CXXMethodDecl", "FunctionTemplateDecl", "FieldDecl", "VarDecl",
 
 
 def ast_objects(clang, cuda_include):
-    headers = sorted(glob.glob(os.path.join(INCLUDE, "gpusel", "*.hpp")))
+    # gpusel/implementation.hpp must come first in its file, and declares no name the others do not.
+    headers = sorted(h for h in glob.glob(os.path.join(INCLUDE, "gpusel", "*.hpp"))
+                     if os.path.basename(h) != "implementation.hpp")
     with tempfile.NamedTemporaryFile("w", suffix=".cpp", delete=False) as unit:
         unit.write("".join(f'#include "gpusel/{os.path.basename(h)}"\n' for h in headers))
     try:

@@ -1,0 +1,62 @@
+// The compile-once mode of the machine layer: GPUSEL_COMPILE_ONCE,
+// GPUSEL_IMPLEMENTATION, and the two macros the machine layer's headers are
+// written with (Note [Compile-once mode]).
+#pragma once
+
+// Note [Compile-once mode]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// By default gpusel is header-only: every function is defined inline in its
+// header, and every translation unit that includes the header compiles its body.
+// For the discovery and start-up code (the machine layer: the inventory,
+// explain(), pick, leases, local ranks; and beneath it the CUDA_VISIBLE_DEVICES
+// parser, visible_devices.hpp, and text.hpp's escaping) that is most of what
+// <gpusel/gpusel.hpp> costs a file, though a program runs it once. So a program
+// may compile it once instead, as stb's single-file libraries do:
+//  - define GPUSEL_COMPILE_ONCE for every translation unit of the program
+//    (CMake: target_compile_definitions(app PRIVATE GPUSEL_COMPILE_ONCE); or
+//    -DGPUSEL_COMPILE_ONCE). Those headers then declare their functions and
+//    define none of them;
+//  - in exactly one translation unit, define GPUSEL_IMPLEMENTATION before the
+//    first gpusel header, or include <gpusel/implementation.hpp> first, which
+//    does that and includes the machine layer: that unit defines them, once,
+//    with external linkage. Forgetting it fails at link time (undefined
+//    reference to gpusel::query_inventory ...); a second one fails there too
+//    (multiple definition).
+// Every translation unit of a program must use the same mode: a unit compiled
+// header-only beside compile-once units defines the same functions inline, which
+// C++ does not allow (it links, and may even work, but nothing promises it).
+// GPUSEL_IMPLEMENTATION implies GPUSEL_COMPILE_ONCE in its unit.
+//
+// What stays in the headers in both modes: types, templates, constexpr
+// functions, small member functions defined in their class, and the other
+// layers (cuda, data, top), which are header-only whatever the mode.
+//
+// How such a header is written: its types and the declarations
+// of its functions first, default arguments in the declarations only, each
+// declaration marked GPUSEL_MACHINE_API (`inline` header-only, nothing in
+// compile-once mode); then `#if GPUSEL_MACHINE_DEFINITIONS` and the
+// definitions, marked GPUSEL_MACHINE_API again. A helper used only by the
+// definitions below it is declared nowhere else and stays plain `inline`: it is
+// emitted where it is used. A function that another header's inline code calls
+// (runtime.hpp's device_count() calls detail::count_devices_without_cuda) is
+// declared like a public one. The compile-once header units (tests/hardening)
+// compile every header alone in this mode, so a declaration that other code
+// needs and the header lacks fails there, and they compile the definitions with
+// -Werror=missing-declarations, so a GPUSEL_MACHINE_API definition without its
+// declaration fails too.
+
+#if defined(GPUSEL_IMPLEMENTATION) && !defined(GPUSEL_COMPILE_ONCE)
+#define GPUSEL_COMPILE_ONCE
+#endif
+
+#if defined(GPUSEL_COMPILE_ONCE)
+#define GPUSEL_MACHINE_API
+#if defined(GPUSEL_IMPLEMENTATION)
+#define GPUSEL_MACHINE_DEFINITIONS 1
+#else
+#define GPUSEL_MACHINE_DEFINITIONS 0
+#endif
+#else
+#define GPUSEL_MACHINE_API inline
+#define GPUSEL_MACHINE_DEFINITIONS 1
+#endif

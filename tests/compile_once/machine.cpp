@@ -1,0 +1,20 @@
+// The machine layer alone, in compile-once mode: pick and assess, declared here,
+// defined in implementation.cpp.
+#include <gpusel/select.hpp>
+
+#include <string>
+#include <vector>
+
+std::string describe_picks();
+
+std::string describe_picks() {
+  gpusel::PickCriteria criteria;
+  criteria.allow_other_users = true;
+  std::string text = "criteria: " + gpusel::describe(criteria) + "\n";
+  const gpusel::DeviceMap map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
+  for (const gpusel::Candidate& candidate : gpusel::assess(criteria, map, gpusel::current_user()))
+    text += "assessed: " + gpusel::describe(candidate) + (candidate.fits() ? ": fits\n" : ": rejected\n");
+  for (const gpusel::Candidate& candidate : gpusel::pick(criteria))
+    text += "picked: GPU " + std::to_string(candidate.physical_index) + "\n";
+  return text;
+}

@@ -1,0 +1,35 @@
+// A compile-once program (Note [Compile-once mode]) of three files, all compiled
+// with GPUSEL_COMPILE_ONCE: this one includes the umbrella header, machine.cpp
+// the machine layer alone, implementation.cpp defines the machine layer. Run by
+// check.sh on a machine described to the fake NVML; it prints what it found.
+#include <gpusel/gpusel.hpp>
+
+#include <iostream>
+#include <string>
+
+std::string describe_picks();  // machine.cpp
+
+int main() {
+  try {
+    const gpusel::Inventory inventory = gpusel::query_inventory();
+    std::cout << "inventory: " << inventory.gpus.size() << " GPUs, driver " << inventory.driver_version << "\n";
+    // device_count() is inline in runtime.hpp and calls the machine layer's detail::count_devices_without_cuda.
+    std::cout << "device_count: " << gpusel::device_count() << "\n";
+    std::cout << gpusel::explain();
+    std::cout << describe_picks();
+    {
+      const gpusel::GpuLease lease = gpusel::lease_gpu(inventory.gpus.at(1).uuid);
+      std::cout << "leased: " << lease.uuids().size() << "\n";
+      std::cout << "holder: " << gpusel::lease_holder(inventory.gpus.at(1).uuid).value_or("none").substr(0, 22) << "\n";
+    }
+    std::cout << "after release: " << gpusel::lease_holder(inventory.gpus.at(1).uuid).value_or("free") << "\n";
+    const std::optional<gpusel::LocalRank> rank = gpusel::local_rank();
+    std::cout << (rank ? rank->describe() : std::string("no local rank")) << "\n";
+    std::cout << "local_rank_device: " << gpusel::local_rank_device() << "\n";
+    std::cout << "escaped: " << gpusel::escape_for_terminal("\x1b]0;owned\x07") << "\n";
+    return 0;
+  } catch (const std::exception& error) {
+    std::cerr << "compile_once_program: " << error.what() << "\n";
+    return 1;
+  }
+}
