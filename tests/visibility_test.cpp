@@ -9,6 +9,7 @@
 #include <string>
 
 #include "fake_nvml_machine.hpp"
+#include "gpusel/launcher.hpp"
 #include "gpusel/runtime.hpp"
 #include "gpusel/select.hpp"
 #include "gpusel_test.hpp"
@@ -116,6 +117,24 @@ TEST(Visibility, ExplainSaysWhyNoDeviceIsVisible) {
   const std::string text = gpusel::explain();
   EXPECT_TRUE(contains(text, "No CUDA device is visible: CUDA_VISIBLE_DEVICES=0,0 names physical GPU 0 twice")) << text;
   EXPECT_TRUE(contains(text, "cudaErrorInvalidDevice")) << text;
+}
+
+TEST(Visibility, LocalRankDeviceBeforeCudaStartsCountsThroughNvmlAndStartsNothing) {
+  // local_rank_device() is documented safe before workers fork: it counts as device_count() does, and its
+  // error text (which asks the runtime) is made only when there is an error.
+  if (auto why = need_cuda_not_started()) GTEST_SKIP() << *why;
+  FakeNvmlMachine machine(kFourGpus);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "3,1");
+  ScopedEnvironment order("CUDA_DEVICE_ORDER", std::nullopt);
+  ScopedEnvironment rank("LOCAL_RANK", "1");
+#if GPUSEL_TEST_EMULATED
+  gpusel_emulated::clear_calls();
+#endif
+  EXPECT_EQ(gpusel::local_rank_device(), gpusel::cuda(1));
+  EXPECT_FALSE(gpusel::cuda_started()) << "choosing the rank's device started CUDA";
+#if GPUSEL_TEST_EMULATED
+  EXPECT_TRUE(gpusel_emulated::call_log().empty()) << "the runtime was asked";
+#endif
 }
 
 TEST(Visibility, DeviceCountBeforeCudaStartsComesFromNvmlAndTheEnvironment) {

@@ -19,7 +19,14 @@ namespace gpusel {
 // (set_device does).
 inline Device local_rank_device(Placement placement = Placement::rank_or_cpu) {
   const std::optional<LocalRank> rank = local_rank();
-  return device_for_local_rank(rank, device_count(), placement, detail::describe_visible_devices());
+  const int visible = device_count();  // from NVML before CUDA starts: starts nothing
+  try {
+    return device_for_local_rank(rank, visible, placement);
+  } catch (const Error&) {
+    // The decision is pure: made again with the runtime's account of the devices for the message, which
+    // asks the CUDA runtime (and so starts CUDA) only now that there is an error to explain.
+    return device_for_local_rank(rank, visible, placement, detail::describe_visible_devices());
+  }
 }
 
 }  // namespace gpusel
