@@ -43,7 +43,8 @@ int main() {
               << "        returned the same module: " << (&returned == &model ? "yes" : "no") << "\n"
               << "        model.weight.data() " << weight_before << " -> " << model.weight.data() << ", now on "
               << model.weight.device() << "\n";
-    for (const auto& buffer : model.named_buffers()) std::cout << "        " << buffer.name << " on " << buffer.device << "\n";
+    for (const auto& buffer : model.named_buffers())
+      std::cout << "        " << buffer.name << " on " << buffer.device << "\n";
     const bool tensor_is_new = device.is_cpu() || x.data() != y.data();
     return &returned == &model && tensor_is_new && x.device() == gpusel::cpu() && model.device() == device ? 0 : 1;
   } catch (const gpusel::Error& error) {

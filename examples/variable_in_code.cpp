@@ -20,9 +20,8 @@ int main() {
   const int wanted = map.known() && map.order.count() > 1 ? 1 : 0;
   try {
     gpusel::set_visible_devices({wanted});
-    std::cout << "set_visible_devices({" << wanted
-              << "}): CUDA_VISIBLE_DEVICES=" << std::getenv("CUDA_VISIBLE_DEVICES") << "; cuda:0 is physical GPU "
-              << wanted << "\n";
+    std::cout << "set_visible_devices({" << wanted << "}): CUDA_VISIBLE_DEVICES=" << std::getenv("CUDA_VISIBLE_DEVICES")
+              << "; cuda:0 is physical GPU " << wanted << "\n";
   } catch (const gpusel::Error& error) {
     std::cout << "set_visible_devices({" << wanted << "}) refused: " << error.what() << "\n";
   }

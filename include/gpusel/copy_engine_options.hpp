@@ -75,7 +75,7 @@ inline std::size_t usable_cores() noexcept {
 
 // Why `options` cannot be used, or "" when it can (zero fields are defaults).
 inline std::string copy_options_problem(const CopyEngineOptions& options) {
-  const auto workers = [](std::size_t n) { return n == 0 || n <= kMaxCopyWorkers; };
+  const auto workers = [](std::size_t n) { return n <= kMaxCopyWorkers; };  // 0: the default
   if (!workers(options.host_to_device_workers) || !workers(options.device_to_host_workers))
     return "workers must be 1 to " + std::to_string(kMaxCopyWorkers);
   if (options.slots != 0 && (options.slots < 2 || options.slots > kMaxCopySlots))
@@ -104,7 +104,7 @@ inline std::size_t parse_option(const char* text, bool bytes) noexcept {
   char* end = nullptr;
   const unsigned long long value = std::strtoull(text, &end, 10);
   if (end == text || value > (1ull << 40)) return 0;
-  std::size_t result = static_cast<std::size_t>(value);
+  auto result = static_cast<std::size_t>(value);
   if (bytes && (*end == 'K' || *end == 'k')) result <<= 10, ++end;
   if (bytes && (*end == 'M' || *end == 'm')) result <<= 20, ++end;
   if (bytes && (*end == 'i' || *end == 'B')) ++end;
@@ -149,7 +149,7 @@ inline void read_copy_environment(CopyEngineSettings& settings) noexcept {
 inline CopyEngineSettings& copy_engine_settings() noexcept {
   static CopyEngineSettings* const settings = static_cast<CopyEngineSettings*>(shared_object(
       process_state().objects[static_cast<int>(ProcessObject::copy_engine_options)], []() noexcept -> void* {
-        CopyEngineSettings* made = new (std::nothrow) CopyEngineSettings;
+        auto* made = new (std::nothrow) CopyEngineSettings;
         if (made == nullptr) {
           static CopyEngineSettings own;
           made = &own;

@@ -229,11 +229,17 @@ inline FileDescriptor open_lease_file(const FileDescriptor& directory, const std
       if (file.get() < 0 && errno == EEXIST) continue;  // another process made it first: open theirs
       if (file.get() >= 0) (void)::fchmod(file.get(), 0666);
     }
-    if (file.get() < 0)
-      throw Error("gpusel: cannot open the lease file " + directory_path + "/" + name + ": " + errno_text(errno));
+    if (file.get() < 0) {
+      std::string message = "gpusel: cannot open the lease file " + directory_path;
+      message += "/" + name + ": " + errno_text(errno);
+      throw Error(message);
+    }
     struct stat status {};
-    if (::fstat(file.get(), &status) != 0 || !S_ISREG(status.st_mode))
-      throw Error("gpusel: the lease file " + directory_path + "/" + name + " is not a regular file");
+    if (::fstat(file.get(), &status) != 0 || !S_ISREG(status.st_mode)) {
+      std::string message = "gpusel: the lease file " + directory_path;
+      message += "/" + name + " is not a regular file";
+      throw Error(message);
+    }
     return file;
   }
   throw Error("gpusel: the lease file " + directory_path + "/" + name + " keeps disappearing");

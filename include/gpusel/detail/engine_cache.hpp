@@ -56,7 +56,7 @@ class EngineCache {
   static EngineCache& instance() noexcept {
     ForkState& fork = fork_state();  // made first: runtime_object holds the state's mutex while it makes the object
     return runtime_object<EngineCache>(RuntimeObject::copy_engine, [&fork](void* storage) noexcept {
-      EngineCache* cache = new (storage) EngineCache;
+      auto* cache = new (storage) EngineCache;
       forget_in_forked_child(
           fork, [](void* object) noexcept { static_cast<EngineCache*>(object)->forget(); }, cache);
       return cache;

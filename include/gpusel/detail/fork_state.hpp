@@ -68,7 +68,7 @@ inline void forget_after_fork() noexcept {
 inline ForkState& fork_state() noexcept {
   static ForkState* const state = static_cast<ForkState*>(
       shared_object(process_state().objects[static_cast<int>(ProcessObject::fork_state)], []() noexcept -> void* {
-        ForkState* made = new (std::nothrow) ForkState;
+        auto* made = new (std::nothrow) ForkState;
         if (made == nullptr) {
           static ForkState own;
           made = &own;

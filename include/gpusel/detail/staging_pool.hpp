@@ -63,7 +63,7 @@ class StagingPool {
   static StagingPool& instance() noexcept {
     ForkState& fork = fork_state();  // made first: runtime_object holds the state's mutex while it makes the object
     return runtime_object<StagingPool>(RuntimeObject::staging_pool, [&fork](void* storage) noexcept {
-      StagingPool* pool = new (storage) StagingPool;
+      auto* pool = new (storage) StagingPool;
       forget_in_forked_child(
           fork, [](void* object) noexcept { static_cast<StagingPool*>(object)->forget(); }, pool);
       return pool;

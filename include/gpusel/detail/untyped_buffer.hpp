@@ -152,9 +152,9 @@ struct ElementsCall {
 // "gpusel::Buffer::to(cuda:1) of 1024 elements (4096 bytes) on cpu", then
 // `suffix`, then " on a stream of cuda:N" when there is a stream.
 struct MoveCall {
-  Device target;
-  std::size_t size;
-  std::size_t element_bytes;
+  Device target = gpusel::cpu();
+  std::size_t size = 0;
+  std::size_t element_bytes = 0;
   MemoryPlace from;
   const char* suffix = "";
   const Stream* stream = nullptr;
