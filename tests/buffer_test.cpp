@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "byte_pattern.hpp"
 #include "gpusel/guard.hpp"
 #include "gpusel/stream.hpp"
 #include "gpusel_test.hpp"
@@ -48,17 +49,7 @@ std::optional<std::string> machine_with(int devices) {
   return gpusel_test::need_devices(devices);
 }
 
-// n bytes of a pattern with no period (so a chunk landing at the wrong offset
-// shows), different for each `seed`.
-std::vector<std::uint8_t> pattern(std::size_t n, unsigned seed) {
-  std::vector<std::uint8_t> bytes(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint64_t x = (i + std::uint64_t{seed} * 0x100000001u) * 0x9E3779B97F4A7C15u;
-    x ^= x >> 31;
-    bytes[i] = static_cast<std::uint8_t>(x >> 24);
-  }
-  return bytes;
-}
+using gpusel_test::pattern;
 
 // Sizes that span many staging chunks (4 MiB) and end in an odd tail.
 constexpr std::size_t kLarge = (std::size_t{37} << 20) + 13;

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "byte_pattern.hpp"
 #include "gpusel/buffer.hpp"
 #include "gpusel_test.hpp"
 #include "text_checks.hpp"
@@ -42,15 +43,7 @@ using gpusel_test::contains;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
-std::vector<std::uint8_t> pattern(std::size_t n, unsigned seed) {
-  std::vector<std::uint8_t> bytes(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint64_t x = (i + std::uint64_t{seed} * 0x100000001u) * 0x9E3779B97F4A7C15u;
-    x ^= x >> 31;
-    bytes[i] = static_cast<std::uint8_t>(x >> 24);
-  }
-  return bytes;
-}
+using gpusel_test::pattern;
 
 // Sets an environment variable for a scope (the settings read it on demand here).
 class ScopedVariable {

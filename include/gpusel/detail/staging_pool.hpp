@@ -135,7 +135,7 @@ class StagingPool {
 
   ~StagingPool() { release_idle(); }
 
-  StagingPool(const StagingPool&) = delete;  // one pool per process
+  StagingPool(const StagingPool&) = delete;  // one pool per CUDA runtime (runtime_object)
   StagingPool& operator=(const StagingPool&) = delete;
 
  private:
