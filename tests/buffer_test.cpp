@@ -690,16 +690,7 @@ TEST(BufferEmulated, StagingMemoryRunningOutIsAnOutOfMemory) {
 // Makes `function`'s nth call fail in every copy path, and checks each time
 // that the source is intact and nothing stays allocated.
 TEST(BufferEmulated, NothingLeaksWhenAnyAllocationOrCopyFails) {
-  const char* functions[] = {"cudaMalloc",
-                             "cudaMallocHost",
-                             "cudaMemcpy",
-                             "cudaMemcpyAsync",
-                             "cudaMemcpyPeerAsync",
-                             "cudaStreamSynchronize",
-                             "cudaEventRecord",
-                             "cudaEventSynchronize",
-                             "cudaStreamCreateWithFlags",
-                             "cudaEventCreateWithFlags"};
+  const auto& functions = gpusel_test::kFallibleDataCalls;
   const auto bytes = pattern((std::size_t{19} << 20) + 5, 9);
   int failures_seen = 0;
   for (const char* function : functions) {

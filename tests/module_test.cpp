@@ -353,16 +353,7 @@ struct SharedModel : Model {
 // stays allocated, and the Error says which buffer and device; for a model
 // without shared buffers and for one with them.
 TEST(ModuleEmulated, ToIsATransactionWhereverItFails) {
-  const char* functions[] = {"cudaMalloc",
-                             "cudaMallocHost",
-                             "cudaMemcpy",
-                             "cudaMemcpyAsync",
-                             "cudaMemcpyPeerAsync",
-                             "cudaStreamSynchronize",
-                             "cudaEventRecord",
-                             "cudaEventSynchronize",
-                             "cudaStreamCreateWithFlags",
-                             "cudaEventCreateWithFlags"};
+  const auto& functions = gpusel_test::kFallibleDataCalls;
   struct Path {
     gpusel::Device from, to;
     bool peer;

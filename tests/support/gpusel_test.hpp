@@ -36,6 +36,21 @@ inline std::optional<std::string> need_devices(int count) {
 #endif
 }
 
+#if GPUSEL_TEST_EMULATED
+// The runtime calls gpusel's data layer makes that can fail, which the fault-injection tests of
+// Buffer and Module make fail in turn, each at every call.
+inline constexpr const char* kFallibleDataCalls[] = {"cudaMalloc",
+                                                     "cudaMallocHost",
+                                                     "cudaMemcpy",
+                                                     "cudaMemcpyAsync",
+                                                     "cudaMemcpyPeerAsync",
+                                                     "cudaStreamSynchronize",
+                                                     "cudaEventRecord",
+                                                     "cudaEventSynchronize",
+                                                     "cudaStreamCreateWithFlags",
+                                                     "cudaEventCreateWithFlags"};
+#endif
+
 // Prepares a machine with no usable GPU because there is no driver: on the
 // emulated runtime by configuring it so; on the real runtime only when the
 // machine really has none (CI), else the reason to skip.
