@@ -6,13 +6,7 @@
 #         -DCMAKE_GENERATOR=... -DREADELF=... -DNM=... -P run_nvcc.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
 
-function(run)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
-  if(NOT result EQUAL 0)
-    message(FATAL_ERROR "failed (${result}): ${ARGN}\n${output}")
-  endif()
-  message(STATUS "${output}")
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/run_command.cmake)
 
 # One architecture keeps nvcc's device passes short; the binaries run no kernel without a GPU.
 run(${CMAKE_COMMAND} -S ${GPUSEL_SOURCE_DIR}/tests/consumer/nvcc -B ${WORK_DIR} -G ${CMAKE_GENERATOR}
