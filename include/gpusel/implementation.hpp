@@ -12,7 +12,7 @@
 // runtime (the gpusel command) can use it.
 #pragma once
 
-#if defined(GPUSEL_MACHINE_API)
+#if defined(GPUSEL_API)
 #error "gpusel/implementation.hpp must come before every other gpusel header of its file (Note [Compile-once mode])"
 #endif
 

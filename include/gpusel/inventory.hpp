@@ -104,7 +104,7 @@ struct Inventory {
 // Reads the inventory: identity only unless options.usage. A missing or failing
 // NVML is reported in the result's status and reason; this throws nothing but
 // std::bad_alloc.
-[[nodiscard]] GPUSEL_MACHINE_API Inventory query_inventory(const InventoryOptions& options = {});
+[[nodiscard]] GPUSEL_API Inventory query_inventory(const InventoryOptions& options = {});
 
 // Note [CUDA's physical order]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -146,13 +146,13 @@ struct CudaPhysicalOrder {
 
 // CUDA's physical order for `inventory`'s GPUs under this CUDA_DEVICE_ORDER
 // (nullopt = unset = FASTEST_FIRST). See Note [CUDA's physical order].
-[[nodiscard]] GPUSEL_MACHINE_API CudaPhysicalOrder
-cuda_physical_order(const Inventory& inventory, std::optional<std::string_view> cuda_device_order);
+[[nodiscard]] GPUSEL_API CudaPhysicalOrder cuda_physical_order(const Inventory& inventory,
+                                                               std::optional<std::string_view> cuda_device_order);
 
 }  // namespace gpusel
 
 // --- definitions (Note [Compile-once mode]) ---------------------------------
-#if GPUSEL_MACHINE_DEFINITIONS
+#if GPUSEL_DEFINITIONS
 
 #include <pwd.h>
 #include <unistd.h>
@@ -322,13 +322,13 @@ inline void read_usage(const nvml::Library& library, nvml::Device device, Gpu& g
 
 }  // namespace detail
 
-GPUSEL_MACHINE_API const Gpu* Inventory::find_uuid(std::string_view uuid) const noexcept {
+GPUSEL_API const Gpu* Inventory::find_uuid(std::string_view uuid) const noexcept {
   for (const Gpu& gpu : gpus)
     if (gpu.uuid == uuid) return &gpu;
   return nullptr;
 }
 
-GPUSEL_MACHINE_API const Gpu* Inventory::find_pci_bus_id(std::string_view pci_bus_id) const noexcept {
+GPUSEL_API const Gpu* Inventory::find_pci_bus_id(std::string_view pci_bus_id) const noexcept {
   const auto wanted = detail::pci_address(pci_bus_id);
   if (wanted.domain == ~0u) return nullptr;
   for (const Gpu& gpu : gpus)
@@ -336,7 +336,7 @@ GPUSEL_MACHINE_API const Gpu* Inventory::find_pci_bus_id(std::string_view pci_bu
   return nullptr;
 }
 
-GPUSEL_MACHINE_API Inventory query_inventory(const InventoryOptions& options) {
+GPUSEL_API Inventory query_inventory(const InventoryOptions& options) {
   Inventory inventory;
   inventory.nvml_library = detail::nvml_library_path(options);
   if (inventory.nvml_library == "none") {
@@ -407,8 +407,8 @@ GPUSEL_MACHINE_API Inventory query_inventory(const InventoryOptions& options) {
   return inventory;
 }
 
-GPUSEL_MACHINE_API CudaPhysicalOrder cuda_physical_order(const Inventory& inventory,
-                                                         std::optional<std::string_view> cuda_device_order) {
+GPUSEL_API CudaPhysicalOrder cuda_physical_order(const Inventory& inventory,
+                                                 std::optional<std::string_view> cuda_device_order) {
   const std::vector<Gpu>& gpus = inventory.gpus;
   std::vector<detail::PciAddress> addresses;  // parsed once: sorting compares them n log n times
   addresses.reserve(gpus.size());
@@ -446,7 +446,7 @@ GPUSEL_MACHINE_API CudaPhysicalOrder cuda_physical_order(const Inventory& invent
   return order;
 }
 
-GPUSEL_MACHINE_API const Gpu& CudaPhysicalOrder::gpu(const Inventory& inventory, int physical) const {
+GPUSEL_API const Gpu& CudaPhysicalOrder::gpu(const Inventory& inventory, int physical) const {
   if (physical < 0 || physical >= count() || positions[static_cast<std::size_t>(physical)] >= inventory.gpus.size())
     throw Error("gpusel::CudaPhysicalOrder::gpu(" + std::to_string(physical) + "): there is no physical GPU " +
                 std::to_string(physical) + " (the order has " + std::to_string(count()) + ", the inventory " +
@@ -454,7 +454,7 @@ GPUSEL_MACHINE_API const Gpu& CudaPhysicalOrder::gpu(const Inventory& inventory,
   return inventory.gpus[positions[static_cast<std::size_t>(physical)]];
 }
 
-GPUSEL_MACHINE_API std::vector<std::string_view> CudaPhysicalOrder::uuids(const Inventory& inventory) const {
+GPUSEL_API std::vector<std::string_view> CudaPhysicalOrder::uuids(const Inventory& inventory) const {
   std::vector<std::string_view> result;
   result.reserve(positions.size());
   for (const std::size_t position : positions)
@@ -465,4 +465,4 @@ GPUSEL_MACHINE_API std::vector<std::string_view> CudaPhysicalOrder::uuids(const 
 
 }  // namespace gpusel
 
-#endif  // GPUSEL_MACHINE_DEFINITIONS
+#endif  // GPUSEL_DEFINITIONS

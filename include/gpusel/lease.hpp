@@ -95,14 +95,14 @@ class FileDescriptor {
 
 // The lease directory of this machine (Note [Leases]): GPUSEL_LEASE_DIR, read with
 // secure_getenv, else "/tmp/gpusel-leases".
-GPUSEL_MACHINE_API std::string lease_directory();
+GPUSEL_API std::string lease_directory();
 
 class GpuLease;
 // Leases `uuid` (a GPU's UUID, or a MIG instance's with its GPU's UUID as
 // `parent_gpu_uuid`; Note [Leases]); nullopt when another process holds it.
 // Throws Error when the lease directory or file cannot be used.
-[[nodiscard]] GPUSEL_MACHINE_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid,
-                                                                       std::string_view parent_gpu_uuid = {});
+[[nodiscard]] GPUSEL_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid,
+                                                               std::string_view parent_gpu_uuid = {});
 
 // GPUs leased by this process: held until the lease is destroyed or released,
 // or the process ends. Move-only.
@@ -143,20 +143,20 @@ class [[nodiscard]] GpuLease {
 // ("leased by another job (pid 4242, lock /tmp/gpusel-leases/GPU-....lock)"), or
 // nullopt when no lease holds it. A lease of this very process counts too (flock
 // locks belong to open files, not processes). Throws Error as try_lease_gpu.
-[[nodiscard]] GPUSEL_MACHINE_API std::optional<std::string> lease_holder(std::string_view uuid,
-                                                                         std::string_view parent_gpu_uuid = {});
+[[nodiscard]] GPUSEL_API std::optional<std::string> lease_holder(std::string_view uuid,
+                                                                 std::string_view parent_gpu_uuid = {});
 
 // Leases every GPU of `uuids`, all or none: throws Error naming the first one
 // another process holds (or when the directory cannot be used).
-GPUSEL_MACHINE_API GpuLease lease_gpus(const std::vector<std::string>& uuids);
+GPUSEL_API GpuLease lease_gpus(const std::vector<std::string>& uuids);
 
 // One GPU: lease_gpus({uuid}).
-GPUSEL_MACHINE_API GpuLease lease_gpu(const std::string& uuid);
+GPUSEL_API GpuLease lease_gpu(const std::string& uuid);
 
 }  // namespace gpusel
 
 // --- definitions (Note [Compile-once mode]) ---------------------------------
-#if GPUSEL_MACHINE_DEFINITIONS
+#if GPUSEL_DEFINITIONS
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -172,7 +172,7 @@ GPUSEL_MACHINE_API GpuLease lease_gpu(const std::string& uuid);
 
 namespace gpusel {
 
-GPUSEL_MACHINE_API std::string lease_directory() {
+GPUSEL_API std::string lease_directory() {
   const char* named = secure_getenv("GPUSEL_LEASE_DIR");
   if (named != nullptr && *named != '\0') return named;
   return "/tmp/gpusel-leases";
@@ -282,7 +282,7 @@ inline std::string held_text(std::string_view uuid, const std::string& holder, c
 
 }  // namespace detail
 
-GPUSEL_MACHINE_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::string_view parent_gpu_uuid) {
+GPUSEL_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::string_view parent_gpu_uuid) {
   const std::string path = lease_directory();
   const detail::FileDescriptor directory = detail::open_lease_directory(path);
   GpuLease lease;
@@ -298,7 +298,7 @@ GPUSEL_MACHINE_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid, 
   return lease;
 }
 
-GPUSEL_MACHINE_API std::optional<std::string> lease_holder(std::string_view uuid, std::string_view parent_gpu_uuid) {
+GPUSEL_API std::optional<std::string> lease_holder(std::string_view uuid, std::string_view parent_gpu_uuid) {
   const std::string path = lease_directory();
   const detail::FileDescriptor directory = detail::open_lease_directory(path);
   for (const std::string_view each : {uuid, parent_gpu_uuid}) {
@@ -311,7 +311,7 @@ GPUSEL_MACHINE_API std::optional<std::string> lease_holder(std::string_view uuid
   return std::nullopt;
 }
 
-GPUSEL_MACHINE_API GpuLease lease_gpus(const std::vector<std::string>& uuids) {
+GPUSEL_API GpuLease lease_gpus(const std::vector<std::string>& uuids) {
   GpuLease all;
   for (const std::string& uuid : uuids) {
     std::optional<GpuLease> one = try_lease_gpu(uuid);
@@ -324,8 +324,8 @@ GPUSEL_MACHINE_API GpuLease lease_gpus(const std::vector<std::string>& uuids) {
   return all;
 }
 
-GPUSEL_MACHINE_API GpuLease lease_gpu(const std::string& uuid) { return lease_gpus({uuid}); }
+GPUSEL_API GpuLease lease_gpu(const std::string& uuid) { return lease_gpus({uuid}); }
 
 }  // namespace gpusel
 
-#endif  // GPUSEL_MACHINE_DEFINITIONS
+#endif  // GPUSEL_DEFINITIONS

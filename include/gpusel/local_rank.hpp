@@ -86,10 +86,10 @@ using ReadVariable = std::function<std::optional<std::string>(const char* name)>
 // The local rank as the variables read through `read` say; nullopt when none
 // of launcher_variables is set. Throws Error for a malformed value, or a rank
 // not below the node's process count. Pure: reads nothing but `read`.
-GPUSEL_MACHINE_API std::optional<LocalRank> find_local_rank(const ReadVariable& read);
+GPUSEL_API std::optional<LocalRank> find_local_rank(const ReadVariable& read);
 
 // The local rank from this process's environment; see find_local_rank.
-GPUSEL_MACHINE_API std::optional<LocalRank> local_rank();
+GPUSEL_API std::optional<LocalRank> local_rank();
 
 // How ranks are spread over the visible devices.
 enum class Placement {
@@ -113,21 +113,21 @@ enum class Placement {
 // `visible_devices` devices are visible. `why_this_many`, when given, says so
 // in errors ("2 CUDA devices are visible (cuda:0..cuda:1); CUDA_VISIBLE_DEVICES=1,3").
 // Pure: makes no CUDA call.
-GPUSEL_MACHINE_API Device device_for_local_rank(const std::optional<LocalRank>& rank, int visible_devices,
-                                                Placement placement = Placement::rank_or_cpu,
-                                                std::string_view why_this_many = {});
+GPUSEL_API Device device_for_local_rank(const std::optional<LocalRank>& rank, int visible_devices,
+                                        Placement placement = Placement::rank_or_cpu,
+                                        std::string_view why_this_many = {});
 
 }  // namespace gpusel
 
 // --- definitions (Note [Compile-once mode]) ---------------------------------
-#if GPUSEL_MACHINE_DEFINITIONS
+#if GPUSEL_DEFINITIONS
 
 #include "gpusel/detail/decimal.hpp"
 #include "gpusel/detail/environment.hpp"
 
 namespace gpusel {
 
-GPUSEL_MACHINE_API std::string LocalRank::describe() const {
+GPUSEL_API std::string LocalRank::describe() const {
   std::string text = "local rank " + std::to_string(rank);
   if (size) text += " of " + std::to_string(*size);
   text += launcher.empty() ? " (no launcher variable is set" : " (" + launcher + ": " + source;
@@ -152,7 +152,7 @@ inline int parse_launcher_number(const char* variable, const std::string& value)
 
 }  // namespace detail
 
-GPUSEL_MACHINE_API std::optional<LocalRank> find_local_rank(const ReadVariable& read) {
+GPUSEL_API std::optional<LocalRank> find_local_rank(const ReadVariable& read) {
   std::optional<LocalRank> found;
   for (const LauncherVariables& variables : launcher_variables) {
     const std::optional<std::string> rank_text = read(variables.rank_variable);
@@ -179,7 +179,7 @@ GPUSEL_MACHINE_API std::optional<LocalRank> find_local_rank(const ReadVariable& 
   return found;
 }
 
-GPUSEL_MACHINE_API std::optional<LocalRank> local_rank() {
+GPUSEL_API std::optional<LocalRank> local_rank() {
   return find_local_rank([](const char* name) { return detail::environment_variable(name); });
 }
 
@@ -197,8 +197,8 @@ inline const char* placement_name(Placement placement) noexcept {
 }
 }  // namespace detail
 
-GPUSEL_MACHINE_API Device device_for_local_rank(const std::optional<LocalRank>& rank, int visible_devices,
-                                                Placement placement, std::string_view why_this_many) {
+GPUSEL_API Device device_for_local_rank(const std::optional<LocalRank>& rank, int visible_devices, Placement placement,
+                                        std::string_view why_this_many) {
   const LocalRank alone{};
   const LocalRank& process = rank ? *rank : alone;
   if (visible_devices < 0) {
@@ -230,4 +230,4 @@ GPUSEL_MACHINE_API Device device_for_local_rank(const std::optional<LocalRank>& 
 
 }  // namespace gpusel
 
-#endif  // GPUSEL_MACHINE_DEFINITIONS
+#endif  // GPUSEL_DEFINITIONS

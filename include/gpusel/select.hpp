@@ -84,46 +84,45 @@ struct Candidate {
 
 // This process's real user, named as GpuProcess::user names processes' owners
 // (so the two compare alike; see Note [Whose process is it]).
-GPUSEL_MACHINE_API std::string current_user();
+GPUSEL_API std::string current_user();
 
 // "pid 4242 of alice (python3), 2.0 GiB", "pid 31337, owner unknown: not visible from this PID namespace".
 // The user and command are escaped for a terminal (Note [Hostile text]): any user names their process.
-GPUSEL_MACHINE_API std::string describe(const GpuProcess& process);
+GPUSEL_API std::string describe(const GpuProcess& process);
 
 // A candidate in words, escaped for a terminal: "GPU 1 (nvidia-smi 1, NVIDIA H200,
 // GPU-...), 137.5 GiB free, 0% utilized".
-GPUSEL_MACHINE_API std::string describe(const Candidate& candidate);
+GPUSEL_API std::string describe(const Candidate& candidate);
 
 // "at least 2 GPUs (at most 2); at least 8.0 GiB free; at most 10% utilized;
 // no other user's compute process; most free memory first"
-GPUSEL_MACHINE_API std::string describe(const PickCriteria& criteria);
+GPUSEL_API std::string describe(const PickCriteria& criteria);
 
 // Every GPU of `map`, in CUDA's physical order, with the reasons it does not
 // fit `criteria`; `user` is whose processes are not another user's. Pure: reads
 // nothing but its arguments. Throws Error for criteria that make no sense.
-[[nodiscard]] GPUSEL_MACHINE_API std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map,
-                                                               const std::string& user);
+[[nodiscard]] GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map,
+                                                       const std::string& user);
 
 // The GPUs among `assessed` (assess's verdicts) that fit, best first
 // (criteria.order), at most criteria.at_most of them. Throws Error when fewer
 // than criteria.at_least fit, naming every GPU and why it was rejected.
-[[nodiscard]] GPUSEL_MACHINE_API std::vector<Candidate> choose(const PickCriteria& criteria,
-                                                               std::vector<Candidate> assessed);
+[[nodiscard]] GPUSEL_API std::vector<Candidate> choose(const PickCriteria& criteria, std::vector<Candidate> assessed);
 
 // The GPUs of `map` that fit: choose(criteria, assess(criteria, map, user)).
 // Pure, like assess. Throws Error when the map is unknown (no NVML) or fewer
 // than criteria.at_least fit.
-[[nodiscard]] GPUSEL_MACHINE_API std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map,
-                                                             const std::string& user);
+[[nodiscard]] GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map,
+                                                     const std::string& user);
 
 // Rejects, among `assessed`, every GPU another lease holds (Note [Leases] in
 // lease.hpp), with who holds it as the reason. Throws Error when the lease
 // directory cannot be used.
-GPUSEL_MACHINE_API void reject_leased_gpus(std::vector<Candidate>& assessed);
+GPUSEL_API void reject_leased_gpus(std::vector<Candidate>& assessed);
 
 // The GPUs of this machine that fit, read through NVML now, GPUs that another
 // job leases counting as busy (reject_leased_gpus); takes no lease itself.
-[[nodiscard]] GPUSEL_MACHINE_API std::vector<Candidate> pick(const PickCriteria& criteria = {});
+[[nodiscard]] GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria = {});
 
 // Picked GPUs and the lease that holds them: while `lease` lives, no other job
 // that leases through gpusel gets them.
@@ -137,11 +136,11 @@ struct [[nodiscard]] LeasedGpus {
 // leases between the look and the lease is passed over for the next best, so
 // two jobs never get the same GPU. Throws Error, holding nothing, when too few
 // fit or can be leased, or the lease directory cannot be used.
-[[nodiscard]] GPUSEL_MACHINE_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map,
-                                                            const std::string& user);
+[[nodiscard]] GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map,
+                                                    const std::string& user);
 
 // The same on this machine, read through NVML now.
-[[nodiscard]] GPUSEL_MACHINE_API LeasedGpus lease_free_gpus(const PickCriteria& criteria = {});
+[[nodiscard]] GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria = {});
 
 // Picks and leases GPUs (lease_free_gpus(criteria)) and makes exactly those
 // visible to this process, best first: cuda:0 is the best one. Keep the result
@@ -150,12 +149,12 @@ struct [[nodiscard]] LeasedGpus {
 // set_visible_devices, which it calls with the GPUs' UUIDs, over the whole
 // machine when criteria.only_visible is false); throws Error, and changes
 // nothing, when CUDA has started or too few GPUs fit.
-[[nodiscard]] GPUSEL_MACHINE_API LeasedGpus use_free_gpus(const PickCriteria& criteria = {});
+[[nodiscard]] GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria = {});
 
 }  // namespace gpusel
 
 // --- definitions (Note [Compile-once mode]) ---------------------------------
-#if GPUSEL_MACHINE_DEFINITIONS
+#if GPUSEL_DEFINITIONS
 
 #include <unistd.h>
 
@@ -166,9 +165,9 @@ struct [[nodiscard]] LeasedGpus {
 
 namespace gpusel {
 
-GPUSEL_MACHINE_API std::string current_user() { return detail::process_user(static_cast<unsigned int>(getpid())); }
+GPUSEL_API std::string current_user() { return detail::process_user(static_cast<unsigned int>(getpid())); }
 
-GPUSEL_MACHINE_API std::string describe(const GpuProcess& process) {
+GPUSEL_API std::string describe(const GpuProcess& process) {
   std::string text = "pid " + std::to_string(process.pid);
   if (process.user.empty()) {
     text += ", owner unknown: not visible from this PID namespace";
@@ -244,7 +243,7 @@ inline void check_criteria(const PickCriteria& criteria) {
 
 }  // namespace detail
 
-GPUSEL_MACHINE_API std::string describe(const Candidate& candidate) {
+GPUSEL_API std::string describe(const Candidate& candidate) {
   const Gpu& gpu = candidate.gpu;
   std::string text =
       "GPU " + std::to_string(candidate.physical_index) + " (nvidia-smi " + std::to_string(gpu.nvml_index) + ", " +
@@ -254,7 +253,7 @@ GPUSEL_MACHINE_API std::string describe(const Candidate& candidate) {
   return text;
 }
 
-GPUSEL_MACHINE_API std::string describe(const PickCriteria& criteria) {
+GPUSEL_API std::string describe(const PickCriteria& criteria) {
   const int at_most = detail::wanted_at_most(criteria);
   std::string text = "at least " + std::to_string(criteria.at_least) + (criteria.at_least == 1 ? " GPU" : " GPUs");
   text += at_most == PickCriteria::all ? " (all that fit)" : " (at most " + std::to_string(at_most) + ")";
@@ -273,8 +272,7 @@ GPUSEL_MACHINE_API std::string describe(const PickCriteria& criteria) {
   return text;
 }
 
-GPUSEL_MACHINE_API std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map,
-                                                 const std::string& user) {
+GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
   detail::check_criteria(criteria);
   const std::vector<bool> excluded = detail::excluded_gpus(criteria.exclude, map);
   const bool variable_set = map.visible.variable().has_value();
@@ -332,7 +330,7 @@ GPUSEL_MACHINE_API std::vector<Candidate> assess(const PickCriteria& criteria, c
   return candidates;
 }
 
-GPUSEL_MACHINE_API std::vector<Candidate> choose(const PickCriteria& criteria, std::vector<Candidate> assessed) {
+GPUSEL_API std::vector<Candidate> choose(const PickCriteria& criteria, std::vector<Candidate> assessed) {
   detail::check_criteria(criteria);
   std::vector<Candidate>& all = assessed;
   std::vector<std::size_t> fitting;  // positions in `all`, best first once sorted
@@ -381,18 +379,17 @@ GPUSEL_MACHINE_API std::vector<Candidate> choose(const PickCriteria& criteria, s
   return picked;
 }
 
-GPUSEL_MACHINE_API std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map,
-                                               const std::string& user) {
+GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
   if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
   return choose(criteria, assess(criteria, map, user));
 }
 
-GPUSEL_MACHINE_API void reject_leased_gpus(std::vector<Candidate>& assessed) {
+GPUSEL_API void reject_leased_gpus(std::vector<Candidate>& assessed) {
   for (Candidate& candidate : assessed)
     if (auto holder = lease_holder(candidate.gpu.uuid)) candidate.rejected_because.push_back(std::move(*holder));
 }
 
-GPUSEL_MACHINE_API std::vector<Candidate> pick(const PickCriteria& criteria) {
+GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria) {
   const DeviceMap map = visible_devices(InventoryOptions::with_usage());
   if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
   std::vector<Candidate> assessed = assess(criteria, map, current_user());
@@ -400,8 +397,7 @@ GPUSEL_MACHINE_API std::vector<Candidate> pick(const PickCriteria& criteria) {
   return choose(criteria, std::move(assessed));
 }
 
-GPUSEL_MACHINE_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map,
-                                              const std::string& user) {
+GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
   if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
   std::vector<Candidate> assessed = assess(criteria, map, user);
   reject_leased_gpus(assessed);
@@ -430,11 +426,11 @@ GPUSEL_MACHINE_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, cons
   return result;
 }
 
-GPUSEL_MACHINE_API LeasedGpus lease_free_gpus(const PickCriteria& criteria) {
+GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria) {
   return lease_free_gpus(criteria, visible_devices(InventoryOptions::with_usage()), current_user());
 }
 
-GPUSEL_MACHINE_API LeasedGpus use_free_gpus(const PickCriteria& criteria) {
+GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria) {
   if (cuda_started())
     throw Error(
         "gpusel::use_free_gpus: CUDA has already started in this process, so choosing its GPUs now would have "
@@ -450,4 +446,4 @@ GPUSEL_MACHINE_API LeasedGpus use_free_gpus(const PickCriteria& criteria) {
 
 }  // namespace gpusel
 
-#endif  // GPUSEL_MACHINE_DEFINITIONS
+#endif  // GPUSEL_DEFINITIONS

@@ -36,20 +36,19 @@ namespace gpusel {
 // The length of the valid UTF-8 sequence that starts at text[at] (1 to 4), or 0
 // when the byte there starts none (a stray continuation byte, an overlong or
 // surrogate form, a sequence cut short); sets `code_point` when valid.
-GPUSEL_MACHINE_API std::size_t utf8_sequence(std::string_view text, std::size_t at, std::uint32_t& code_point) noexcept;
+GPUSEL_API std::size_t utf8_sequence(std::string_view text, std::size_t at, std::uint32_t& code_point) noexcept;
 
 // `text` safe to print on a terminal (Note [Hostile text]): control characters,
 // and bytes that are not valid UTF-8 as \xNN; the rest unchanged.
-GPUSEL_MACHINE_API std::string escape_for_terminal(std::string_view text);
+GPUSEL_API std::string escape_for_terminal(std::string_view text);
 
 // The bytes of `text` as lowercase hex, two digits each: "ff41" for "\xff" "A".
-GPUSEL_MACHINE_API std::string hex_bytes(std::string_view text);
+GPUSEL_API std::string hex_bytes(std::string_view text);
 
 // --- definitions (Note [Compile-once mode]) ---------------------------------
-#if GPUSEL_MACHINE_DEFINITIONS
+#if GPUSEL_DEFINITIONS
 
-GPUSEL_MACHINE_API std::size_t utf8_sequence(std::string_view text, std::size_t at,
-                                             std::uint32_t& code_point) noexcept {
+GPUSEL_API std::size_t utf8_sequence(std::string_view text, std::size_t at, std::uint32_t& code_point) noexcept {
   const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
   const unsigned char lead = byte(at);
   if (lead < 0x80) {
@@ -82,7 +81,7 @@ GPUSEL_MACHINE_API std::size_t utf8_sequence(std::string_view text, std::size_t 
   return length;
 }
 
-GPUSEL_MACHINE_API std::string escape_for_terminal(std::string_view text) {
+GPUSEL_API std::string escape_for_terminal(std::string_view text) {
   static constexpr char digits[] = "0123456789abcdef";
   std::string result;
   result.reserve(text.size());
@@ -108,7 +107,7 @@ GPUSEL_MACHINE_API std::string escape_for_terminal(std::string_view text) {
   return result;
 }
 
-GPUSEL_MACHINE_API std::string hex_bytes(std::string_view text) {
+GPUSEL_API std::string hex_bytes(std::string_view text) {
   static constexpr char digits[] = "0123456789abcdef";
   std::string result;
   result.reserve(2 * text.size());
@@ -120,6 +119,6 @@ GPUSEL_MACHINE_API std::string hex_bytes(std::string_view text) {
   return result;
 }
 
-#endif  // GPUSEL_MACHINE_DEFINITIONS
+#endif  // GPUSEL_DEFINITIONS
 
 }  // namespace gpusel

@@ -30,7 +30,7 @@ namespace gpusel {
 
 // Whether CUDA has started in this process, so that CUDA_VISIBLE_DEVICES and
 // CUDA_DEVICE_ORDER no longer matter here (Note [Knowing whether CUDA has started]).
-GPUSEL_MACHINE_API bool cuda_started() noexcept;
+GPUSEL_API bool cuda_started() noexcept;
 
 // This process's view of its GPUs.
 struct DeviceMap {
@@ -56,7 +56,7 @@ struct DeviceMap {
 // The map for this process from CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER and
 // NVML; each GPU's identity only, unless options ask for usage
 // (InventoryOptions::with_usage()). Starts nothing and throws nothing but std::bad_alloc.
-[[nodiscard]] GPUSEL_MACHINE_API DeviceMap visible_devices(const InventoryOptions& options = {});
+[[nodiscard]] GPUSEL_API DeviceMap visible_devices(const InventoryOptions& options = {});
 
 namespace detail {
 // The number of devices the runtime would show, worked out without starting
@@ -64,7 +64,7 @@ namespace detail {
 // runtime is then exact and cheap), there is no NVML, or a GPU is in MIG mode.
 // `runtime_version` is the CUDA runtime's CUDART_VERSION: a driver older than
 // its major version shows no device (cudaErrorInsufficientDriver).
-GPUSEL_MACHINE_API std::optional<int> count_devices_without_cuda(int runtime_version) noexcept;
+GPUSEL_API std::optional<int> count_devices_without_cuda(int runtime_version) noexcept;
 }  // namespace detail
 
 // Everything gpusel knows about which GPUs this process sees, in words, e.g.
@@ -73,9 +73,9 @@ GPUSEL_MACHINE_API std::optional<int> count_devices_without_cuda(int runtime_ver
 //     cuda:0  physical 1  nvidia-smi 1  NVIDIA H200  GPU-...  00000000:18:00.0
 // Starts nothing; says so when there is no NVML (no driver). What comes from
 // outside (the variables, NVML's strings) is escaped for a terminal (Note [Hostile text]).
-[[nodiscard]] GPUSEL_MACHINE_API std::string explain(const DeviceMap& map);
+[[nodiscard]] GPUSEL_API std::string explain(const DeviceMap& map);
 // The same for this process: explain(visible_devices()).
-[[nodiscard]] GPUSEL_MACHINE_API std::string explain();
+[[nodiscard]] GPUSEL_API std::string explain();
 
 // Which GPUs set_visible_devices may name.
 enum class VisibleScope {
@@ -97,20 +97,20 @@ enum class VisibleScope {
 // CUDA_VISIBLE_DEVICES hides (the job's allocation). To narrow what is visible
 // by cuda:N, as TensorFlow's set_visible_devices does, see keep_visible_devices.
 // Like setenv, not safe while other threads read the environment.
-GPUSEL_MACHINE_API void set_visible_devices(const std::vector<int>& physical_indices,
-                                            VisibleScope scope = VisibleScope::within_visible);
+GPUSEL_API void set_visible_devices(const std::vector<int>& physical_indices,
+                                    VisibleScope scope = VisibleScope::within_visible);
 
 // The same by UUID ("GPU-..." or "MIG-...", or a unique prefix such as "GPU-948e02bd").
 // GPU- UUIDs are checked against NVML's GPUs; MIG- UUIDs (MIG instances) for form
 // only, since CUDA alone decides which instances it shows.
-GPUSEL_MACHINE_API void set_visible_devices(const std::vector<std::string>& uuids,
-                                            VisibleScope scope = VisibleScope::within_visible);
+GPUSEL_API void set_visible_devices(const std::vector<std::string>& uuids,
+                                    VisibleScope scope = VisibleScope::within_visible);
 
 // Braced lists: set_visible_devices({2, 0}) and set_visible_devices({"GPU-948e02bd"}).
-GPUSEL_MACHINE_API void set_visible_devices(std::initializer_list<int> physical_indices,
-                                            VisibleScope scope = VisibleScope::within_visible);
-GPUSEL_MACHINE_API void set_visible_devices(std::initializer_list<std::string_view> uuids,
-                                            VisibleScope scope = VisibleScope::within_visible);
+GPUSEL_API void set_visible_devices(std::initializer_list<int> physical_indices,
+                                    VisibleScope scope = VisibleScope::within_visible);
+GPUSEL_API void set_visible_devices(std::initializer_list<std::string_view> uuids,
+                                    VisibleScope scope = VisibleScope::within_visible);
 
 // TensorFlow's tf.config.set_visible_devices: keeps these of the devices visible
 // now, by their cuda:N (logical indices, in this order), and hides the rest:
@@ -120,15 +120,15 @@ GPUSEL_MACHINE_API void set_visible_devices(std::initializer_list<std::string_vi
 // indices when the variable is unset. Throws Error, changing nothing, when CUDA
 // has started, for a logical index that is not visible or named twice, or when
 // the current value is itself an error.
-GPUSEL_MACHINE_API void keep_visible_devices(const std::vector<int>& logical_indices);
+GPUSEL_API void keep_visible_devices(const std::vector<int>& logical_indices);
 
 // Braced list: keep_visible_devices({1}).
-GPUSEL_MACHINE_API void keep_visible_devices(std::initializer_list<int> logical_indices);
+GPUSEL_API void keep_visible_devices(std::initializer_list<int> logical_indices);
 
 }  // namespace gpusel
 
 // --- definitions (Note [Compile-once mode]) ---------------------------------
-#if GPUSEL_MACHINE_DEFINITIONS
+#if GPUSEL_DEFINITIONS
 
 #include <dlfcn.h>
 
@@ -178,9 +178,9 @@ inline bool cuda_driver_initialized() noexcept {
 }
 }  // namespace detail
 
-GPUSEL_MACHINE_API bool cuda_started() noexcept { return detail::cuda_driver_initialized(); }
+GPUSEL_API bool cuda_started() noexcept { return detail::cuda_driver_initialized(); }
 
-GPUSEL_MACHINE_API DeviceMap visible_devices(const InventoryOptions& options) {
+GPUSEL_API DeviceMap visible_devices(const InventoryOptions& options) {
   DeviceMap map;
   map.inventory = query_inventory(options);
   const auto order_variable = detail::environment_variable("CUDA_DEVICE_ORDER");
@@ -192,7 +192,7 @@ GPUSEL_MACHINE_API DeviceMap visible_devices(const InventoryOptions& options) {
 
 namespace detail {
 
-GPUSEL_MACHINE_API std::optional<int> count_devices_without_cuda(int runtime_version) noexcept {
+GPUSEL_API std::optional<int> count_devices_without_cuda(int runtime_version) noexcept {
   try {
     if (cuda_driver_initialized()) return std::nullopt;
     const DeviceMap map = visible_devices();
@@ -221,7 +221,7 @@ inline std::string describe_gpu(int physical, const Gpu& gpu) {
 
 }  // namespace detail
 
-GPUSEL_MACHINE_API std::string explain(const DeviceMap& map) {
+GPUSEL_API std::string explain(const DeviceMap& map) {
   const VisibleDevices& visible = map.visible;
   std::string text = escape_for_terminal(detail::describe_value("CUDA_VISIBLE_DEVICES", visible.variable())) + "  " +
                      escape_for_terminal(detail::describe_value("CUDA_DEVICE_ORDER", visible.device_order())) +
@@ -285,7 +285,7 @@ GPUSEL_MACHINE_API std::string explain(const DeviceMap& map) {
   return text;
 }
 
-GPUSEL_MACHINE_API std::string explain() { return explain(visible_devices()); }
+GPUSEL_API std::string explain() { return explain(visible_devices()); }
 
 namespace detail {
 
@@ -346,7 +346,7 @@ inline void set_visible_value(const std::string& call, const std::string& value,
 
 }  // namespace detail
 
-GPUSEL_MACHINE_API void set_visible_devices(const std::vector<int>& physical_indices, VisibleScope scope) {
+GPUSEL_API void set_visible_devices(const std::vector<int>& physical_indices, VisibleScope scope) {
   std::string value;
   for (const int index : physical_indices) value += (value.empty() ? "" : ",") + std::to_string(index);
   const std::string call = "gpusel::set_visible_devices({" + value + "})";
@@ -360,7 +360,7 @@ GPUSEL_MACHINE_API void set_visible_devices(const std::vector<int>& physical_ind
   detail::set_visible_value(call, value, physical_indices.size(), scope);
 }
 
-GPUSEL_MACHINE_API void set_visible_devices(const std::vector<std::string>& uuids, VisibleScope scope) {
+GPUSEL_API void set_visible_devices(const std::vector<std::string>& uuids, VisibleScope scope) {
   std::string value;
   for (const std::string& uuid : uuids) value += (value.empty() ? "" : ",") + uuid;
   const std::string call = "gpusel::set_visible_devices({" + value + "})";
@@ -373,16 +373,16 @@ GPUSEL_MACHINE_API void set_visible_devices(const std::vector<std::string>& uuid
   detail::set_visible_value(call, value, uuids.size(), scope);
 }
 
-GPUSEL_MACHINE_API void set_visible_devices(std::initializer_list<int> physical_indices, VisibleScope scope) {
+GPUSEL_API void set_visible_devices(std::initializer_list<int> physical_indices, VisibleScope scope) {
   set_visible_devices(std::vector<int>(physical_indices), scope);
 }
-GPUSEL_MACHINE_API void set_visible_devices(std::initializer_list<std::string_view> uuids, VisibleScope scope) {
+GPUSEL_API void set_visible_devices(std::initializer_list<std::string_view> uuids, VisibleScope scope) {
   std::vector<std::string> copies;
   for (const std::string_view uuid : uuids) copies.emplace_back(uuid);
   set_visible_devices(copies, scope);
 }
 
-GPUSEL_MACHINE_API void keep_visible_devices(const std::vector<int>& logical_indices) {
+GPUSEL_API void keep_visible_devices(const std::vector<int>& logical_indices) {
   std::string asked;
   for (const int index : logical_indices) asked += (asked.empty() ? "" : ",") + std::to_string(index);
   const std::string call = "gpusel::keep_visible_devices({" + asked + "})";
@@ -415,10 +415,10 @@ GPUSEL_MACHINE_API void keep_visible_devices(const std::vector<int>& logical_ind
   detail::set_visible_value(call, value, logical_indices.size(), VisibleScope::within_visible);
 }
 
-GPUSEL_MACHINE_API void keep_visible_devices(std::initializer_list<int> logical_indices) {
+GPUSEL_API void keep_visible_devices(std::initializer_list<int> logical_indices) {
   keep_visible_devices(std::vector<int>(logical_indices));
 }
 
 }  // namespace gpusel
 
-#endif  // GPUSEL_MACHINE_DEFINITIONS
+#endif  // GPUSEL_DEFINITIONS

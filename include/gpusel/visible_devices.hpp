@@ -181,7 +181,7 @@ class VisibleDevices {
 // in CUDA's physical order, have the UUIDs `physical` (nullopt = the variable
 // is unset). See Note [How the driver reads CUDA_VISIBLE_DEVICES]. Never throws
 // Error. Takes time linear in the value's length and in the number of GPUs.
-[[nodiscard]] GPUSEL_MACHINE_API VisibleDevices
+[[nodiscard]] GPUSEL_API VisibleDevices
 parse_visible_devices(std::optional<std::string_view> cuda_visible_devices, PhysicalUuids physical,
                       std::optional<std::string_view> cuda_device_order = std::nullopt);
 
@@ -203,7 +203,7 @@ constexpr bool starts_with_ignoring_case(std::string_view text, std::string_view
 }  // namespace gpusel
 
 // --- definitions (Note [Compile-once mode]) ---------------------------------
-#if GPUSEL_MACHINE_DEFINITIONS
+#if GPUSEL_DEFINITIONS
 
 namespace gpusel {
 
@@ -366,7 +366,7 @@ inline std::string token_problem(const VisibleToken& token, int physical_count) 
 }
 }  // namespace detail
 
-GPUSEL_MACHINE_API std::string VisibleToken::why(int physical_count) const {
+GPUSEL_API std::string VisibleToken::why(int physical_count) const {
   switch (outcome) {
     case TokenOutcome::kept:
       return "kept: physical GPU " + std::to_string(physical);
@@ -379,7 +379,7 @@ GPUSEL_MACHINE_API std::string VisibleToken::why(int physical_count) const {
   }
 }
 
-GPUSEL_MACHINE_API int VisibleDevices::physical(int logical) const {
+GPUSEL_API int VisibleDevices::physical(int logical) const {
   if (logical < 0 || logical >= count())
     throw Error(error_code_ == 0 ? kInvalidDevice : error_code_,
                 error_code_ == 0 ? "cudaErrorInvalidDevice" : error_name(),
@@ -388,22 +388,22 @@ GPUSEL_MACHINE_API int VisibleDevices::physical(int logical) const {
   return physical_[static_cast<std::size_t>(logical)];
 }
 
-GPUSEL_MACHINE_API std::optional<int> VisibleDevices::logical(int physical) const noexcept {
+GPUSEL_API std::optional<int> VisibleDevices::logical(int physical) const noexcept {
   if (physical < 0 || static_cast<std::size_t>(physical) >= logical_.size()) return std::nullopt;
   const int logical = logical_[static_cast<std::size_t>(physical)];
   if (logical < 0) return std::nullopt;
   return logical;
 }
 
-GPUSEL_MACHINE_API std::string VisibleDevices::summary() const {
+GPUSEL_API std::string VisibleDevices::summary() const {
   const std::string variable = detail::describe_value("CUDA_VISIBLE_DEVICES", variable_);
   if (!ok()) return "no CUDA device is visible: " + reason_ + " (" + error_name() + ")";
   return detail::visible_count_text(count()) + ": " + detail::describe_mapping(physical_) + " (" + variable + ")";
 }
 
-GPUSEL_MACHINE_API VisibleDevices parse_visible_devices(std::optional<std::string_view> cuda_visible_devices,
-                                                        PhysicalUuids physical,
-                                                        std::optional<std::string_view> cuda_device_order) {
+GPUSEL_API VisibleDevices parse_visible_devices(std::optional<std::string_view> cuda_visible_devices,
+                                                PhysicalUuids physical,
+                                                std::optional<std::string_view> cuda_device_order) {
   VisibleDevices result;
   result.physical_count_ = static_cast<int>(physical.size());
   if (cuda_visible_devices) result.variable_ = std::string(*cuda_visible_devices);
@@ -498,4 +498,4 @@ GPUSEL_MACHINE_API VisibleDevices parse_visible_devices(std::optional<std::strin
 
 }  // namespace gpusel
 
-#endif  // GPUSEL_MACHINE_DEFINITIONS
+#endif  // GPUSEL_DEFINITIONS

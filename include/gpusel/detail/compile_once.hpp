@@ -33,16 +33,16 @@
 //
 // How such a header is written: its types and the declarations
 // of its functions first, default arguments in the declarations only, each
-// declaration marked GPUSEL_MACHINE_API (`inline` header-only, nothing in
-// compile-once mode); then `#if GPUSEL_MACHINE_DEFINITIONS` and the
-// definitions, marked GPUSEL_MACHINE_API again. A helper used only by the
+// declaration marked GPUSEL_API (`inline` header-only, nothing in
+// compile-once mode); then `#if GPUSEL_DEFINITIONS` and the
+// definitions, marked GPUSEL_API again. A helper used only by the
 // definitions below it is declared nowhere else and stays plain `inline`: it is
 // emitted where it is used. A function that another header's inline code calls
 // (runtime.hpp's device_count() calls detail::count_devices_without_cuda) is
 // declared like a public one. The compile-once header units (tests/hardening)
 // compile every header alone in this mode, so a declaration that other code
 // needs and the header lacks fails there, and they compile the definitions with
-// -Werror=missing-declarations, so a GPUSEL_MACHINE_API definition without its
+// -Werror=missing-declarations, so a GPUSEL_API definition without its
 // declaration fails too.
 
 #if defined(GPUSEL_IMPLEMENTATION) && !defined(GPUSEL_COMPILE_ONCE)
@@ -50,13 +50,13 @@
 #endif
 
 #if defined(GPUSEL_COMPILE_ONCE)
-#define GPUSEL_MACHINE_API
+#define GPUSEL_API
 #if defined(GPUSEL_IMPLEMENTATION)
-#define GPUSEL_MACHINE_DEFINITIONS 1
+#define GPUSEL_DEFINITIONS 1
 #else
-#define GPUSEL_MACHINE_DEFINITIONS 0
+#define GPUSEL_DEFINITIONS 0
 #endif
 #else
-#define GPUSEL_MACHINE_API inline
-#define GPUSEL_MACHINE_DEFINITIONS 1
+#define GPUSEL_API inline
+#define GPUSEL_DEFINITIONS 1
 #endif

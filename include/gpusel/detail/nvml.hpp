@@ -132,12 +132,12 @@ bool bind(void* handle, const char* symbol, Function& function) {
 // the process, shared by every caller (nvmlInit is slow, and NVML is
 // thread-safe); a failure is not remembered, so a later call tries again.
 // Takes no lock (Note [Loading NVML without a lock]).
-GPUSEL_MACHINE_API LoadResult load(const std::string& path);
+GPUSEL_API LoadResult load(const std::string& path);
 
 }  // namespace gpusel::detail::nvml
 
 // --- definitions (Note [Compile-once mode]) ---------------------------------
-#if GPUSEL_MACHINE_DEFINITIONS
+#if GPUSEL_DEFINITIONS
 
 #include <atomic>
 #include <memory>
@@ -146,7 +146,7 @@ GPUSEL_MACHINE_API LoadResult load(const std::string& path);
 
 namespace gpusel::detail::nvml {
 
-GPUSEL_MACHINE_API LoadResult load(const std::string& path) {
+GPUSEL_API LoadResult load(const std::string& path) {
   // The loaded libraries form a list, newest first: a process loads one NVML, or a
   // few in tests, so a search by path needs no map. The list is one per process,
   // shared by every copy of gpusel in it (Note [One state per process]), and never
@@ -225,4 +225,4 @@ GPUSEL_MACHINE_API LoadResult load(const std::string& path) {
 
 }  // namespace gpusel::detail::nvml
 
-#endif  // GPUSEL_MACHINE_DEFINITIONS
+#endif  // GPUSEL_DEFINITIONS
