@@ -7,10 +7,7 @@
 // <gpusel/buffer.hpp> includes this header.
 #pragma once
 
-#include "gpusel/detail/engine_cache.hpp"
-#include "gpusel/detail/fork_state.hpp"
-#include "gpusel/detail/peer_access.hpp"
-#include "gpusel/detail/staging_pool.hpp"
+#include "gpusel/detail/compile_once.hpp"
 
 namespace gpusel {
 
@@ -21,7 +18,20 @@ namespace gpusel {
 // times slots times chunk_bytes: 32 MiB by default) back to the system. Like
 // torch.cuda.empty_cache(). In a process forked after CUDA started it does
 // nothing: the caches were forgotten at the fork (Note [Caches across fork()]).
-inline void release_cached_resources() noexcept {
+GPUSEL_API void release_cached_resources() noexcept;
+
+}  // namespace gpusel
+
+#if GPUSEL_DEFINITIONS
+
+#include "gpusel/detail/engine_cache.hpp"
+#include "gpusel/detail/fork_state.hpp"
+#include "gpusel/detail/peer_access.hpp"
+#include "gpusel/detail/staging_pool.hpp"
+
+namespace gpusel {
+
+GPUSEL_API void release_cached_resources() noexcept {
   if (detail::forked_after_cuda()) return;
   detail::EngineCache::instance().release();
   detail::StagingPool::instance().release_idle();
@@ -29,3 +39,5 @@ inline void release_cached_resources() noexcept {
 }
 
 }  // namespace gpusel
+
+#endif  // GPUSEL_DEFINITIONS

@@ -12,17 +12,10 @@
 // <gpusel/buffer.hpp> includes this header.
 #pragma once
 
-#include <sched.h>
-
 #include <atomic>
 #include <cstddef>
-#include <cstdlib>
-#include <new>
-#include <string>
-#include <thread>
 
-#include "gpusel/detail/process_state.hpp"
-#include "gpusel/error.hpp"
+#include "gpusel/detail/compile_once.hpp"
 
 namespace gpusel {
 
@@ -61,6 +54,52 @@ struct CopyEngineOptions {
 
 namespace detail {
 
+// The options in effect, for the whole process (Note [One state per process]).
+struct CopyEngineSettings {
+  std::atomic<std::size_t> host_to_device_workers{0};
+  std::atomic<std::size_t> device_to_host_workers{0};
+  std::atomic<std::size_t> slots{0};
+  std::atomic<std::size_t> chunk_bytes{0};
+  // The cores this process could run on when the engine was first used.
+  std::size_t cores = 1;
+  // The first environment variable that could not be used, with why, or "".
+  char environment_problem[160] = {};
+};
+
+// The process's settings, read from the environment the first time.
+GPUSEL_API CopyEngineSettings& copy_engine_settings() noexcept;
+
+// The options in effect with every default filled in.
+GPUSEL_API CopyEngineOptions effective_copy_options() noexcept;
+
+}  // namespace detail
+
+// The options copies use now, every default filled in (Note [Tuning the copy
+// engine]). Throws Error when an environment variable was set to a value
+// that cannot be used, naming it.
+GPUSEL_API CopyEngineOptions copy_engine_options();
+
+// Sets the options later copies use; a field of 0 goes back to its default.
+// Throws Error for a value out of its bounds, changing nothing.
+GPUSEL_API void set_copy_engine_options(const CopyEngineOptions& options);
+
+}  // namespace gpusel
+
+#if GPUSEL_DEFINITIONS
+
+#include <sched.h>
+
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <thread>
+
+#include "gpusel/detail/process_state.hpp"
+#include "gpusel/error.hpp"
+
+namespace gpusel {
+namespace detail {
+
 // The cores this process may run on.
 inline std::size_t usable_cores() noexcept {
 #if defined(__linux__)
@@ -86,18 +125,6 @@ inline std::string copy_options_problem(const CopyEngineOptions& options) {
            std::to_string(kMaxCopyChunkBytes);
   return {};
 }
-
-// The options in effect, for the whole process (Note [One state per process]).
-struct CopyEngineSettings {
-  std::atomic<std::size_t> host_to_device_workers{0};
-  std::atomic<std::size_t> device_to_host_workers{0};
-  std::atomic<std::size_t> slots{0};
-  std::atomic<std::size_t> chunk_bytes{0};
-  // The cores this process could run on when the engine was first used.
-  std::size_t cores = 1;
-  // The first environment variable that could not be used, with why, or "".
-  char environment_problem[160] = {};
-};
 
 // "10" -> 10, "2M" -> 2 MiB, "64K" -> 64 KiB; 0 for anything else.
 inline std::size_t parse_option(const char* text, bool bytes) noexcept {
@@ -146,7 +173,7 @@ inline void read_copy_environment(CopyEngineSettings& settings) noexcept {
   }
 }
 
-inline CopyEngineSettings& copy_engine_settings() noexcept {
+GPUSEL_API CopyEngineSettings& copy_engine_settings() noexcept {
   static CopyEngineSettings* const settings = static_cast<CopyEngineSettings*>(shared_object(
       process_state().objects[static_cast<int>(ProcessObject::copy_engine_options)], []() noexcept -> void* {
         auto* made = new (std::nothrow) CopyEngineSettings;
@@ -161,8 +188,7 @@ inline CopyEngineSettings& copy_engine_settings() noexcept {
   return *settings;
 }
 
-// The options in effect with every default filled in.
-inline CopyEngineOptions effective_copy_options() noexcept {
+GPUSEL_API CopyEngineOptions effective_copy_options() noexcept {
   const CopyEngineSettings& settings = copy_engine_settings();
   const std::size_t cores = settings.cores;
   const auto pick = [](std::size_t set, std::size_t fallback) { return set != 0 ? set : fallback; };
@@ -177,20 +203,14 @@ inline CopyEngineOptions effective_copy_options() noexcept {
 }
 
 }  // namespace detail
-
-// The options copies use now, every default filled in (Note [Tuning the copy
-// engine]). Throws Error when an environment variable was set to a value
-// that cannot be used, naming it.
-inline CopyEngineOptions copy_engine_options() {
+GPUSEL_API CopyEngineOptions copy_engine_options() {
   const detail::CopyEngineSettings& settings = detail::copy_engine_settings();
   if (settings.environment_problem[0] != '\0')
     throw Error(std::string("gpusel copy engine: ") + settings.environment_problem);
   return detail::effective_copy_options();
 }
 
-// Sets the options later copies use; a field of 0 goes back to its default.
-// Throws Error for a value out of its bounds, changing nothing.
-inline void set_copy_engine_options(const CopyEngineOptions& options) {
+GPUSEL_API void set_copy_engine_options(const CopyEngineOptions& options) {
   const std::string problem = detail::copy_options_problem(options);
   if (!problem.empty()) throw Error("gpusel::set_copy_engine_options: " + problem);
   detail::CopyEngineSettings& settings = detail::copy_engine_settings();
@@ -202,3 +222,5 @@ inline void set_copy_engine_options(const CopyEngineOptions& options) {
 }
 
 }  // namespace gpusel
+
+#endif  // GPUSEL_DEFINITIONS

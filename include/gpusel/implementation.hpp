@@ -1,28 +1,27 @@
-// The one translation unit of a compile-once program that defines the machine
-// layer (Note [Compile-once mode] in gpusel/detail/compile_once.hpp):
+// The one translation unit of a compile-once program that defines gpusel
+// (Note [Compile-once mode] in gpusel/detail/compile_once.hpp):
 //
 //   // gpusel_implementation.cpp, compiled with -DGPUSEL_COMPILE_ONCE like every other file
 //   #include <gpusel/implementation.hpp>
 //
 // Include it first, before any other gpusel header, in exactly one file of the
-// program. It defines GPUSEL_IMPLEMENTATION and includes the machine layer, so
-// that file compiles the inventory, explain(), pick, leases, local ranks, the
-// CUDA_VISIBLE_DEVICES parser and text escaping, once, for the whole program.
-// Like them it includes no CUDA header, so a program that links no CUDA
-// runtime (the gpusel command) can use it.
+// program. It defines GPUSEL_IMPLEMENTATION and includes every header whose
+// functions the mode compiles once: the machine layer (inventory, explain(),
+// pick, leases, local ranks; <gpusel/machine_implementation.hpp>, which a
+// program without the CUDA runtime includes instead) and the data layer's
+// engine (allocation, the copy engine, its options and caches, and Module's
+// functions).
 #pragma once
 
 #if defined(GPUSEL_API)
 #error "gpusel/implementation.hpp must come before every other gpusel header of its file (Note [Compile-once mode])"
 #endif
 
-#define GPUSEL_IMPLEMENTATION
+#include "gpusel/machine_implementation.hpp"
 
-#include "gpusel/detail/nvml.hpp"
-#include "gpusel/inventory.hpp"
-#include "gpusel/lease.hpp"
-#include "gpusel/local_rank.hpp"
-#include "gpusel/select.hpp"
-#include "gpusel/text.hpp"
-#include "gpusel/visibility.hpp"
-#include "gpusel/visible_devices.hpp"
+#include "gpusel/cached_resources.hpp"
+#include "gpusel/copy_engine_options.hpp"
+#include "gpusel/detail/copy_engine.hpp"
+#include "gpusel/detail/memory.hpp"
+#include "gpusel/detail/untyped_buffer.hpp"
+#include "gpusel/module.hpp"

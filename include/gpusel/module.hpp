@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "gpusel/buffer.hpp"
+#include "gpusel/detail/compile_once.hpp"
 #include "gpusel/detail/module_entries.hpp"
-#include "gpusel/detail/resolve_device.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 
@@ -99,29 +99,7 @@ class Module {
   // pinned on to(cpu())); a buffer reached by several paths is copied once
   // (Note [A module graph is a tree with shared nodes]). Throws OutOfMemory when the copies do not fit, and
   // Error for any other failure; either way no buffer was moved.
-  Module& to(const Device& device) {
-    const Device target = device.is_cpu() ? gpusel::cpu() : gpusel::cuda(detail::resolve_cuda_index(device, [&] {
-      return "gpusel::Module::to(" + device.str() + ")";
-    }));
-    try {
-      for_each_buffer([&target](const std::string& name, detail::BufferEntry& entry) {
-        if (entry.device() == target) return;
-        try {
-          entry.prepare(target);
-        } catch (const Error& error) {  // an OutOfMemory stays one
-          detail::rethrow_with_prefix(error, "gpusel::Module::to(" + target.str() + "): moving buffer \"" + name +
-                                                 "\" (" + std::to_string(entry.bytes()) + " bytes on " +
-                                                 entry.device().str() + ") failed, so no buffer was moved");
-        }
-      });
-    } catch (...) {
-      for_each_entry([](detail::BufferEntry& entry) noexcept { entry.cancel(); });
-      throw;
-    }
-    for_each_entry([](detail::BufferEntry& entry) noexcept { entry.commit(); });  // frees the old memory
-    set_last_device(target);
-    return *this;
-  }
+  Module& to(const Device& device);
 
   // PyTorch's spellings: model.cuda() (the current device), model.cuda(1),
   // model.cpu(). The same as to(gpusel::cuda()), to(gpusel::cuda(1)) and
@@ -133,37 +111,14 @@ class Module {
   // The device every buffer is on. A module without buffers reports the
   // device of its last to() (cpu before). Throws Error when the buffers are
   // on different devices (one was moved by hand), naming two of them.
-  Device device() const {
-    std::optional<Device> first;
-    std::string first_name;
-    for_each_buffer([&](const std::string& name, const detail::BufferEntry& entry) {
-      const Device here = entry.device();
-      if (!first) {
-        first = here;
-        first_name = name;
-      } else if (here != *first) {
-        throw Error("gpusel::Module::device(): the buffers are on different devices: \"" + first_name + "\" on " +
-                    first->str() + ", \"" + name + "\" on " + here.str());
-      }
-    });
-    return first ? *first : last_device_;
-  }
+  Device device() const;
 
   // Every buffer of the module and its children, in registration order, own
   // buffers first, named like PyTorch's named_buffers(): "weight", "child.weight".
   // A Buffer reached by several paths is listed once, under its first path,
   // unless `listing` is SharedBuffers::every_path (Note [A module graph is a
   // tree with shared nodes]).
-  [[nodiscard]] std::vector<BufferInfo> named_buffers(SharedBuffers listing = SharedBuffers::once) const {
-    std::vector<BufferInfo> infos;
-    for_each_buffer(
-        [&infos](const std::string& name, const detail::BufferEntry& entry) {
-          infos.push_back(
-              BufferInfo{name, entry.device(), entry.size(), entry.bytes(), entry.is_pinned(), &entry.element_type()});
-        },
-        listing);
-    return infos;
-  }
+  [[nodiscard]] std::vector<BufferInfo> named_buffers(SharedBuffers listing = SharedBuffers::once) const;
 
   // The buffer registered as `name` ("child.weight"), by any of its paths.
   // Throws Error when there is none or its element type is not T.
@@ -265,27 +220,10 @@ class Module {
 
   // The path from this module to `target` ("b.c"), if this module contains it;
   // `walked` keeps the modules searched already, so a shared child is searched once.
-  std::optional<std::string> path_to(const Module* target, std::vector<const Module*>& walked) const {
-    for (const Child& child : children_) {
-      if (child.module == target) return child.name;
-      if (!first_meeting(walked, static_cast<const Module*>(child.module))) continue;
-      if (std::optional<std::string> below = child.module->path_to(target, walked)) return child.name + "." + *below;
-    }
-    return std::nullopt;
-  }
+  std::optional<std::string> path_to(const Module* target, std::vector<const Module*>& walked) const;
 
   // The entry at the path `name` ("child.weight"), or nullptr.
-  detail::BufferEntry* find_entry(std::string_view name) const {
-    const std::size_t dot = name.find('.');
-    if (dot == std::string_view::npos) {
-      for (const Entry& entry : buffers_)
-        if (entry.name == name) return entry.entry.get();
-      return nullptr;
-    }
-    for (const Child& child : children_)
-      if (child.name == name.substr(0, dot)) return child.module->find_entry(name.substr(dot + 1));
-    return nullptr;
-  }
+  detail::BufferEntry* find_entry(std::string_view name) const;
 
   // Sets the module and everything below it (a shared child once per path:
   // a repeated store; there are no cycles, so it ends).
@@ -294,21 +232,7 @@ class Module {
     for (const Child& child : children_) child.module->set_last_device(device);
   }
 
-  void check_new_name(const std::string& name, const void* object, const char* function) const {
-    const auto reject = [&](const std::string& why) {
-      return Error(std::string("gpusel::Module::") + function + "(\"" + name + "\"): " + why);
-    };
-    if (name.empty()) throw reject("the name is empty");
-    if (name.find('.') != std::string::npos) throw reject("a name cannot contain '.', which separates a child's name");
-    for (const Entry& entry : buffers_) {
-      if (entry.name == name) throw reject("a buffer of this module already has this name");
-      if (entry.entry->address() == object) throw reject("this buffer is already registered as \"" + entry.name + "\"");
-    }
-    for (const Child& child : children_) {
-      if (child.name == name) throw reject("a child module already has this name");
-      if (child.module == object) throw reject("this module is already registered as \"" + child.name + "\"");
-    }
-  }
+  void check_new_name(const std::string& name, const void* object, const char* function) const;
 
   std::vector<Entry> buffers_;
   std::vector<Child> children_;
@@ -316,3 +240,101 @@ class Module {
 };
 
 }  // namespace gpusel
+
+#if GPUSEL_DEFINITIONS
+
+#include "gpusel/detail/resolve_device.hpp"
+
+namespace gpusel {
+
+GPUSEL_API Module& Module::to(const Device& device) {
+  const Device target = device.is_cpu() ? gpusel::cpu() : gpusel::cuda(detail::resolve_cuda_index(device, [&] {
+    return "gpusel::Module::to(" + device.str() + ")";
+  }));
+  try {
+    for_each_buffer([&target](const std::string& name, detail::BufferEntry& entry) {
+      if (entry.device() == target) return;
+      try {
+        entry.prepare(target);
+      } catch (const Error& error) {  // an OutOfMemory stays one
+        detail::rethrow_with_prefix(error, "gpusel::Module::to(" + target.str() + "): moving buffer \"" + name +
+                                               "\" (" + std::to_string(entry.bytes()) + " bytes on " +
+                                               entry.device().str() + ") failed, so no buffer was moved");
+      }
+    });
+  } catch (...) {
+    for_each_entry([](detail::BufferEntry& entry) noexcept { entry.cancel(); });
+    throw;
+  }
+  for_each_entry([](detail::BufferEntry& entry) noexcept { entry.commit(); });  // frees the old memory
+  set_last_device(target);
+  return *this;
+}
+
+GPUSEL_API Device Module::device() const {
+  std::optional<Device> first;
+  std::string first_name;
+  for_each_buffer([&](const std::string& name, const detail::BufferEntry& entry) {
+    const Device here = entry.device();
+    if (!first) {
+      first = here;
+      first_name = name;
+    } else if (here != *first) {
+      throw Error("gpusel::Module::device(): the buffers are on different devices: \"" + first_name + "\" on " +
+                  first->str() + ", \"" + name + "\" on " + here.str());
+    }
+  });
+  return first ? *first : last_device_;
+}
+
+GPUSEL_API std::vector<Module::BufferInfo> Module::named_buffers(SharedBuffers listing) const {
+  std::vector<BufferInfo> infos;
+  for_each_buffer(
+      [&infos](const std::string& name, const detail::BufferEntry& entry) {
+        infos.push_back(
+            BufferInfo{name, entry.device(), entry.size(), entry.bytes(), entry.is_pinned(), &entry.element_type()});
+      },
+      listing);
+  return infos;
+}
+
+GPUSEL_API std::optional<std::string> Module::path_to(const Module* target, std::vector<const Module*>& walked) const {
+  for (const Child& child : children_) {
+    if (child.module == target) return child.name;
+    if (!first_meeting(walked, static_cast<const Module*>(child.module))) continue;
+    if (std::optional<std::string> below = child.module->path_to(target, walked)) return child.name + "." + *below;
+  }
+  return std::nullopt;
+}
+
+GPUSEL_API detail::BufferEntry* Module::find_entry(std::string_view name) const {
+  const std::size_t dot = name.find('.');
+  if (dot == std::string_view::npos) {
+    for (const Entry& entry : buffers_)
+      if (entry.name == name) return entry.entry.get();
+    return nullptr;
+  }
+  for (const Child& child : children_)
+    if (child.name == name.substr(0, dot)) return child.module->find_entry(name.substr(dot + 1));
+  return nullptr;
+}
+
+GPUSEL_API void Module::check_new_name(const std::string& name, const void* object, const char* function) const {
+  const auto reject = [&](const std::string& why) {
+    return Error(std::string("gpusel::Module::") + function + "(\"" + name + "\"): " + why);
+  };
+  if (name.empty()) throw reject("the name is empty");
+  if (name.find('.') != std::string::npos) throw reject("a name cannot contain '.', which separates a child's name");
+  for (const Entry& entry : buffers_) {
+    if (entry.name == name) throw reject("a buffer of this module already has this name");
+    if (entry.entry->address() == object) throw reject("this buffer is already registered as \"" + entry.name + "\"");
+  }
+  for (const Child& child : children_) {
+    if (child.name == name) throw reject("a child module already has this name");
+    if (child.module == object) throw reject("this module is already registered as \"" + child.name + "\"");
+  }
+}
+
+}  // namespace gpusel
+
+#endif  // GPUSEL_DEFINITIONS

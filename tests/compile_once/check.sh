@@ -42,7 +42,9 @@ for expected in \
   "after release: free" \
   "local rank 1 of 2 (torchrun: LOCAL_RANK=1, LOCAL_WORLD_SIZE=2)" \
   "local_rank_device: cuda:1" \
-  'escaped: \x1b]0;owned\x07'; do
+  'escaped: \x1b]0;owned\x07' \
+  "module on cuda:1" \
+  "round trip: same bytes"; do
   if ! grep -qF -- "$expected" <<<"$out"; then
     echo "FAILED: expected: $expected"
     failures=$((failures + 1))

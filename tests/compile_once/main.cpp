@@ -1,13 +1,42 @@
 // A compile-once program (Note [Compile-once mode]) of three files, all compiled
 // with GPUSEL_COMPILE_ONCE: this one includes the umbrella header, machine.cpp
-// the machine layer alone, implementation.cpp defines the machine layer. Run by
-// check.sh on a machine described to the fake NVML; it prints what it found.
+// the machine layer alone, implementation.cpp defines what the mode compiles
+// once (the machine layer and the data layer's engine). Run by check.sh on a
+// machine described to the fake NVML; it prints what it found.
 #include <gpusel/gpusel.hpp>
 
 #include <iostream>
 #include <string>
+#include <vector>
 
 std::string describe_picks();  // machine.cpp
+
+namespace {
+
+struct Layer : gpusel::Module {
+  gpusel::Buffer<float> weight{gpusel::full<float>(3 << 20, 0.5f, gpusel::cpu())};  // 12 MiB: the staged, threaded path
+  gpusel::Buffer<int> steps{std::vector<int>{1, 2, 3}};
+  Layer() {
+    register_buffer("weight", weight);
+    register_buffer("steps", steps);
+  }
+};
+
+// The data layer in this mode: a Module and a Buffer to a GPU and back, through the copy engine.
+std::string move_data() {
+  Layer layer;
+  layer.to(gpusel::cuda(1));
+  std::string text = "module on " + layer.device().str() + "\n";
+  const std::vector<float> weights = layer.weight.to(gpusel::cpu()).to_vector();
+  bool same = weights.size() == std::size_t{3} << 20;
+  for (float weight : weights) same = same && weight == 0.5f;
+  layer.cpu();
+  same = same && layer.steps.to_vector() == std::vector<int>{1, 2, 3};
+  gpusel::release_cached_resources();
+  return text + "round trip: " + (same ? "same bytes" : "different bytes") + "\n";
+}
+
+}  // namespace
 
 int main() {
   try {
@@ -27,6 +56,7 @@ int main() {
     std::cout << (rank ? rank->describe() : std::string("no local rank")) << "\n";
     std::cout << "local_rank_device: " << gpusel::local_rank_device() << "\n";
     std::cout << "escaped: " << gpusel::escape_for_terminal("\x1b]0;owned\x07") << "\n";
+    std::cout << move_data();
     return 0;
   } catch (const std::exception& error) {
     std::cerr << "compile_once_program: " << error.what() << "\n";

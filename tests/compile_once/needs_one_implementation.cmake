@@ -1,9 +1,11 @@
 # ctest header_compile_once_needs_one_implementation (see CMakeLists.txt here):
-#   cmake -DCXX=... -DINCLUDE_DIR=... -DIMPLEMENTATION=... -DWORK_DIR=... -P needs_one_implementation.cmake
+#   cmake -DCXX=... -DINCLUDE_DIR=... -DWORK_DIR=... -P needs_one_implementation.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
+# The machine layer alone, as a program without the CUDA runtime uses it (the gpusel command).
 file(WRITE ${WORK_DIR}/main.cpp
   "#include <gpusel/inventory.hpp>\nint main() { return gpusel::query_inventory().ok() ? 0 : 1; }\n")
+file(WRITE ${WORK_DIR}/implementation.cpp "#include <gpusel/machine_implementation.hpp>\n")
 set(flags -std=c++17 -DGPUSEL_COMPILE_ONCE -I${INCLUDE_DIR})
 
 function(build what expect_success output_variable)
@@ -18,7 +20,7 @@ function(build what expect_success output_variable)
   set(${output_variable} "${out}" PARENT_SCOPE)
 endfunction()
 
-execute_process(COMMAND ${CXX} ${flags} -c ${IMPLEMENTATION} -o ${WORK_DIR}/implementation.o
+execute_process(COMMAND ${CXX} ${flags} -c ${WORK_DIR}/implementation.cpp -o ${WORK_DIR}/implementation.o
   RESULT_VARIABLE status ERROR_VARIABLE out)
 if(NOT status EQUAL 0)
   message(FATAL_ERROR "implementation.cpp does not compile:\n${out}")

@@ -1,35 +1,46 @@
-// The compile-once mode of the machine layer: GPUSEL_COMPILE_ONCE,
-// GPUSEL_IMPLEMENTATION, and the two macros the machine layer's headers are
-// written with (Note [Compile-once mode]).
+// The compile-once mode: GPUSEL_COMPILE_ONCE, GPUSEL_IMPLEMENTATION, and the
+// two macros the headers it covers are written with (Note [Compile-once mode]).
 #pragma once
 
 // Note [Compile-once mode]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
 // By default gpusel is header-only: every function is defined inline in its
 // header, and every translation unit that includes the header compiles its body.
-// For the discovery and start-up code (the machine layer: the inventory,
-// explain(), pick, leases, local ranks; and beneath it the CUDA_VISIBLE_DEVICES
-// parser, visible_devices.hpp, and text.hpp's escaping) that is most of what
-// <gpusel/gpusel.hpp> costs a file, though a program runs it once. So a program
-// may compile it once instead, as stb's single-file libraries do:
+// Two parts of gpusel are most of what <gpusel/gpusel.hpp> costs a file, though
+// a file only calls into them: the discovery and start-up code (the machine
+// layer: the inventory, explain(), pick, leases, local ranks; and beneath it
+// the CUDA_VISIBLE_DEVICES parser, visible_devices.hpp, and text.hpp's
+// escaping), which a program runs once, and the data layer's engine (memory
+// allocation, the copy engine with its threads, staging and caches, its
+// options, and the untyped buffer beneath Buffer<T>). So a program may compile
+// them once instead, as stb's single-file libraries do:
 //  - define GPUSEL_COMPILE_ONCE for every translation unit of the program
 //    (CMake: target_compile_definitions(app PRIVATE GPUSEL_COMPILE_ONCE); or
 //    -DGPUSEL_COMPILE_ONCE). Those headers then declare their functions and
 //    define none of them;
 //  - in exactly one translation unit, define GPUSEL_IMPLEMENTATION before the
 //    first gpusel header, or include <gpusel/implementation.hpp> first, which
-//    does that and includes the machine layer: that unit defines them, once,
-//    with external linkage. Forgetting it fails at link time (undefined
-//    reference to gpusel::query_inventory ...); a second one fails there too
-//    (multiple definition).
+//    does that and includes every such header: that unit defines them, once,
+//    with external linkage. A program that links no CUDA runtime (the gpusel
+//    command) includes <gpusel/machine_implementation.hpp> instead, the
+//    machine layer alone, CUDA-free. Forgetting it fails at link time
+//    (undefined reference to gpusel::query_inventory ...); a second one fails
+//    there too (multiple definition).
 // Every translation unit of a program must use the same mode: a unit compiled
 // header-only beside compile-once units defines the same functions inline, which
 // C++ does not allow (it links, and may even work, but nothing promises it).
 // GPUSEL_IMPLEMENTATION implies GPUSEL_COMPILE_ONCE in its unit.
 //
-// What stays in the headers in both modes: types, templates, constexpr
-// functions, small member functions defined in their class, and the other
-// layers (cuda, data, top), which are header-only whatever the mode.
+// What stays in the headers in both modes: types, templates (Buffer<T> is
+// one), constexpr functions, small member functions defined in their class,
+// the functions a copy's hot path inlines, and the cuda layer (guards,
+// streams, the current device), whose small functions are cheap to compile
+// and worth inlining where they are called.
+//
+// The engine's own headers (detail/staged_copy.hpp, staging_pool.hpp,
+// engine_cache.hpp, parallel_parts.hpp, peer_access.hpp) stay header-only:
+// only definitions include them, so in compile-once mode only the one unit
+// with GPUSEL_IMPLEMENTATION compiles them.
 //
 // How such a header is written: its types and the declarations
 // of its functions first, default arguments in the declarations only, each

@@ -2,6 +2,38 @@
 // host, a GPU) by the fastest path that is correct. See Note [The copy engine].
 #pragma once
 
+#include <cstddef>
+
+#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/memory.hpp"
+#include "gpusel/stream.hpp"
+
+namespace gpusel::detail {
+
+// Copies `bytes` from `source` (in `from`) to `destination` (in `to`); they
+// have all arrived, visible to any later work on any stream, when it returns.
+GPUSEL_API void copy(void* destination, const MemoryPlace& to, const void* source, const MemoryPlace& from,
+                     std::size_t bytes);
+
+// Queues the copy on `stream` and returns at once when no pageable memory is
+// involved (pinned host <-> device, device <-> device); the caller keeps both
+// sides alive and synchronizes the stream before reading the destination.
+// With pageable memory on either side it is copy(): done when it returns.
+// The stream must belong to the device the copy involves (either one for a
+// copy between two GPUs).
+GPUSEL_API void copy_async(void* destination, const MemoryPlace& to, const void* source, const MemoryPlace& from,
+                           std::size_t bytes, const Stream& stream);
+
+// Sets the `bytes` at `destination` (in `to`) to copies of the `pattern_bytes`
+// at `pattern`, one after another (`bytes` is a multiple of `pattern_bytes`);
+// done when it returns.
+GPUSEL_API void fill(void* destination, const MemoryPlace& to, std::size_t bytes, const void* pattern,
+                     std::size_t pattern_bytes);
+
+}  // namespace gpusel::detail
+
+#if GPUSEL_DEFINITIONS
+
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -15,12 +47,10 @@
 #include "gpusel/detail/cuda_status.hpp"
 #include "gpusel/detail/engine_cache.hpp"
 #include "gpusel/detail/fork_state.hpp"
-#include "gpusel/detail/memory.hpp"
 #include "gpusel/detail/parallel_parts.hpp"
 #include "gpusel/detail/peer_access.hpp"
 #include "gpusel/detail/staged_copy.hpp"
 #include "gpusel/guard.hpp"
-#include "gpusel/stream.hpp"
 
 namespace gpusel::detail {
 
@@ -59,10 +89,8 @@ inline void host_copy(void* destination, const void* source, std::size_t bytes) 
                });
 }
 
-// Copies `bytes` from `source` (in `from`) to `destination` (in `to`); they
-// have all arrived, visible to any later work on any stream, when it returns.
-inline void copy(void* destination, const MemoryPlace& to, const void* source, const MemoryPlace& from,
-                 std::size_t bytes) {
+GPUSEL_API void copy(void* destination, const MemoryPlace& to, const void* source, const MemoryPlace& from,
+                     std::size_t bytes) {
   if (bytes == 0) return;
   if (to.is_host() && from.is_host()) return host_copy(destination, source, bytes);
   enter_cuda_work("gpusel copy engine");
@@ -103,14 +131,8 @@ inline void copy(void* destination, const MemoryPlace& to, const void* source, c
   check_copy(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize", bytes, to, from);
 }
 
-// Queues the copy on `stream` and returns at once when no pageable memory is
-// involved (pinned host <-> device, device <-> device); the caller keeps both
-// sides alive and synchronizes the stream before reading the destination.
-// With pageable memory on either side it is copy(): done when it returns.
-// The stream must belong to the device the copy involves (either one for a
-// copy between two GPUs).
-inline void copy_async(void* destination, const MemoryPlace& to, const void* source, const MemoryPlace& from,
-                       std::size_t bytes, const Stream& stream) {
+GPUSEL_API void copy_async(void* destination, const MemoryPlace& to, const void* source, const MemoryPlace& from,
+                           std::size_t bytes, const Stream& stream) {
   if (bytes == 0) return;
   const bool pageable = to.kind == MemoryKind::pageable_host || from.kind == MemoryKind::pageable_host;
   if (pageable || (to.is_host() && from.is_host())) return copy(destination, to, source, from, bytes);
@@ -148,16 +170,14 @@ inline void repeat_in_place(char* destination, std::size_t bytes, const void* pa
 
 inline constexpr std::size_t kFillChunkBytes = std::size_t{64} << 10;
 
-// Sets the `bytes` at `destination` (in `to`) to copies of the `pattern_bytes`
-// at `pattern`, one after another (`bytes` is a multiple of `pattern_bytes`);
-// done when it returns. A chunk of copies of the pattern (kFillChunkBytes, or
+// How fill() works: a chunk of copies of the pattern (kFillChunkBytes, or
 // one pattern if that is larger) is made first; in host memory it is made in
 // place and copied over the rest, chunk by chunk, from the cache. On a GPU it
 // is made on the host and sent over, then copied onto the rest of the
 // destination, doubling each time: no kernel is needed, and it takes about
 // log2(bytes / kFillChunkBytes) device-to-device copies.
-inline void fill(void* destination, const MemoryPlace& to, std::size_t bytes, const void* pattern,
-                 std::size_t pattern_bytes) {
+GPUSEL_API void fill(void* destination, const MemoryPlace& to, std::size_t bytes, const void* pattern,
+                     std::size_t pattern_bytes) {
   if (bytes == 0) return;
   char* const out = static_cast<char*>(destination);
   const std::size_t chunk = std::min(bytes, std::max(pattern_bytes, kFillChunkBytes / pattern_bytes * pattern_bytes));
@@ -181,3 +201,5 @@ inline void fill(void* destination, const MemoryPlace& to, std::size_t bytes, co
 }
 
 }  // namespace gpusel::detail
+
+#endif  // GPUSEL_DEFINITIONS

@@ -7,21 +7,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
-#include <string>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
-#include "gpusel/current_device.hpp"
-#include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/detail/compile_once.hpp"
 #include "gpusel/detail/error_context.hpp"
-#include "gpusel/detail/fork_state.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
-#include "gpusel/guard.hpp"
 
 namespace gpusel::detail {
 
@@ -76,6 +67,47 @@ inline bool round_up(std::size_t value, std::size_t multiple, std::size_t& round
   return true;
 }
 
+// Throws `error` (a failed allocation's), as an OutOfMemory when `status` says
+// the memory ran out, so that a caller can catch that case apart.
+[[noreturn]] inline void throw_allocation_error(cudaError_t status, const Error& error) {
+  if (status == cudaErrorMemoryAllocation) throw OutOfMemory(error.code(), error.code_name(), error.what());
+  throw error;
+}
+
+// `bytes` in `place`, or nullptr for zero bytes; `what` names the owner for
+// errors ("gpusel::Buffer(1024 elements, 4096 bytes, cuda:1)"); `involved` is
+// the GPU the bytes are copied from or to, or -1, for pinned memory (Note
+// [Which device pins host memory]). Throws OutOfMemory when the memory ran
+// out, Error for any other failure.
+[[nodiscard]] GPUSEL_API void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorContext what,
+                                               int involved = -1);
+
+// Frees what allocate_memory returned for `place`, on the memory's own device
+// whatever device is current (as rmm's device_buffer does): cudaFree acts in
+// the current context and would make one on a device the program never used.
+// When that device cannot be made current, frees from the current device
+// rather than leak, and tells the restore-error handler (release_on_device,
+// guard.hpp). Does nothing for nullptr. Never throws.
+GPUSEL_API void free_memory(void* pointer, const MemoryPlace& place) noexcept;
+
+}  // namespace gpusel::detail
+
+#if GPUSEL_DEFINITIONS
+
+#include <cstdlib>
+#include <string>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+#include "gpusel/current_device.hpp"
+#include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/detail/fork_state.hpp"
+#include "gpusel/guard.hpp"
+
+namespace gpusel::detail {
+
 // What cudaMemGetInfo says of `device`, for out-of-memory errors; "" when it cannot say.
 inline std::string describe_free_memory(int device) {
   std::size_t free_bytes = 0, total_bytes = 0;
@@ -85,13 +117,6 @@ inline std::string describe_free_memory(int device) {
   }
   return "cuda:" + std::to_string(device) + " has " + std::to_string(free_bytes >> 20) + " MiB free of " +
          std::to_string(total_bytes >> 20) + " MiB";
-}
-
-// Throws `error` (a failed allocation's), as an OutOfMemory when `status` says
-// the memory ran out, so that a caller can catch that case apart.
-[[noreturn]] inline void throw_allocation_error(cudaError_t status, const Error& error) {
-  if (status == cudaErrorMemoryAllocation) throw OutOfMemory(error.code(), error.code_name(), error.what());
-  throw error;
 }
 
 inline void* allocate_pageable(std::size_t bytes, ErrorContext what) {
@@ -184,12 +209,7 @@ inline void* allocate_device(std::size_t bytes, int device, ErrorContext what) {
   return pointer;
 }
 
-// `bytes` in `place`, or nullptr for zero bytes; `what` names the owner for
-// errors ("gpusel::Buffer(1024 elements, 4096 bytes, cuda:1)"); `involved` is
-// the GPU the bytes are copied from or to, or -1, for pinned memory (Note
-// [Which device pins host memory]). Throws OutOfMemory when the memory ran
-// out, Error for any other failure.
-inline void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorContext what, int involved = -1) {
+GPUSEL_API void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorContext what, int involved) {
   if (bytes == 0) return nullptr;
   switch (place.kind) {
     case MemoryKind::pageable_host:
@@ -202,13 +222,7 @@ inline void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorC
   return allocate_device(bytes, place.device, what);
 }
 
-// Frees what allocate_memory returned for `place`, on the memory's own device
-// whatever device is current (as rmm's device_buffer does): cudaFree acts in
-// the current context and would make one on a device the program never used.
-// When that device cannot be made current, frees from the current device
-// rather than leak, and tells the restore-error handler (release_on_device,
-// guard.hpp). Does nothing for nullptr. Never throws.
-inline void free_memory(void* pointer, const MemoryPlace& place) noexcept {
+GPUSEL_API void free_memory(void* pointer, const MemoryPlace& place) noexcept {
   if (pointer == nullptr) return;
   switch (place.kind) {
     case MemoryKind::pageable_host:
@@ -226,3 +240,5 @@ inline void free_memory(void* pointer, const MemoryPlace& place) noexcept {
 }
 
 }  // namespace gpusel::detail
+
+#endif  // GPUSEL_DEFINITIONS

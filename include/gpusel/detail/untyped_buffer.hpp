@@ -8,16 +8,14 @@
 #pragma once
 
 #include <cstddef>
-#include <limits>
 #include <string>
 #include <utility>
 
+#include "gpusel/detail/compile_once.hpp"
 #include "gpusel/detail/copy_engine.hpp"
 #include "gpusel/detail/error_context.hpp"
 #include "gpusel/detail/memory.hpp"
-#include "gpusel/detail/resolve_device.hpp"
 #include "gpusel/device.hpp"
-#include "gpusel/error.hpp"
 #include "gpusel/stream.hpp"
 
 namespace gpusel::detail {
@@ -61,61 +59,26 @@ class UntypedBuffer {
   const MemoryPlace& place() const noexcept { return place_; }
 
   // A new buffer in `target` holding a copy of these bytes; done when it returns.
-  [[nodiscard]] UntypedBuffer copy_to(const MemoryPlace& target, ErrorContext what) const {
-    UntypedBuffer result = allocate(bytes_, target, what, gpu());
-    result.copy_from(pointer_, place_, what);
-    return result;
-  }
+  [[nodiscard]] UntypedBuffer copy_to(const MemoryPlace& target, ErrorContext what) const;
 
   // This buffer itself when it is in `target` already; otherwise a copy
   // there, and this buffer's memory is freed. Either way *this is left empty.
-  [[nodiscard]] UntypedBuffer move_to(const MemoryPlace& target, ErrorContext what) {
-    if (target == place_) return std::move(*this);
-    UntypedBuffer result = copy_to(target, what);
-    *this = UntypedBuffer();
-    return result;
-  }
+  [[nodiscard]] UntypedBuffer move_to(const MemoryPlace& target, ErrorContext what);
 
   // A new buffer in `target`, its copy queued on `stream` where no pageable
   // memory is involved (detail/copy_engine.hpp's copy_async): then the caller
   // keeps both alive and synchronizes the stream before using either.
-  [[nodiscard]] UntypedBuffer copy_to(const MemoryPlace& target, const Stream& stream, ErrorContext what) const {
-    UntypedBuffer result = allocate(bytes_, target, what, gpu());
-    try {
-      copy_async(result.pointer_, target, pointer_, place_, bytes_, stream);
-    } catch (const Error& error) {
-      rethrow_with_prefix(error, what());
-    }
-    return result;
-  }
+  [[nodiscard]] UntypedBuffer copy_to(const MemoryPlace& target, const Stream& stream, ErrorContext what) const;
 
   // Copies bytes() from `source`, in `from`, into this buffer; done when it returns.
-  void copy_from(const void* source, const MemoryPlace& from, ErrorContext what) {
-    try {
-      copy(pointer_, place_, source, from, bytes_);
-    } catch (const Error& error) {
-      rethrow_with_prefix(error, what());
-    }
-  }
+  void copy_from(const void* source, const MemoryPlace& from, ErrorContext what);
 
   // Copies this buffer's bytes to `destination`, in `to`; done when it returns.
-  void copy_into(void* destination, const MemoryPlace& to, ErrorContext what) const {
-    try {
-      copy(destination, to, pointer_, place_, bytes_);
-    } catch (const Error& error) {
-      rethrow_with_prefix(error, what());
-    }
-  }
+  void copy_into(void* destination, const MemoryPlace& to, ErrorContext what) const;
 
   // Sets the buffer to copies of the `pattern_bytes` at `pattern`, one after
   // another (bytes() is a multiple of `pattern_bytes`); done when it returns.
-  void fill(const void* pattern, std::size_t pattern_bytes, ErrorContext what) {
-    try {
-      detail::fill(pointer_, place_, bytes_, pattern, pattern_bytes);
-    } catch (const Error& error) {
-      rethrow_with_prefix(error, what());
-    }
-  }
+  void fill(const void* pattern, std::size_t pattern_bytes, ErrorContext what);
 
  private:
   // The GPU this buffer is on, or -1 in host memory.
@@ -141,12 +104,7 @@ struct ElementsCall {
   std::size_t element_bytes;
   Device device;
 
-  std::string operator()() const {
-    return std::string(function) + "(" + std::to_string(size) + " elements, " +
-           (size <= std::numeric_limits<std::size_t>::max() / element_bytes ? std::to_string(size * element_bytes)
-                                                                            : "too many") +
-           " bytes, " + device.str() + ")";
-  }
+  std::string operator()() const;
 };
 
 // "gpusel::Buffer::to(cuda:1) of 1024 elements (4096 bytes) on cpu", then
@@ -159,52 +117,132 @@ struct MoveCall {
   const char* suffix = "";
   const Stream* stream = nullptr;
 
-  std::string operator()() const {
-    std::string text = "gpusel::Buffer::to(" + target.str() + ") of " + std::to_string(size) + " elements (" +
-                       std::to_string(size * element_bytes) + " bytes) on " +
-                       (from.kind == MemoryKind::pinned_host ? std::string("cpu (pinned)") : from.as_device().str()) +
-                       suffix;
-    if (stream != nullptr) text += " on a stream of " + stream->device().str();
-    return text;
-  }
+  std::string operator()() const;
 };
 
 // Where new memory on `device` lives: pageable host memory for cpu, the GPU's
 // memory for cuda:N, and for `cuda` the calling thread's current GPU.
-inline MemoryPlace place_of(const Device& device, ErrorContext what) {
+GPUSEL_API MemoryPlace place_of(const Device& device, ErrorContext what);
+
+// Where a Buffer in `from` puts its copy on `device`: on the cpu, pinned stays pinned.
+GPUSEL_API MemoryPlace target_place(const Device& device, const MemoryPlace& from, ErrorContext what);
+
+// `call.size` elements of `call.element_bytes` in `place`, contents
+// unspecified. A size whose bytes cannot be counted is an OutOfMemory.
+[[nodiscard]] GPUSEL_API UntypedBuffer allocate_elements(const ElementsCall& call, const MemoryPlace& place);
+
+// The same on `call.device`.
+[[nodiscard]] GPUSEL_API UntypedBuffer allocate_elements(const ElementsCall& call);
+
+// The same, holding a copy of the elements at `values` in host memory.
+[[nodiscard]] GPUSEL_API UntypedBuffer copy_host_elements(const ElementsCall& call, const void* values);
+
+// Copies `source`'s elements into `destination`'s, which must be as many.
+GPUSEL_API void copy_elements(UntypedBuffer& destination, const UntypedBuffer& source, const ElementsCall& call);
+
+}  // namespace gpusel::detail
+
+#if GPUSEL_DEFINITIONS
+
+#include <limits>
+
+#include "gpusel/detail/resolve_device.hpp"
+#include "gpusel/error.hpp"
+
+namespace gpusel::detail {
+
+GPUSEL_API UntypedBuffer UntypedBuffer::copy_to(const MemoryPlace& target, ErrorContext what) const {
+  UntypedBuffer result = allocate(bytes_, target, what, gpu());
+  result.copy_from(pointer_, place_, what);
+  return result;
+}
+
+GPUSEL_API UntypedBuffer UntypedBuffer::move_to(const MemoryPlace& target, ErrorContext what) {
+  if (target == place_) return std::move(*this);
+  UntypedBuffer result = copy_to(target, what);
+  *this = UntypedBuffer();
+  return result;
+}
+
+GPUSEL_API UntypedBuffer UntypedBuffer::copy_to(const MemoryPlace& target, const Stream& stream,
+                                                ErrorContext what) const {
+  UntypedBuffer result = allocate(bytes_, target, what, gpu());
+  try {
+    copy_async(result.pointer_, target, pointer_, place_, bytes_, stream);
+  } catch (const Error& error) {
+    rethrow_with_prefix(error, what());
+  }
+  return result;
+}
+
+GPUSEL_API void UntypedBuffer::copy_from(const void* source, const MemoryPlace& from, ErrorContext what) {
+  try {
+    copy(pointer_, place_, source, from, bytes_);
+  } catch (const Error& error) {
+    rethrow_with_prefix(error, what());
+  }
+}
+
+GPUSEL_API void UntypedBuffer::copy_into(void* destination, const MemoryPlace& to, ErrorContext what) const {
+  try {
+    copy(destination, to, pointer_, place_, bytes_);
+  } catch (const Error& error) {
+    rethrow_with_prefix(error, what());
+  }
+}
+
+GPUSEL_API void UntypedBuffer::fill(const void* pattern, std::size_t pattern_bytes, ErrorContext what) {
+  try {
+    detail::fill(pointer_, place_, bytes_, pattern, pattern_bytes);
+  } catch (const Error& error) {
+    rethrow_with_prefix(error, what());
+  }
+}
+
+GPUSEL_API std::string ElementsCall::operator()() const {
+  return std::string(function) + "(" + std::to_string(size) + " elements, " +
+         (size <= std::numeric_limits<std::size_t>::max() / element_bytes ? std::to_string(size * element_bytes)
+                                                                          : "too many") +
+         " bytes, " + device.str() + ")";
+}
+
+GPUSEL_API std::string MoveCall::operator()() const {
+  std::string text = "gpusel::Buffer::to(" + target.str() + ") of " + std::to_string(size) + " elements (" +
+                     std::to_string(size * element_bytes) + " bytes) on " +
+                     (from.kind == MemoryKind::pinned_host ? std::string("cpu (pinned)") : from.as_device().str()) +
+                     suffix;
+  if (stream != nullptr) text += " on a stream of " + stream->device().str();
+  return text;
+}
+
+GPUSEL_API MemoryPlace place_of(const Device& device, ErrorContext what) {
   if (device.is_cpu()) return MemoryPlace{};
   return MemoryPlace{MemoryKind::device, resolve_cuda_index(device, what)};
 }
 
-// Where a Buffer in `from` puts its copy on `device`: on the cpu, pinned stays pinned.
-inline MemoryPlace target_place(const Device& device, const MemoryPlace& from, ErrorContext what) {
+GPUSEL_API MemoryPlace target_place(const Device& device, const MemoryPlace& from, ErrorContext what) {
   if (device.is_cpu()) return from.is_host() ? from : MemoryPlace{};
   return place_of(device, what);
 }
 
-// `call.size` elements of `call.element_bytes` in `place`, contents
-// unspecified. A size whose bytes cannot be counted is an OutOfMemory.
-[[nodiscard]] inline UntypedBuffer allocate_elements(const ElementsCall& call, const MemoryPlace& place) {
+GPUSEL_API UntypedBuffer allocate_elements(const ElementsCall& call, const MemoryPlace& place) {
   if (call.size > std::numeric_limits<std::size_t>::max() / call.element_bytes)
     throw OutOfMemory(call() + ": " + std::to_string(call.size) + " elements do not fit in memory");
   return UntypedBuffer::allocate(call.size * call.element_bytes, place, call);
 }
 
-// The same on `call.device`.
-[[nodiscard]] inline UntypedBuffer allocate_elements(const ElementsCall& call) {
+GPUSEL_API UntypedBuffer allocate_elements(const ElementsCall& call) {
   return allocate_elements(call, place_of(call.device, call));
 }
 
-// The same, holding a copy of the elements at `values` in host memory.
-[[nodiscard]] inline UntypedBuffer copy_host_elements(const ElementsCall& call, const void* values) {
+GPUSEL_API UntypedBuffer copy_host_elements(const ElementsCall& call, const void* values) {
   UntypedBuffer buffer = allocate_elements(call);
   if (call.size != 0 && values == nullptr) throw Error(call() + ": the data pointer is null");
   buffer.copy_from(values, MemoryPlace{}, call);
   return buffer;
 }
 
-// Copies `source`'s elements into `destination`'s, which must be as many.
-inline void copy_elements(UntypedBuffer& destination, const UntypedBuffer& source, const ElementsCall& call) {
+GPUSEL_API void copy_elements(UntypedBuffer& destination, const UntypedBuffer& source, const ElementsCall& call) {
   const std::size_t source_size = source.bytes() / call.element_bytes;
   if (source_size != call.size)
     throw Error(call() + ": the source has " + std::to_string(source_size) + " elements, this Buffer " +
@@ -213,3 +251,5 @@ inline void copy_elements(UntypedBuffer& destination, const UntypedBuffer& sourc
 }
 
 }  // namespace gpusel::detail
+
+#endif  // GPUSEL_DEFINITIONS
