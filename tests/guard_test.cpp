@@ -536,6 +536,15 @@ TEST(SynchronizeContexts, ADeviceWithoutAContextHasNothingToWaitFor) {
   });
 }
 
+TEST(SynchronizeContexts, TheCurrentDeviceWithoutAContextHasNothingToWaitForEither) {
+  gpusel_emulated::reset(gpusel_emulated::devices(2));
+  on_fresh_thread([] {
+    EXPECT_NO_THROW(gpusel::synchronize(gpusel::cuda(0)));  // cuda:0 is this thread's current device
+    EXPECT_EQ(primary_context_count(), 0) << "synchronize(cuda:0) created the current device's context";
+    EXPECT_EQ(raw_current_device(), 0);
+  });
+}
+
 TEST(SynchronizeContexts, SwitchesBackWithoutCreatingAContext) {
   gpusel_emulated::reset(gpusel_emulated::devices(2));
   { gpusel::DeviceGuard guard(1); }  // cuda:1 now has a context, cuda:0 none

@@ -133,8 +133,8 @@ inline void synchronize() {
 }
 
 // Waits until all work on `device` has finished; the current device stays as
-// it was. Creates no context: a device without one has no work to wait for, and
-// switching back is lazy (Note [Restoring a device without creating its
+// it was. Creates no context, on `device` either, current or not: a device
+// without one has no work to wait for, and switching back is lazy (Note [Restoring a device without creating its
 // context] in detail/device_switch.hpp). A cpu device has nothing to wait for.
 inline void synchronize(const Device& device) {
   if (device.is_cpu()) return;
@@ -145,9 +145,10 @@ inline void synchronize(const Device& device) {
   if (status != cudaSuccess) {
     throw detail::cuda_error(status, "cudaGetDevice", device, detail::describe_visible_devices());
   }
+  // Also when `index` is current: cudaDeviceSynchronize would create its context to wait for nothing.
+  if (detail::primary_context_state(index) == detail::PrimaryContextState::Inactive) return;
   const bool switches = current.runtime != index;
   if (switches) {
-    if (detail::primary_context_state(index) == detail::PrimaryContextState::Inactive) return;
     status = cudaSetDevice(index);
     if (status != cudaSuccess) {
       throw detail::cuda_error(status, "cudaSetDevice", device, detail::describe_visible_devices());
