@@ -30,10 +30,14 @@ environment=(env "GPUSEL_NVML_LIBRARY=$library" "GPUSEL_FAKE_NVML_CONFIG=$work/m
   "GPUSEL_LEASE_DIR=$work/leases")
 rank_says='echo "rank ${OMPI_COMM_WORLD_LOCAL_RANK:-${MPI_LOCALRANKID:-?}}: $CUDA_VISIBLE_DEVICES"; sleep 1'
 
+# The ranks' stdout and gpusel's stderr are read apart: mpirun forwards each rank's
+# streams in chunks of its own, so on one stream a rank's line could land
+# inside another process's message.
 echo "--- mpirun -np 4 ${flags[*]} gpusel run --local-rank -- sh -c ..."
-output=$(mpirun "${flags[@]}" -np 4 "${environment[@]}" "$gpusel" run --local-rank -- sh -c "$rank_says" 2>&1) ||
-  fail "mpirun exited with $?: $output"
+output=$(mpirun "${flags[@]}" -np 4 "${environment[@]}" "$gpusel" run --local-rank -- sh -c "$rank_says" \
+  2>"$work/stderr") || fail "mpirun exited with $?: $output $(cat "$work/stderr")"
 echo "$output"
+cat "$work/stderr"
 for rank in 0 1 2 3; do
   grep -qx "rank $rank: GPU-fa4e0000-0000-0000-0000-00000000000$rank" <<<"$output" ||
     fail "rank $rank did not run on the job's GPU $rank"
@@ -43,13 +47,15 @@ echo "--- the same while another job leases GPU 2"
 "${environment[@]}" "$gpusel" run --exclude 0,1,3 -- sleep 60 &
 holder=$!
 for _ in $(seq 50); do "${environment[@]}" "$gpusel" pick --exclude 0,1,3 >/dev/null 2>&1 || break; sleep 0.1; done
-output=$(mpirun "${flags[@]}" -np 4 "${environment[@]}" "$gpusel" run --local-rank -- sh -c "$rank_says" 2>&1)
+output=$(mpirun "${flags[@]}" -np 4 "${environment[@]}" "$gpusel" run --local-rank -- sh -c "$rank_says" \
+  2>"$work/stderr")
 status=$?
 kill "$holder"
 wait "$holder" 2>/dev/null
 echo "$output"
+cat "$work/stderr"
 [ "$status" != 0 ] || fail "mpirun succeeded though rank 2's GPU is leased by another job"
-grep -q "its GPU, cuda:2 of the job (physical 2, GPU-fa4e0000-0000-0000-0000-000000000002), is leased by another job (pid $holder" <<<"$output" ||
+grep -q "its GPU, cuda:2 of the job (physical 2, GPU-fa4e0000-0000-0000-0000-000000000002), is leased by another job (pid $holder" "$work/stderr" ||
   fail "rank 2 did not say that another job holds its GPU"
 if grep -q "^rank 2:" <<<"$output"; then fail "rank 2 ran though its GPU is leased"; fi
 echo "PASSED: 4 ranks ran on the job's GPUs 0..3, leased; a rank whose GPU another job holds stopped with the reason"
