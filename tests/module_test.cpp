@@ -653,6 +653,25 @@ TEST(ModuleBatched, WithoutBatchCallsTheCopiesGoOneByOneOnOneStreamWithOneWait) 
   EXPECT_EQ(m.contents(), before);
 }
 
+TEST(ModuleBatched, AFailedBatchNamesItsFirstBufferTheDevicesAndHowManyShareIt) {
+  machine_with(1);
+  ManyBuffers m(10, 0);
+  gpusel_emulated::fail_call("cudaMemcpyBatchAsync", 1, cudaErrorLaunchFailure);
+  try {
+    m.to(gpusel::cuda(0));
+    FAIL() << "the batch failed";
+  } catch (const gpusel::Error& e) {
+    EXPECT_EQ(e.code(), cudaErrorLaunchFailure);
+    EXPECT_TRUE(contains(e.what(),
+                         "gpusel::Module::to(cuda:0): moving buffer \"f0\" (4 bytes on cpu) and 19 other "
+                         "buffers batched with it failed, so no buffer was moved: gpusel copy engine: "
+                         "cudaMemcpyBatchAsync(20 copies ("))
+        << e.what();
+    EXPECT_TRUE(contains(e.what(), " bytes from cpu to cuda:0)): unspecified launch failure")) << e.what();
+  }
+  EXPECT_EQ(m.device(), gpusel::cpu());
+}
+
 // Note [Module::to is a transaction] with batching, proved: every call of
 // every path fails in turn (the batch call included, and with the loop that
 // replaces it where the runtime has none); each time every buffer is where it
