@@ -462,7 +462,7 @@ struct ManyBuffers : gpusel::Module {
       bytes.push_back(std::move(b));
     }
     for (int i = 0; i < large_count; ++i) {
-      auto b = make((std::size_t{2} << 20) + 7 + static_cast<std::size_t>(i));
+      auto b = make((std::size_t{1} << 20) + 7 + static_cast<std::size_t>(i));
       fill(*b, static_cast<std::uint64_t>(i) + 1000);
       register_buffer("large" + std::to_string(i), *b);
       large.push_back(std::move(b));
