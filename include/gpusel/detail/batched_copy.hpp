@@ -3,24 +3,11 @@
 // batches, with one wait. See Note [Moving many buffers at once].
 #pragma once
 
-#include <cuda_runtime_api.h>
-
-#include <algorithm>
 #include <cstddef>
-#include <cstring>
-#include <string>
-#include <vector>
 
-#include "gpusel/copy_engine_options.hpp"
 #include "gpusel/detail/compile_once.hpp"
-#include "gpusel/detail/copy_engine.hpp"
-#include "gpusel/detail/cuda_status.hpp"
-#include "gpusel/detail/engine_cache.hpp"
 #include "gpusel/detail/memory.hpp"
-#include "gpusel/detail/peer_access.hpp"
-#include "gpusel/detail/staging_pool.hpp"
 #include "gpusel/detail/untyped_buffer.hpp"
-#include "gpusel/guard.hpp"
 
 namespace gpusel::detail {
 
@@ -62,7 +49,6 @@ namespace gpusel::detail {
 // a running DMA corrupts another copy): the stream is waited for first, and if
 // that fails too the chunks are freed (cudaFreeHost waits) and the stream is
 // destroyed, not kept. Every copy has arrived when move_buffers returns.
-inline constexpr std::size_t kLargestBatchedPageableBytes = kDirectCopyBytes;
 
 // Note [Batched copies where the runtime has them]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -101,7 +87,31 @@ struct MoveFailure {
 // Sources must not be in their target already.
 GPUSEL_API void move_buffers(BufferMove* moves, std::size_t count, MoveFailure& failure);
 
+}  // namespace gpusel::detail
+
 #if GPUSEL_DEFINITIONS
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpusel/copy_engine_options.hpp"
+#include "gpusel/detail/copy_engine.hpp"
+#include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/detail/engine_cache.hpp"
+#include "gpusel/detail/peer_access.hpp"
+#include "gpusel/detail/staged_copy.hpp"
+#include "gpusel/detail/staging_pool.hpp"
+#include "gpusel/guard.hpp"
+
+namespace gpusel::detail {
+
+// Pageable buffers up to this size are batched, larger ones go through the
+// copy engine (Note [Moving many buffers at once]).
+inline constexpr std::size_t kLargestBatchedPageableBytes = kDirectCopyBytes;
 
 // A stream of one GPU, with the staging chunks and the list of copies of the
 // batches queued on it. The destructor waits for copies still in flight, then
@@ -366,6 +376,6 @@ GPUSEL_API void move_buffers(BufferMove* moves, std::size_t count, MoveFailure& 
   }
 }
 
-#endif  // GPUSEL_DEFINITIONS
-
 }  // namespace gpusel::detail
+
+#endif  // GPUSEL_DEFINITIONS
