@@ -528,7 +528,6 @@ TEST(ModuleBatched, ManySmallBuffersGoToTheGpuInOneBatchAndOneWait) {
   ASSERT_LT(m.total_bytes(), std::size_t{4} << 20) << "one staging chunk";
   gpusel_emulated::clear_calls();
   m.to(gpusel::cuda(0));
-  EXPECT_EQ(gpusel_emulated::calls("cudaMalloc"), 300) << "one allocation per buffer: each Buffer owns its memory";
   EXPECT_EQ(gpusel_emulated::calls("cudaMemcpyBatchAsync"), 1);
   EXPECT_EQ(copy_calls(), 1);
   EXPECT_EQ(waits(), 1);
