@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "gpusel/copy_engine_options.hpp"
 #include "gpusel/guard.hpp"
 #include "gpusel_test.hpp"
 #include "text_checks.hpp"
@@ -431,6 +432,318 @@ TEST(ModuleEmulated, ToIsATransactionWhereverItFails) {
     }
   }
   EXPECT_GT(failures_seen, 80);
+}
+
+// Note [Moving many buffers at once] (detail/batched_copy.hpp), tested: a
+// model of many small buffers of several element types, and optionally large
+// ones, whose bytes have no period (a piece staged at the wrong offset shows).
+struct ManyBuffers : gpusel::Module {
+  std::vector<std::unique_ptr<gpusel::Buffer<float>>> floats;
+  std::vector<std::unique_ptr<gpusel::Buffer<std::uint8_t>>> bytes;  // odd sizes: no piece ends aligned
+  std::vector<std::unique_ptr<gpusel::Buffer<std::uint8_t>>> large;  // above the batching threshold
+
+  enum class Memory { pageable, pinned };
+  ManyBuffers(int small, int large_count, Memory memory = Memory::pageable) {
+    const auto make = [memory](std::size_t size) {
+      return std::make_unique<gpusel::Buffer<std::uint8_t>>(memory == Memory::pinned
+                                                                ? gpusel::Buffer<std::uint8_t>::pinned(size)
+                                                                : gpusel::Buffer<std::uint8_t>(size, gpusel::cpu()));
+    };
+    for (int i = 0; i < small; ++i) {
+      const std::size_t size = 1 + static_cast<std::size_t>(i) * 977 % 3000;
+      auto f = std::make_unique<gpusel::Buffer<float>>(
+          memory == Memory::pinned ? gpusel::Buffer<float>::pinned(size) : gpusel::Buffer<float>(size, gpusel::cpu()));
+      for (std::size_t k = 0; k < size; ++k) f->data()[k] = static_cast<float>(i) + static_cast<float>(k) * 0.25f;
+      register_buffer("f" + std::to_string(i), *f);
+      floats.push_back(std::move(f));
+      auto b = make(size * 3 + 1);
+      fill(*b, static_cast<std::uint64_t>(i) + 1);
+      register_buffer("b" + std::to_string(i), *b);
+      bytes.push_back(std::move(b));
+    }
+    for (int i = 0; i < large_count; ++i) {
+      auto b = make((std::size_t{1} << 20) + 7 + static_cast<std::size_t>(i));
+      fill(*b, static_cast<std::uint64_t>(i) + 1000);
+      register_buffer("large" + std::to_string(i), *b);
+      large.push_back(std::move(b));
+    }
+  }
+  static void fill(gpusel::Buffer<std::uint8_t>& buffer, std::uint64_t seed) {
+    for (std::size_t k = 0; k < buffer.size(); ++k) {
+      const std::uint64_t x = (k + seed * 0x10001) * 0x9E3779B97F4A7C15u;
+      buffer.data()[k] = static_cast<std::uint8_t>((x ^ (x >> 31)) >> 24);
+    }
+  }
+  std::size_t buffer_count() const { return floats.size() + bytes.size() + large.size(); }
+  std::size_t total_bytes() const {
+    std::size_t total = 0;
+    for (const auto& info : named_buffers()) total += info.bytes;
+    return total;
+  }
+  // Every buffer's elements, read back to the host.
+  std::vector<std::vector<std::uint8_t>> contents() const {
+    std::vector<std::vector<std::uint8_t>> all;
+    for (const auto& f : floats) {
+      const std::vector<float> values = f->to_vector();
+      const auto* first = reinterpret_cast<const std::uint8_t*>(values.data());
+      all.emplace_back(first, first + values.size() * sizeof(float));
+    }
+    for (const auto& b : bytes) all.push_back(b->to_vector());
+    for (const auto& b : large) all.push_back(b->to_vector());
+    return all;
+  }
+  std::vector<const void*> memory() const {
+    std::vector<const void*> all;
+    for (const auto& f : floats) all.push_back(f->data());
+    for (const auto& b : bytes) all.push_back(b->data());
+    for (const auto& b : large) all.push_back(b->data());
+    return all;
+  }
+};
+
+// Calls that copy, and calls that wait, since the last clear_calls().
+int copy_calls() {
+  return gpusel_emulated::calls("cudaMemcpy") + gpusel_emulated::calls("cudaMemcpyAsync") +
+         gpusel_emulated::calls("cudaMemcpyPeerAsync") + gpusel_emulated::calls("cudaMemcpyBatchAsync");
+}
+int waits() {
+  return gpusel_emulated::calls("cudaStreamSynchronize") + gpusel_emulated::calls("cudaEventSynchronize") +
+         gpusel_emulated::calls("cudaDeviceSynchronize");
+}
+
+// Copy engine options for one test, restored after it.
+struct EngineOptionsForTest {
+  explicit EngineOptionsForTest(const gpusel::CopyEngineOptions& options) { gpusel::set_copy_engine_options(options); }
+  ~EngineOptionsForTest() { gpusel::set_copy_engine_options({}); }
+  EngineOptionsForTest(const EngineOptionsForTest&) = delete;
+  EngineOptionsForTest& operator=(const EngineOptionsForTest&) = delete;
+};
+
+// 300 small pageable buffers, 1.6 MiB in all: one batch (one 4 MiB staging
+// chunk) and one wait, where one copy per buffer made 300 cudaMemcpy and 300 waits.
+TEST(ModuleBatched, ManySmallBuffersGoToTheGpuInOneBatchAndOneWait) {
+  machine_with(1);
+  ManyBuffers m(150, 0);
+  const auto before = m.contents();
+  ASSERT_LT(m.total_bytes(), std::size_t{4} << 20) << "one staging chunk";
+  gpusel_emulated::clear_calls();
+  m.to(gpusel::cuda(0));
+  EXPECT_EQ(gpusel_emulated::calls("cudaMemcpyBatchAsync"), 1);
+  EXPECT_EQ(copy_calls(), 1);
+  EXPECT_EQ(waits(), 1);
+  EXPECT_EQ(m.device(), gpusel::cuda(0));
+  EXPECT_EQ(m.contents(), before);
+  EXPECT_EQ(gpusel_emulated::pending_operations(), 0);
+}
+
+TEST(ModuleBatched, ManySmallBuffersComeBackToTheCpuInOneBatchAndOneWait) {
+  machine_with(1);
+  ManyBuffers m(150, 0);
+  const auto before = m.contents();
+  m.to(gpusel::cuda(0));
+  gpusel_emulated::clear_calls();
+  m.to(gpusel::cpu());
+  EXPECT_EQ(gpusel_emulated::calls("cudaMemcpyBatchAsync"), 1);
+  EXPECT_EQ(copy_calls(), 1);
+  EXPECT_EQ(waits(), 1);
+  EXPECT_EQ(gpusel_emulated::bytes_in_use(0), 0u);
+  for (const auto& info : m.named_buffers()) EXPECT_FALSE(info.pinned) << info.name;
+  EXPECT_EQ(m.contents(), before);
+}
+
+TEST(ModuleBatched, ManySmallBuffersMoveBetweenGpusInOneBatchWithAndWithoutPeerAccess) {
+  for (const bool peer : {true, false}) {
+    gpusel::release_cached_resources();
+    gpusel_emulated::Config config = gpusel_emulated::devices(2);
+    if (!peer) config.peer_access = {{false, false}, {false, false}};
+    gpusel_emulated::reset(config);
+    ManyBuffers m(60, 2);
+    const auto before = m.contents();
+    m.to(gpusel::cuda(0));
+    gpusel_emulated::clear_calls();
+    m.to(gpusel::cuda(1));
+    EXPECT_EQ(gpusel_emulated::calls("cudaMemcpyBatchAsync"), 1) << "large device buffers need no staging: batched too";
+    EXPECT_EQ(copy_calls(), 1);
+    EXPECT_EQ(waits(), 1);
+    EXPECT_EQ(gpusel_emulated::peer_copies() > 0, peer);
+    EXPECT_EQ(gpusel_emulated::bytes_in_use(0), 0u);
+    EXPECT_EQ(m.device(), gpusel::cuda(1));
+    EXPECT_EQ(m.contents(), before);
+  }
+}
+
+TEST(ModuleBatched, PinnedBuffersGoInOneBatchWithoutStagingAndStayPinnedOnTheCpu) {
+  machine_with(1);
+  ManyBuffers m(40, 2, ManyBuffers::Memory::pinned);
+  const auto before = m.contents();
+  const auto memory = m.memory();
+  gpusel::release_cached_resources();
+  gpusel_emulated::clear_calls();
+  m.to(gpusel::cpu());
+  EXPECT_EQ(m.memory(), memory) << "already on the cpu: nothing moves, pinned stays pinned";
+  EXPECT_EQ(copy_calls(), 0);
+  m.to(gpusel::cuda(0));
+  EXPECT_EQ(gpusel_emulated::calls("cudaMallocHost"), 0) << "no staging chunk is pinned for pinned buffers";
+  EXPECT_EQ(gpusel_emulated::calls("cudaMemcpyBatchAsync"), 1);
+  EXPECT_EQ(copy_calls(), 1);
+  EXPECT_EQ(waits(), 1);
+  EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), 0u) << "the pinned memory was freed";
+  EXPECT_EQ(m.contents(), before);
+}
+
+// Small buffers are batched, large pageable ones go through the copy engine's
+// parallel path, each its own copy: 2 + 2 large ones, 1 batch.
+TEST(ModuleBatched, LargePageableBuffersStillGoThroughTheCopyEngine) {
+  machine_with(1);
+  ManyBuffers m(50, 2);
+  const auto before = m.contents();
+  gpusel_emulated::clear_calls();
+  m.to(gpusel::cuda(0));
+  EXPECT_EQ(gpusel_emulated::calls("cudaMemcpyBatchAsync"), 1);
+  EXPECT_EQ(gpusel_emulated::calls("cudaMemcpy"), 0) << "nothing went one by one";
+  EXPECT_GT(gpusel_emulated::calls("cudaMemcpyAsync"), 0) << "the engine's staged pipelines";
+  EXPECT_EQ(m.contents(), before);
+  gpusel_emulated::clear_calls();
+  m.to(gpusel::cpu());
+  EXPECT_EQ(gpusel_emulated::calls("cudaMemcpyBatchAsync"), 1);
+  EXPECT_EQ(gpusel_emulated::calls("cudaMemcpy"), 0);
+  EXPECT_EQ(m.contents(), before);
+}
+
+// With 64 KiB chunks and 2 slots, 1.6 MiB take about 26 chunks in 13 rounds: each
+// chunk reused only after its round's wait (the emulation runs a batch only when
+// waited for, so a chunk refilled early would corrupt a buffer).
+TEST(ModuleBatched, MoreThanTheStagingChunksHoldGoesInRoundsOneWaitEach) {
+  machine_with(1);
+  const EngineOptionsForTest options({0, 0, 2, std::size_t{64} << 10});
+  ManyBuffers m(150, 0);
+  const auto before = m.contents();
+  gpusel_emulated::clear_calls();
+  m.to(gpusel::cuda(0));
+  const int chunks = gpusel_emulated::calls("cudaMemcpyBatchAsync");
+  EXPECT_GE(chunks, static_cast<int>(m.total_bytes() / (std::size_t{64} << 10)));
+  EXPECT_EQ(waits(), (chunks + 1) / 2);
+  EXPECT_EQ(m.contents(), before);
+  gpusel_emulated::clear_calls();
+  m.to(gpusel::cpu());
+  EXPECT_EQ(waits(), (gpusel_emulated::calls("cudaMemcpyBatchAsync") + 1) / 2);
+  EXPECT_EQ(m.contents(), before);
+}
+
+// Where the runtime has no cudaMemcpyBatchAsync (Note [Batched copies where
+// the runtime has them]): a loop of asynchronous copies on the one stream, one wait.
+TEST(ModuleBatched, WithoutBatchCallsTheCopiesGoOneByOneOnOneStreamWithOneWait) {
+  machine_with(2);
+  ManyBuffers m(40, 0);
+  const auto before = m.contents();
+  gpusel_emulated::fail_calls_from("cudaMemcpyBatchAsync", 1, cudaErrorNotSupported);
+  gpusel_emulated::clear_calls();
+  m.to(gpusel::cuda(0));
+  EXPECT_EQ(gpusel_emulated::calls("cudaMemcpyAsync"), 80);
+  EXPECT_EQ(gpusel_emulated::calls("cudaMemcpy"), 0);
+  EXPECT_EQ(waits(), 1);
+  gpusel_emulated::clear_calls();
+  m.to(gpusel::cuda(1));
+  EXPECT_EQ(gpusel_emulated::calls("cudaMemcpyPeerAsync"), 80);
+  EXPECT_EQ(waits(), 1);
+  m.to(gpusel::cpu());
+  gpusel_emulated::clear_failures();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the refused batch call left no error behind";
+  EXPECT_EQ(m.contents(), before);
+}
+
+TEST(ModuleBatched, AFailedBatchNamesItsFirstBufferTheDevicesAndHowManyShareIt) {
+  machine_with(1);
+  ManyBuffers m(10, 0);
+  gpusel_emulated::fail_call("cudaMemcpyBatchAsync", 1, cudaErrorLaunchFailure);
+  try {
+    m.to(gpusel::cuda(0));
+    FAIL() << "the batch failed";
+  } catch (const gpusel::Error& e) {
+    EXPECT_EQ(e.code(), cudaErrorLaunchFailure);
+    EXPECT_TRUE(contains(e.what(),
+                         "gpusel::Module::to(cuda:0): moving buffer \"f0\" (4 bytes on cpu) and 19 other "
+                         "buffers batched with it failed, so no buffer was moved: gpusel copy engine: "
+                         "cudaMemcpyBatchAsync(20 copies ("))
+        << e.what();
+    EXPECT_TRUE(contains(e.what(), " bytes from cpu to cuda:0)): unspecified launch failure")) << e.what();
+  }
+  EXPECT_EQ(m.device(), gpusel::cpu());
+}
+
+// Note [Module::to is a transaction] with batching, proved: every call of
+// every path fails in turn (the batch call included, and with the loop that
+// replaces it where the runtime has none); each time every buffer is where it
+// was, intact, nothing stays allocated, no stream, event or staging chunk is
+// left, and the Error names a buffer and the devices.
+TEST(ModuleBatched, ToIsATransactionWhereverABatchedMoveFails) {
+  const auto& functions = gpusel_test::kFallibleDataCalls;
+  struct Path {
+    gpusel::Device from, to;
+    ManyBuffers::Memory memory;
+  };
+  const Path paths[] = {{gpusel::cpu(), gpusel::cuda(1), ManyBuffers::Memory::pageable},
+                        {gpusel::cpu(), gpusel::cuda(1), ManyBuffers::Memory::pinned},
+                        {gpusel::cuda(0), gpusel::cpu(), ManyBuffers::Memory::pageable},
+                        {gpusel::cuda(0), gpusel::cuda(1), ManyBuffers::Memory::pageable}};
+  int failures_seen = 0;
+  for (const bool batch_calls : {true, false}) {
+    for (const Path& path : paths) {
+      for (const char* function : functions) {
+        for (int nth = 1;; ++nth) {
+          gpusel::release_cached_resources();
+          gpusel_emulated::reset(gpusel_emulated::devices(2));
+          // 32 small buffers fill 3 chunks of 64 KiB, in 2 slots: a second
+          // round, so a failure can come while a chunk is in flight.
+          const EngineOptionsForTest options({0, 0, 2, std::size_t{64} << 10});
+          ManyBuffers m(16, 1, path.memory);
+          ASSERT_GT(m.total_bytes() - m.large[0]->bytes(), std::size_t{2} * (64 << 10));
+          m.to(path.from);
+          const auto before = m.contents();
+          const auto memory = m.memory();
+          gpusel::release_cached_resources();
+          const std::size_t used_before[] = {gpusel_emulated::bytes_in_use(0), gpusel_emulated::bytes_in_use(1),
+                                             gpusel_emulated::pinned_host_bytes_in_use()};
+          if (!batch_calls) gpusel_emulated::fail_calls_from("cudaMemcpyBatchAsync", 1, cudaErrorNotSupported);
+          gpusel_emulated::fail_call(function, nth, cudaErrorMemoryAllocation);
+          bool failed = false;
+          try {
+            m.to(path.to);
+          } catch (const gpusel::Error& e) {
+            failed = true;
+            ++failures_seen;
+            EXPECT_EQ(e.code(), cudaErrorMemoryAllocation) << e.what();
+            EXPECT_TRUE(contains(e.what(), "gpusel::Module::to(" + path.to.str() + "): moving buffer \"")) << e.what();
+            EXPECT_TRUE(contains(e.what(), "on " + path.from.str())) << e.what();
+            EXPECT_TRUE(contains(e.what(), "no buffer was moved")) << e.what();
+          }
+          gpusel_emulated::clear_failures();
+          const std::string where = std::string(function) + " #" + std::to_string(nth) + " " + path.from.str() + "->" +
+                                    path.to.str() + (path.memory == ManyBuffers::Memory::pinned ? " (pinned)" : "") +
+                                    (batch_calls ? "" : " (no batch calls)");
+          if (!failed) {
+            EXPECT_EQ(m.device(), path.to) << where;
+            EXPECT_EQ(m.contents(), before) << where;
+            break;
+          }
+          EXPECT_EQ(m.device(), path.from) << where;
+          EXPECT_EQ(m.memory(), memory) << where;
+          EXPECT_EQ(m.contents(), before) << where;
+          gpusel::release_cached_resources();
+          const std::size_t used_after[] = {gpusel_emulated::bytes_in_use(0), gpusel_emulated::bytes_in_use(1),
+                                            gpusel_emulated::pinned_host_bytes_in_use()};
+          EXPECT_TRUE(std::equal(std::begin(used_before), std::end(used_before), std::begin(used_after))) << where;
+          EXPECT_EQ(gpusel_emulated::live_streams(), 0) << where;
+          EXPECT_EQ(gpusel_emulated::live_events(), 0) << where;
+          EXPECT_EQ(gpusel_emulated::operations_left_to_stream_destroy(), 0)
+              << where << ": a stream was destroyed with copies in flight";
+          EXPECT_EQ(gpusel_emulated::pending_operations(), 0) << where;
+          ASSERT_LT(nth, 200) << where << ": the failures never stopped";
+        }
+      }
+    }
+  }
+  EXPECT_GT(failures_seen, 100);
 }
 
 #endif

@@ -24,6 +24,11 @@
 
 namespace gpusel {
 
+namespace detail {
+template <class T>
+class TypedBufferEntry;  // Module's view of a Buffer (detail/module_entries.hpp)
+}  // namespace detail
+
 // Note [A Buffer never aliases another]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // PyTorch's `t.to(d)` returns `t` itself when it is already on `d`, so the
@@ -182,6 +187,8 @@ class Buffer {
   void fill(const T& value) { memory_.fill(&value, sizeof(T), call("gpusel::Buffer::fill")); }
 
  private:
+  friend class detail::TypedBufferEntry<T>;  // Module::to moves the memory in place
+
   explicit Buffer(detail::UntypedBuffer memory) noexcept : memory_(std::move(memory)) {}
 
   // What a call of `function` on this Buffer is doing, for its errors.

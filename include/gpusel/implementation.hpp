@@ -21,6 +21,7 @@
 
 #include "gpusel/cached_resources.hpp"
 #include "gpusel/copy_engine_options.hpp"
+#include "gpusel/detail/batched_copy.hpp"
 #include "gpusel/detail/copy_engine.hpp"
 #include "gpusel/detail/memory.hpp"
 #include "gpusel/detail/untyped_buffer.hpp"

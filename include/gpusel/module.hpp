@@ -37,17 +37,22 @@ namespace gpusel {
 // memory, the first six are on the GPU and the rest are not. gpusel promises
 // more: to(device)
 //  1. makes a copy of every buffer (of the module and its children) that is
-//     not yet on `device`, on `device` — the only step that can fail;
+//     not yet on `device`, on `device` — the only step that can fail: every
+//     copy is allocated first, then the bytes are copied, the small buffers
+//     together in batches (Note [Moving many buffers at once] in
+//     detail/batched_copy.hpp);
 //  2. then, only if every copy succeeded, swaps each copy into its Buffer
 //     (a swap cannot fail), and frees the old memory.
 // If step 1 fails, the copies made so far are freed and every Buffer is
 // exactly as it was; the Error names the buffer ("child.weight") and the
-// device. The price is that, for a moment, both the old and the new memory
-// exist: moving between two GPUs needs room on the target for everything,
-// which a one-by-one move would need too, and host memory for nothing.
-// Buffers are swapped, not replaced, so a reference to `layer.weight` taken
-// before to() sees the moved data after it. Between the two steps each copy
-// waits in its buffer's entry (detail/module_entries.hpp).
+// devices, and says how many others shared the batch that failed. The price
+// is that, for a moment, both the old and the new memory exist: moving
+// between two GPUs needs room on the target for everything, which a
+// one-by-one move would need too, and host memory for nothing. Buffers are
+// swapped, not replaced, so a reference to `layer.weight` taken before to()
+// sees the moved data after it. Between the two steps the copies wait in a
+// list of moves (detail::BufferMove), beside their buffers' entries
+// (detail/module_entries.hpp).
 
 // Note [A module graph is a tree with shared nodes]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -164,6 +169,11 @@ class Module {
   }
 
  private:
+  // Steps 1 and 2 of Note [Module::to is a transaction] for the buffers not
+  // yet on `target` (a resolved cuda:N or cpu), named by `names`.
+  static void move_entries(const Device& target, const std::vector<std::string>& names,
+                           const std::vector<detail::BufferEntry*>& entries);
+
   struct Entry {
     std::string name;
     std::unique_ptr<detail::BufferEntry> entry;
@@ -172,16 +182,6 @@ class Module {
     std::string name;
     Module* module;
   };
-  // Calls visit(entry) for every buffer of this module and its children, a
-  // shared one once per path. Builds no names and keeps no record, so it
-  // cannot fail where visit cannot: the commit and cancel of to() run through
-  // it, and do nothing for an entry seen again or never prepared.
-  template <class Visit>
-  void for_each_entry(const Visit& visit) const noexcept {
-    for (const Entry& entry : buffers_) visit(*entry.entry);
-    for (const Child& child : children_) child.module->for_each_entry(visit);
-  }
-
   // Calls visit(name, entry) for every distinct buffer of this module and its
   // children, in registration order, own buffers first, under its first path;
   // with SharedBuffers::every_path, once per path (Note [A module graph is a
@@ -243,6 +243,7 @@ class Module {
 
 #if GPUSEL_DEFINITIONS
 
+#include "gpusel/detail/batched_copy.hpp"
 #include "gpusel/detail/resolve_device.hpp"
 
 namespace gpusel {
@@ -251,24 +252,40 @@ GPUSEL_API Module& Module::to(const Device& device) {
   const Device target = device.is_cpu() ? gpusel::cpu() : gpusel::cuda(detail::resolve_cuda_index(device, [&] {
     return "gpusel::Module::to(" + device.str() + ")";
   }));
-  try {
-    for_each_buffer([&target](const std::string& name, detail::BufferEntry& entry) {
-      if (entry.device() == target) return;
-      try {
-        entry.prepare(target);
-      } catch (const Error& error) {  // an OutOfMemory stays one
-        detail::rethrow_with_prefix(error, "gpusel::Module::to(" + target.str() + "): moving buffer \"" + name +
-                                               "\" (" + std::to_string(entry.bytes()) + " bytes on " +
-                                               entry.device().str() + ") failed, so no buffer was moved");
-      }
-    });
-  } catch (...) {
-    for_each_entry([](detail::BufferEntry& entry) noexcept { entry.cancel(); });
-    throw;
-  }
-  for_each_entry([](detail::BufferEntry& entry) noexcept { entry.commit(); });  // frees the old memory
+  std::vector<std::string> names;
+  std::vector<detail::BufferEntry*> entries;
+  for_each_buffer([&](const std::string& name, detail::BufferEntry& entry) {
+    if (entry.device() == target) return;
+    names.push_back(name);
+    entries.push_back(&entry);
+  });
+  if (!entries.empty()) move_entries(target, names, entries);
   set_last_device(target);
   return *this;
+}
+
+GPUSEL_API void Module::move_entries(const Device& target, const std::vector<std::string>& names,
+                                     const std::vector<detail::BufferEntry*>& entries) {
+  const auto what = [&target] { return "gpusel::Module::to(" + target.str() + ")"; };
+  std::vector<detail::BufferMove> moves(entries.size());
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    moves[i].source = &entries[i]->memory();
+    moves[i].target = detail::target_place(target, moves[i].source->place(), what);
+    moves[i].elements = entries[i]->size();
+  }
+  detail::MoveFailure failure;
+  try {
+    detail::move_buffers(moves.data(), moves.size(), failure);
+  } catch (const Error& error) {  // an OutOfMemory stays one; `moves` frees every copy made
+    const detail::BufferEntry& entry = *entries[failure.first];
+    std::string prefix = what() + ": moving buffer \"" + names[failure.first] + "\" (" + std::to_string(entry.bytes()) +
+                         " bytes on " + entry.device().str() + ")";
+    if (failure.together > 1)
+      prefix += " and " + std::to_string(failure.together - 1) + " other buffers batched with it";
+    detail::rethrow_with_prefix(error, prefix + " failed, so no buffer was moved");
+  }
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    entries[i]->replace(std::move(moves[i].copy));  // frees the old memory
 }
 
 GPUSEL_API Device Module::device() const {

@@ -59,6 +59,8 @@
 //    context costs no device memory here (about 500 MiB on an H200);
 //  - an event wait (cudaStreamWaitEvent, cudaEventSynchronize) runs everything
 //    queued on the event's stream, not only what came before the record;
+//  - cudaMemcpyBatchAsync checks a whole batch before queueing any of it, and
+//    runs its copies last to first (Note [cudaMemcpyBatchAsync as emulated]);
 //  - cudaMemcpyDefault infers directions from the emulation's own records, and a
 //    copy whose declared direction disagrees with the pointers fails with
 //    cudaErrorInvalidValue (the real runtime is sometimes more forgiving);
@@ -1057,6 +1059,76 @@ cudaError_t cudaMemcpyPeerAsync(void* destination, int destination_device, const
   if (!gpusel_emulated::known_stream(call.s(), stream)) return call.finish(cudaErrorInvalidResourceHandle);
   return call.finish(gpusel_emulated::copy(call, destination, source, bytes, cudaMemcpyDeviceToDevice,
                                            gpusel_emulated::resolve_stream(call, stream)));
+}
+
+// Note [cudaMemcpyBatchAsync as emulated]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// CUDA 13.0's signature (cuda_runtime_api.h); CUDA 12.8 and 12.9 had a
+// `size_t* failIdx` before the stream, which 13.0 removed. As NVIDIA documents it:
+//  - the stream must not be the legacy NULL stream (nullptr, cudaStreamLegacy);
+//  - each copy is governed by one of `attrs`: attrs[k] applies to copies
+//    attrsIdxs[k] .. attrsIdxs[k+1]-1 (the last to count-1), so attrsIdxs[0]
+//    is 0, the indices increase, the last is below count, numAttrs <= count;
+//    each attribute's srcAccessOrder must be a valid one; otherwise
+//    cudaErrorInvalidValue;
+//  - the batch runs in stream order, but its copies in no promised order: the
+//    emulation runs them last to first, so copies that depend on each other
+//    show it;
+//  - srcAccessOrder Stream reads the source in stream order (queued, as an
+//    asynchronous copy of pinned or device memory; pageable memory is copied
+//    at once, as cudaMemcpyAsync does here); DuringApiCall reads it before the
+//    call returns (the emulation snapshots it then and writes the destination
+//    in stream order); Any lets the driver read it out of stream order, later,
+//    and the emulation reads it in stream order, one of the orders allowed.
+// Where the emulation differs: it checks the whole batch before queueing any
+// of it, so a failing call queued nothing, where the real runtime may have
+// queued some copies (12.x reported the first failing one through failIdx):
+// a caller must synchronize the stream before freeing what a failed batch
+// touched. A batch of no copies is refused (cudaErrorInvalidValue; NVIDIA
+// does not say); a copy of zero bytes does nothing. srcLocHint, dstLocHint
+// and flags are hints for managed memory and are ignored, as the real runtime
+// ignores them for other memory.
+cudaError_t cudaMemcpyBatchAsync(void* const* destinations, const void* const* sources, const size_t* sizes,
+                                 size_t count, cudaMemcpyAttributes* attributes, size_t* attribute_starts,
+                                 size_t attribute_count, cudaStream_t stream) {
+  Call call("cudaMemcpyBatchAsync");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
+  if (stream == nullptr || stream == cudaStreamLegacy) return call.finish(cudaErrorInvalidValue);
+  if (!gpusel_emulated::known_stream(call.s(), stream)) return call.finish(cudaErrorInvalidResourceHandle);
+  if (count == 0 || destinations == nullptr || sources == nullptr || sizes == nullptr || attributes == nullptr ||
+      attribute_starts == nullptr || attribute_count == 0 || attribute_count > count || attribute_starts[0] != 0)
+    return call.finish(cudaErrorInvalidValue);
+  for (size_t k = 0; k < attribute_count; ++k) {
+    if (k > 0 && attribute_starts[k] <= attribute_starts[k - 1]) return call.finish(cudaErrorInvalidValue);
+    if (attribute_starts[k] >= count) return call.finish(cudaErrorInvalidValue);
+    const cudaMemcpySrcAccessOrder order = attributes[k].srcAccessOrder;
+    if (order != cudaMemcpySrcAccessOrderStream && order != cudaMemcpySrcAccessOrderDuringApiCall &&
+        order != cudaMemcpySrcAccessOrderAny)
+      return call.finish(cudaErrorInvalidValue);
+  }
+  for (size_t i = 0; i < count; ++i)
+    if (sizes[i] != 0 && (destinations[i] == nullptr || sources[i] == nullptr))
+      return call.finish(cudaErrorInvalidValue);
+  CUstream_st* const queue = gpusel_emulated::resolve_stream(call, stream);
+  size_t governing = attribute_count - 1;  // the attribute of copy i, walking down from the last copy
+  for (size_t i = count; i-- > 0;) {
+    while (attribute_starts[governing] > i) --governing;
+    if (sizes[i] == 0) continue;
+    if (attributes[governing].srcAccessOrder == cudaMemcpySrcAccessOrderDuringApiCall) {
+      auto snapshot = std::make_shared<std::vector<char>>(static_cast<const char*>(sources[i]),
+                                                          static_cast<const char*>(sources[i]) + sizes[i]);
+      void* const destination = destinations[i];
+      call.ensure_context(call.thread().current_device);
+      queue->pending.emplace_back(
+          [snapshot, destination] { std::memcpy(destination, snapshot->data(), snapshot->size()); });
+      continue;
+    }
+    const cudaError_t status =
+        gpusel_emulated::copy(call, destinations[i], sources[i], sizes[i], cudaMemcpyDefault, queue);
+    if (status != cudaSuccess) return call.finish(status);
+  }
+  return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void* pointer, int value, size_t bytes) {

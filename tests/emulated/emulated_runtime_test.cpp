@@ -312,6 +312,109 @@ TEST_F(EmulatedRuntime, AsyncCopiesFromPageableMemoryHappenAtOnce) {
   (void)cudaFree(device);
 }
 
+// Note [cudaMemcpyBatchAsync as emulated], in emulated_runtime.cpp.
+struct Batch {
+  unsigned char* pinned = nullptr;  // 4 x 16 bytes
+  unsigned char* device = nullptr;  // 4 x 16 bytes
+  cudaStream_t stream = nullptr;
+  void* destinations[4] = {};
+  const void* sources[4] = {};
+  size_t sizes[4] = {16, 16, 16, 16};
+  cudaMemcpyAttributes attributes[2] = {};
+  size_t starts[2] = {0, 2};
+
+  Batch() {
+    EXPECT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned), 64), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), 64), cudaSuccess);
+    EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    for (int i = 0; i < 4; ++i) {
+      std::memset(pinned + 16 * i, i + 1, 16);
+      destinations[i] = device + 16 * i;
+      sources[i] = pinned + 16 * i;
+    }
+    for (auto& attribute : attributes) attribute.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  }
+  ~Batch() {
+    (void)cudaStreamDestroy(stream);
+    (void)cudaFree(device);
+    (void)cudaFreeHost(pinned);
+  }
+  Batch(const Batch&) = delete;  // frees what it made
+  Batch& operator=(const Batch&) = delete;
+
+  cudaError_t run(size_t count = 4, size_t attribute_count = 2, cudaStream_t on = nullptr) {
+    return cudaMemcpyBatchAsync(destinations, sources, sizes, count, attributes, starts, attribute_count,
+                                on != nullptr ? on : stream);
+  }
+  std::vector<unsigned char> device_bytes() const {
+    std::vector<unsigned char> back(64);
+    EXPECT_EQ(cudaMemcpy(back.data(), device, 64, cudaMemcpyDeviceToHost), cudaSuccess);
+    return back;
+  }
+};
+
+TEST_F(EmulatedRuntime, BatchCopiesAreQueuedInStreamOrderUntilSomethingWaits) {
+  Batch batch;
+  ASSERT_EQ(batch.run(), cudaSuccess);
+  EXPECT_EQ(emu::pending_operations(), 4);
+  std::memset(batch.pinned, 9, 16);  // too early: the DMA reads it when it runs
+  ASSERT_EQ(cudaStreamSynchronize(batch.stream), cudaSuccess);
+  const std::vector<unsigned char> back = batch.device_bytes();
+  EXPECT_EQ(back[0], 9);
+  EXPECT_EQ(back[16], 2);
+  EXPECT_EQ(back[63], 4);
+  EXPECT_EQ(emu::calls("cudaMemcpyBatchAsync"), 1);
+}
+
+TEST_F(EmulatedRuntime, BatchCopiesReadAnEphemeralSourceDuringTheCall) {
+  Batch batch;
+  for (auto& attribute : batch.attributes) attribute.srcAccessOrder = cudaMemcpySrcAccessOrderDuringApiCall;
+  ASSERT_EQ(batch.run(), cudaSuccess);
+  std::memset(batch.pinned, 9, 64);  // after the call: the copies read the source already
+  ASSERT_EQ(cudaStreamSynchronize(batch.stream), cudaSuccess);
+  const std::vector<unsigned char> back = batch.device_bytes();
+  EXPECT_EQ(back[0], 1);
+  EXPECT_EQ(back[63], 4);
+}
+
+TEST_F(EmulatedRuntime, BatchCopiesRunInNoPromisedOrderSoDependentCopiesShow) {
+  Batch batch;
+  // Copy 0 writes device[0..16) from pinned; copy 1 reads device[0..16) into device[16..32).
+  batch.sources[1] = batch.device;
+  ASSERT_EQ(cudaMemset(batch.device, 0, 64), cudaSuccess);
+  ASSERT_EQ(batch.run(2, 1), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(batch.stream), cudaSuccess);
+  const std::vector<unsigned char> back = batch.device_bytes();
+  EXPECT_EQ(back[0], 1);
+  EXPECT_EQ(back[16], 0) << "the emulation runs a batch last to first: copy 1 read device[0] before copy 0 wrote it";
+}
+
+TEST_F(EmulatedRuntime, BatchCopiesRefuseWhatNvidiaDocumentsAsInvalidAndQueueNothing) {
+  Batch batch;
+  EXPECT_EQ(batch.run(4, 2, cudaStreamLegacy), cudaErrorInvalidValue) << "not the legacy NULL stream";
+  EXPECT_EQ(cudaMemcpyBatchAsync(batch.destinations, batch.sources, batch.sizes, 4, batch.attributes, batch.starts, 2,
+                                 nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(batch.run(0, 1), cudaErrorInvalidValue);
+  EXPECT_EQ(batch.run(1, 2), cudaErrorInvalidValue) << "more attributes than copies";
+  batch.starts[1] = 4;
+  EXPECT_EQ(batch.run(), cudaErrorInvalidValue) << "an attribute starting past the last copy";
+  batch.starts[0] = 1;
+  batch.starts[1] = 2;
+  EXPECT_EQ(batch.run(), cudaErrorInvalidValue) << "the first attribute starts at copy 0";
+  batch.starts[0] = 0;
+  batch.attributes[1].srcAccessOrder = cudaMemcpySrcAccessOrderInvalid;
+  EXPECT_EQ(batch.run(), cudaErrorInvalidValue) << "every copy needs a valid access order";
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  EXPECT_EQ(emu::pending_operations(), 0);
+  batch.attributes[1].srcAccessOrder = cudaMemcpySrcAccessOrderAny;
+  emu::fail_call("cudaMemcpyBatchAsync", 1, cudaErrorMemoryAllocation);
+  EXPECT_EQ(batch.run(), cudaErrorMemoryAllocation) << "fault injection";
+  EXPECT_EQ(emu::pending_operations(), 0) << "a failed batch queued nothing here (the real runtime may have)";
+  EXPECT_EQ(batch.run(), cudaSuccess);
+  EXPECT_EQ(emu::pending_operations(), 4);
+}
+
 TEST_F(EmulatedRuntime, RegisteredHostMemoryCountsAsPinned) {
   std::vector<unsigned char> host(64, 1);
   ASSERT_EQ(cudaHostRegister(host.data(), 64, cudaHostRegisterDefault), cudaSuccess);

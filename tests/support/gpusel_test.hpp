@@ -48,7 +48,8 @@ inline constexpr const char* kFallibleDataCalls[] = {"cudaMalloc",
                                                      "cudaEventRecord",
                                                      "cudaEventSynchronize",
                                                      "cudaStreamCreateWithFlags",
-                                                     "cudaEventCreateWithFlags"};
+                                                     "cudaEventCreateWithFlags",
+                                                     "cudaMemcpyBatchAsync"};
 #endif
 
 // Prepares a machine with no usable GPU because there is no driver: on the

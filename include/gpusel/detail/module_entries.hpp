@@ -1,5 +1,5 @@
-// The type-erased view Module keeps of each registered Buffer<T>, with room for
-// the copy a move prepares before it is committed. See Note [Module::to is a transaction].
+// The type-erased view Module keeps of each registered Buffer<T>: what it is,
+// its bytes, and the swap that commits a move. See Note [Module::to is a transaction].
 #pragma once
 
 #include <cstddef>
@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "gpusel/buffer.hpp"
+#include "gpusel/detail/untyped_buffer.hpp"
 #include "gpusel/device.hpp"
 
 namespace gpusel::detail {
@@ -22,14 +23,11 @@ class BufferEntry {
   virtual const std::type_info& element_type() const noexcept = 0;
   virtual const void* address() const noexcept = 0;  // of the Buffer object
   virtual void* buffer() noexcept = 0;               // the Buffer<T>*, for typed access
-  // Makes a copy of the buffer on `device` (a resolved cuda:N or cpu) and
-  // keeps it for commit() or cancel(); the buffer itself is untouched.
-  virtual void prepare(const Device& device) = 0;
-  // Swaps the prepared copy into the buffer and frees the old memory. Cannot
-  // fail; does nothing when no copy is prepared.
-  virtual void commit() noexcept = 0;
-  // Frees the prepared copy, if any. Cannot fail.
-  virtual void cancel() noexcept = 0;
+  // The buffer's bytes, for Module::to to copy (detail/batched_copy.hpp).
+  virtual const UntypedBuffer& memory() const noexcept = 0;
+  // Puts `copy` (a copy of the bytes, made elsewhere) in the buffer and frees
+  // the old memory. Cannot fail.
+  virtual void replace(UntypedBuffer copy) noexcept = 0;
 };
 
 template <class T>
@@ -43,25 +41,11 @@ class TypedBufferEntry final : public BufferEntry {
   const std::type_info& element_type() const noexcept override { return typeid(T); }
   const void* address() const noexcept override { return buffer_; }
   void* buffer() noexcept override { return buffer_; }
-
-  void prepare(const Device& device) override {
-    prepared_ = buffer_->to(device);
-    has_prepared_ = true;
-  }
-  void commit() noexcept override {
-    if (!has_prepared_) return;
-    std::swap(*buffer_, prepared_);
-    cancel();  // prepared_ now holds the old memory
-  }
-  void cancel() noexcept override {
-    prepared_ = Buffer<T>();
-    has_prepared_ = false;
-  }
+  const UntypedBuffer& memory() const noexcept override { return buffer_->memory_; }
+  void replace(UntypedBuffer copy) noexcept override { buffer_->memory_ = std::move(copy); }
 
  private:
   Buffer<T>* buffer_;
-  Buffer<T> prepared_;  // the copy prepare() made, until commit() or cancel()
-  bool has_prepared_ = false;
 };
 
 }  // namespace gpusel::detail
