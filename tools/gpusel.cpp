@@ -860,7 +860,11 @@ int run_pick(const Arguments& arguments) {
     return kExitNothingFits;
   }
   say_what_was_chosen(arguments, picked);
-  if (!arguments.print_uuids && !map.order.exact)
+  const bool printed_an_index =
+      !arguments.print_uuids && std::any_of(picked.begin(), picked.end(), [](const gpusel::Candidate& candidate) {
+        return !candidate.mig_instance;  // a MIG instance is printed as its UUID, exact whatever the order
+      });
+  if (printed_an_index && !map.order.exact)
     std::cerr << "gpusel: caution: " << map.order.caveat << "; --format uuid names the GPUs exactly\n";
   return kExitOk;
 }
