@@ -592,6 +592,8 @@ EOF
     run 0 pick --exclude 0,MIG-5b6c
     [ "$out" = MIG-6c7d8e9f-0000-4000-8000-000000000002 ] ||
       { echo "FAILED: --exclude MIG-5b6c should leave the other instance, got [$out]"; failures=$((failures + 1)); }
+    CUDA_VISIBLE_DEVICES=MIG-6c7d8e9f run 0 explain
+    expect stdout "names a MIG instance (\"MIG-6c7d8e9f\"), an instance of physical GPU 1 (nvidia-smi 1; GI 2, CI 1)"
     CUDA_VISIBLE_DEVICES=MIG-6c7d8e9f-0000-4000-8000-000000000002 run 0 pick
     [ "$out" = MIG-6c7d8e9f-0000-4000-8000-000000000002 ] ||
       { echo "FAILED: only the instance CUDA_VISIBLE_DEVICES names is visible, got [$out]"; failures=$((failures + 1)); }
