@@ -347,9 +347,8 @@ inline std::vector<std::size_t> connected_set(const std::vector<Candidate>& all,
       }
       if (ranks.size() < size) continue;
       std::sort(ranks.begin(), ranks.end());
-      std::vector<std::size_t> set;
-      for (const std::size_t rank : ranks) set.push_back(ranked[rank]);
-      return set;
+      for (std::size_t& rank : ranks) rank = ranked[rank];  // ranks in `ranked` to positions in `all`
+      return ranks;
     }
   }
   return {ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(std::min(size, ranked.size()))};
