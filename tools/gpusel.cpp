@@ -61,7 +61,8 @@ constexpr const char* kUsage = R"(usage: gpusel <command> [options]
 Commands (none of them starts CUDA or creates a context on any GPU):
   list      the machine's GPUs: this process's cuda:N, CUDA's physical index,
             nvidia-smi's number, name, UUID, PCI bus id, memory used/total,
-            utilization and compute processes
+            utilization, NUMA node and CPUs (where NVML tells them) and compute
+            processes; a GPU in MIG mode, its MIG instances under it
   explain   how CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER map cuda:N to the
             physical GPUs here, and what was ignored and why
   run       choose free GPUs, lease them and run a command on exactly those:
