@@ -147,6 +147,81 @@ TEST(Inventory, ReadsEveryGpuInNvidiaSmiOrder) {
   EXPECT_FALSE(inventory.gpus[1].processes.has_value()) << "NVML could not list them: unknown, not none";
 }
 
+TEST(Inventory, ListsTheMigInstancesOfAGpuInMigModeWithTheirUuidsAndMemory) {
+  FakeNvmlMachine machine(R"(
+gpu
+gpu mig=1
+mig gpu=1 uuid=MIG-4a5b6c7d-0000-4000-8000-000000000000 gi=1 ci=0 memory_mib=71680 used_mib=1024
+mig gpu=1 uuid=MIG-5b6c7d8e-0000-4000-8000-000000000001 gi=2 ci=1 memory_mib=35840 slot=4
+process gpu=1 mig=0 pid=1 used_mib=1000
+)");
+  const gpusel::Inventory identity = gpusel::query_inventory();
+  ASSERT_TRUE(identity.ok()) << identity.reason;
+  EXPECT_TRUE(identity.gpus[0].mig_instances.empty()) << "not in MIG mode";
+  ASSERT_EQ(identity.gpus[1].mig_instances.size(), 2u) << "the empty slots between them left out";
+  const gpusel::MigInstance& first = identity.gpus[1].mig_instances[0];
+  EXPECT_EQ(first.uuid, "MIG-4a5b6c7d-0000-4000-8000-000000000000");
+  EXPECT_EQ(first.gpu_instance_id, 1u);
+  EXPECT_EQ(first.compute_instance_id, 0u);
+  EXPECT_FALSE(first.memory_total_bytes.has_value()) << "memory is usage";
+  EXPECT_EQ(identity.gpus[1].mig_instances[1].compute_instance_id, 1u);
+
+  const gpusel::Inventory usage = gpusel::query_inventory(gpusel::InventoryOptions::with_usage());
+  const gpusel::MigInstance& read = usage.gpus[1].mig_instances[0];
+  EXPECT_EQ(read.memory_total_bytes, std::uint64_t{71680} << 20);
+  EXPECT_EQ(read.memory_used_bytes, std::uint64_t{1024} << 20);
+  EXPECT_EQ(read.memory_free_bytes, std::uint64_t{71680 - 1024} << 20);
+  ASSERT_TRUE(read.processes.has_value());
+  ASSERT_EQ(read.processes->size(), 1u);
+  EXPECT_EQ((*read.processes)[0].pid, 1u);
+  EXPECT_TRUE(usage.gpus[1].mig_instances[1].processes->empty()) << "each instance's own processes";
+}
+
+TEST(Inventory, ReadsWhereEachGpuSitsAndHowTheGpusAreJoined) {
+  FakeNvmlMachine machine(R"(
+gpu numa=0 cpus=0-15,32-47
+gpu numa=0 cpus=0-15,32-47
+gpu numa=1 cpus=16-31,48-63
+gpu
+link a=0 b=1 nvlink=1 level=10
+link a=0 b=2 level=50
+link a=1 b=2 level=40
+link a=2 b=3 level=20
+)");
+  const gpusel::Inventory inventory = gpusel::query_inventory(gpusel::InventoryOptions::with_usage());
+  ASSERT_TRUE(inventory.ok()) << inventory.reason;
+  const std::vector<gpusel::Gpu>& gpus = inventory.gpus;
+  EXPECT_EQ(gpus[2].numa_node, 1);
+  EXPECT_EQ(gpusel::format_cpu_list(gpus[2].cpu_affinity), "16-31,48-63");
+  EXPECT_EQ(gpus[0].cpu_affinity.size(), 32u);
+  EXPECT_FALSE(gpus[3].numa_node.has_value()) << "NVML could not tell: unknown, not node 0";
+  EXPECT_TRUE(gpus[3].cpu_affinity.empty());
+  EXPECT_EQ(gpusel::link_between(gpus[0], gpus[1]), gpusel::GpuLink::nvlink);
+  EXPECT_EQ(gpusel::link_between(gpus[1], gpus[0]), gpusel::GpuLink::nvlink);
+  EXPECT_EQ(gpusel::link_between(gpus[0], gpus[2]), gpusel::GpuLink::system);
+  EXPECT_EQ(gpusel::link_between(gpus[1], gpus[2]), gpusel::GpuLink::numa_node);
+  EXPECT_EQ(gpusel::link_between(gpus[2], gpus[3]), gpusel::GpuLink::pcie_switch);
+  EXPECT_EQ(gpusel::link_between(gpus[0], gpus[3]), gpusel::GpuLink::unknown) << "no answer from NVML";
+  EXPECT_EQ(gpusel::link_between(gpus[0], gpus[0]), gpusel::GpuLink::unknown);
+  EXPECT_TRUE(gpusel::query_inventory().gpus[0].links.empty()) << "topology is read with usage only";
+}
+
+TEST(FormatCpuList, WritesRunsOfCpusAsRanges) {
+  EXPECT_EQ(gpusel::format_cpu_list({}), "");
+  EXPECT_EQ(gpusel::format_cpu_list({3}), "3");
+  EXPECT_EQ(gpusel::format_cpu_list({0, 1, 2, 3, 8}), "0-3,8");
+  EXPECT_EQ(gpusel::format_cpu_list({0, 2, 4, 5}), "0,2,4-5");
+}
+
+TEST(DescribeGpuLink, SaysHowTwoGpusAreJoinedInWords) {
+  EXPECT_EQ(gpusel::describe(gpusel::GpuLink::nvlink), "joined by NVLink");
+  EXPECT_EQ(gpusel::describe(gpusel::GpuLink::pcie_switch), "under one PCIe switch");
+  EXPECT_EQ(gpusel::describe(gpusel::GpuLink::host_bridge), "through one PCIe host bridge");
+  EXPECT_EQ(gpusel::describe(gpusel::GpuLink::numa_node), "on one NUMA node");
+  EXPECT_EQ(gpusel::describe(gpusel::GpuLink::system), "across NUMA nodes");
+  EXPECT_EQ(gpusel::describe(gpusel::GpuLink::unknown), "connected in a way NVML could not tell");
+}
+
 TEST(Inventory, ListsComputeProcessesWithTheirUsers) {
   FakeNvmlMachine machine("gpu\nprocess gpu=0 pid=" + std::to_string(getpid()) +
                           " used_mib=512\nprocess gpu=0 pid=999999999 used_mib=na\n");

@@ -177,13 +177,162 @@ TEST(Pick, RejectsWhatNvmlCouldNotTellOnlyWhenACriterionNeedsIt) {
   EXPECT_EQ(indices(gpusel::pick(lenient, map, "alice")), (std::vector<int>{1, 0})) << "unknown free memory sorts last";
 }
 
-TEST(Pick, RejectsGpusInMigMode) {
+TEST(Pick, NeverPicksAGpuInMigModeWhole) {
   std::vector<gpusel::Gpu> gpus = {gpu(0, 130, 0), gpu(1, 100, 0)};
-  gpus[0].mig_enabled = true;
+  gpus[0].mig_enabled = true;  // and no MIG instance on it
   const auto map = machine(gpus);
   EXPECT_EQ(indices(gpusel::pick({}, map, "alice")), std::vector<int>{1});
   ASSERT_EQ(gpusel::assess({}, map, "alice")[0].rejected_because.size(), 1u);
-  EXPECT_TRUE(contains(gpusel::assess({}, map, "alice")[0].rejected_because[0], "MIG mode is enabled"));
+  EXPECT_TRUE(contains(gpusel::assess({}, map, "alice")[0].rejected_because[0],
+                       "MIG mode is enabled and NVML lists no MIG instance on it"));
+}
+
+// A MIG instance of GPU `gpu_index`: GPU instance `gi`, compute instance `ci`, `free_gib` of 35 GiB free.
+gpusel::MigInstance mig_instance(int gpu_index, unsigned gi, unsigned ci, std::uint64_t free_gib) {
+  gpusel::MigInstance instance;
+  instance.uuid = "MIG-" + std::to_string(gpu_index) + std::to_string(gi) + std::to_string(ci) +
+                  "bbbbb-0000-0000-0000-000000000000";
+  instance.gpu_instance_id = gi;
+  instance.compute_instance_id = ci;
+  instance.memory_total_bytes = 35 * kGiB;
+  instance.memory_free_bytes = free_gib * kGiB;
+  instance.memory_used_bytes = (35 - free_gib) * kGiB;
+  instance.processes = std::vector<gpusel::GpuProcess>{};
+  return instance;
+}
+
+// GPU 0 whole (`free_gib` free) and GPU 1 in MIG mode with instances of 20 and 30 GiB free.
+std::vector<gpusel::Gpu> whole_and_mig(std::uint64_t free_gib = 10) {
+  std::vector<gpusel::Gpu> gpus = {gpu(0, free_gib, 0), gpu(1, 130, 0)};
+  gpus[1].mig_enabled = true;
+  gpus[1].utilization_percent.reset();  // NVML does not measure a GPU in MIG mode
+  gpus[1].mig_instances = {mig_instance(1, 1, 0, 20), mig_instance(1, 2, 0, 30)};
+  return gpus;
+}
+
+std::vector<std::string> uuids(const std::vector<gpusel::Candidate>& candidates) {
+  std::vector<std::string> result;
+  for (const gpusel::Candidate& candidate : candidates) result.push_back(candidate.uuid());
+  return result;
+}
+
+TEST(Pick, EachMigInstanceIsOneGpuForTheCountNamedByItsMigUuid) {
+  const auto map = machine(whole_and_mig());
+  EXPECT_EQ(gpusel::assess({}, map, "alice").size(), 3u) << "GPU 0, and GPU 1's two instances in its place";
+  const auto picked = gpusel::pick(count(3), map, "alice");
+  EXPECT_EQ(uuids(picked), (std::vector<std::string>{"MIG-120bbbbb-0000-0000-0000-000000000000",
+                                                     "MIG-110bbbbb-0000-0000-0000-000000000000",
+                                                     "GPU-0aaaaaaa-0000-0000-0000-000000000000"}))
+      << "most free memory first, the instances' own";
+  ASSERT_TRUE(picked[0].mig_instance.has_value());
+  EXPECT_EQ(picked[0].physical_index, 1) << "its GPU's";
+  EXPECT_FALSE(picked[2].mig_instance.has_value());
+  EXPECT_TRUE(contains(gpusel::describe(picked[0]),
+                       "MIG instance MIG-120bbbbb-0000-0000-0000-000000000000 (GI 2, CI 0) of GPU 1 (nvidia-smi 1, "
+                       "NVIDIA H200, GPU-1aaaaaaa-0000-0000-0000-000000000000), 30.0 GiB free"))
+      << gpusel::describe(picked[0]);
+}
+
+TEST(Pick, JudgesAMigInstanceByItsOwnMemoryAndProcesses) {
+  std::vector<gpusel::Gpu> gpus = whole_and_mig();
+  gpus[1].mig_instances[1].processes->push_back(process_of("bob"));
+  const auto map = machine(gpus);
+  gpusel::PickCriteria criteria = count(1);
+  criteria.min_free_memory = "15GiB";
+  const auto assessed = gpusel::assess(criteria, map, "alice");
+  EXPECT_EQ(assessed[0].rejected_because, (std::vector<std::string>{"only 10.0 GiB free, 15.0 GiB needed"}));
+  EXPECT_TRUE(assessed[1].fits());
+  ASSERT_EQ(assessed[2].rejected_because.size(), 1u);
+  EXPECT_TRUE(contains(assessed[2].rejected_because[0], "another user's compute process runs on it (pid 4242 of bob"));
+  criteria.max_utilization = 50;
+  EXPECT_TRUE(contains(gpusel::assess(criteria, map, "alice")[1].rejected_because.back(),
+                       "its utilization is unknown (NVML does not measure MIG instances)"));
+}
+
+TEST(Pick, AMigInstanceIsVisibleWhenCudaVisibleDevicesNamesItOrItsGpu) {
+  const auto by_uuid = machine(whole_and_mig(), "MIG-110bbbbb");
+  EXPECT_EQ(uuids(gpusel::pick(count(1, gpusel::PickCriteria::all), by_uuid, "alice")),
+            std::vector<std::string>{"MIG-110bbbbb-0000-0000-0000-000000000000"});
+  const auto by_gpu = machine(whole_and_mig(), "1");
+  EXPECT_EQ(gpusel::pick(count(1, gpusel::PickCriteria::all), by_gpu, "alice").size(), 2u)
+      << "both instances of GPU 1: which one CUDA shows is CUDA's to decide";
+}
+
+TEST(Pick, ExcludesAMigInstanceByItsUuidPrefixAndAllOfThemByTheirGpu) {
+  const auto map = machine(whole_and_mig());
+  gpusel::PickCriteria criteria = count(1, gpusel::PickCriteria::all);
+  criteria.exclude = {"MIG-120b"};
+  EXPECT_EQ(uuids(gpusel::pick(criteria, map, "alice")),
+            (std::vector<std::string>{"MIG-110bbbbb-0000-0000-0000-000000000000",
+                                      "GPU-0aaaaaaa-0000-0000-0000-000000000000"}));
+  criteria.exclude = {"1"};
+  EXPECT_EQ(indices(gpusel::pick(criteria, map, "alice")), std::vector<int>{0});
+  criteria.exclude = {"MIG-9"};
+  EXPECT_TRUE(
+      contains(error_from([&] { (void)gpusel::assess(criteria, map, "alice"); }), "no MIG instance has that UUID"));
+}
+
+// Four GPUs: 0-1 and 2-3 joined by NVLink, each pair on a NUMA node of its own; by
+// free memory 0 is best, then 2, 1, 3.
+std::vector<gpusel::Gpu> two_nvlink_pairs() {
+  std::vector<gpusel::Gpu> gpus = {gpu(0, 140, 0), gpu(1, 120, 0), gpu(2, 130, 0), gpu(3, 110, 0)};
+  for (gpusel::Gpu& each : gpus) {
+    each.links.assign(4, gpusel::GpuLink::system);
+    each.links[static_cast<std::size_t>(each.nvml_index)] = gpusel::GpuLink::unknown;
+    each.numa_node = each.nvml_index / 2;
+  }
+  gpus[0].links[1] = gpus[1].links[0] = gpusel::GpuLink::nvlink;
+  gpus[2].links[3] = gpus[3].links[2] = gpusel::GpuLink::nvlink;
+  return gpus;
+}
+
+gpusel::PickCriteria connected(int n) {
+  gpusel::PickCriteria criteria = count(n);
+  criteria.placement = gpusel::PickPlacement::connected;
+  return criteria;
+}
+
+TEST(PickConnected, PrefersGpusJoinedByNvlinkOverTheMostFreeMemory) {
+  const auto map = machine(two_nvlink_pairs());
+  EXPECT_EQ(indices(gpusel::pick(count(2), map, "alice")), (std::vector<int>{0, 2})) << "without it";
+  const auto picked = gpusel::pick(connected(2), map, "alice");
+  EXPECT_EQ(indices(picked), (std::vector<int>{0, 1}));
+  EXPECT_EQ(gpusel::weakest_link(picked), gpusel::GpuLink::nvlink);
+  EXPECT_EQ(gpusel::describe_connection(picked, connected(2)), "GPUs 0 and 1 are joined by NVLink");
+  gpusel::PickCriteria without_zero = connected(2);
+  without_zero.exclude = {"0"};
+  EXPECT_EQ(indices(gpusel::pick(without_zero, map, "alice")), (std::vector<int>{2, 3}));
+}
+
+TEST(PickConnected, FallsBackToOnePcieSwitchThenOneNumaNode) {
+  std::vector<gpusel::Gpu> gpus = {gpu(0, 140, 0), gpu(1, 130, 0), gpu(2, 120, 0)};
+  for (gpusel::Gpu& each : gpus) each.links.assign(3, gpusel::GpuLink::unknown);
+  gpus[0].links[1] = gpus[1].links[0] = gpusel::GpuLink::numa_node;
+  gpus[0].links[2] = gpus[2].links[0] = gpusel::GpuLink::pcie_switch;
+  gpus[1].links[2] = gpus[2].links[1] = gpusel::GpuLink::system;
+  EXPECT_EQ(indices(gpusel::pick(connected(2), machine(gpus), "alice")), (std::vector<int>{0, 2}));
+  gpus[0].links[2] = gpus[2].links[0] = gpusel::GpuLink::system;
+  EXPECT_EQ(indices(gpusel::pick(connected(2), machine(gpus), "alice")), (std::vector<int>{0, 1}));
+}
+
+TEST(PickConnected, WhenNoConnectedSetFitsPicksTheBestThatDoesAndSaysSo) {
+  const auto map = machine(two_nvlink_pairs());
+  gpusel::PickCriteria criteria = connected(2);
+  criteria.exclude = {"1", "3"};
+  const auto picked = gpusel::pick(criteria, map, "alice");
+  EXPECT_EQ(indices(picked), (std::vector<int>{0, 2}));
+  EXPECT_EQ(gpusel::weakest_link(picked), gpusel::GpuLink::system);
+  EXPECT_EQ(gpusel::describe_connection(picked, criteria),
+            "GPUs 0 and 2 are across NUMA nodes (no 2 of the GPUs that fit are connected more closely)");
+  EXPECT_EQ(gpusel::describe_connection(picked, count(2)), "GPUs 0 and 2 are across NUMA nodes")
+      << "without --connected nothing closer was looked for";
+  EXPECT_EQ(gpusel::weakest_link({picked[0]}), std::nullopt);
+}
+
+TEST(PickConnected, CountsMigInstancesAsJoinedByNothing) {
+  const auto picked = gpusel::pick(connected(2), machine(whole_and_mig()), "alice");
+  EXPECT_EQ(gpusel::weakest_link(picked), gpusel::GpuLink::unknown);
+  EXPECT_TRUE(contains(gpusel::describe_connection(picked, connected(2)), "MIG instances have no peer-to-peer path"));
 }
 
 TEST(Pick, ExcludesGpusByNvidiaSmiNumberOrUuidPrefix) {
@@ -432,6 +581,13 @@ TEST(CurrentUser, IsNamedAsTheInventoryNamesProcessOwners) {
   EXPECT_EQ(user, gpusel::detail::process_user(static_cast<unsigned>(getpid())));
 }
 
+TEST(DescribeCriteria, SaysConnectedGpusArePreferred) {
+  EXPECT_TRUE(contains(gpusel::describe(connected(2)),
+                       "; connected GPUs preferred (NVLink, else one PCIe switch, else one host bridge, else one NUMA "
+                       "node)"))
+      << gpusel::describe(connected(2));
+}
+
 TEST(DescribeCriteria, SaysEverythingThatWasAsked) {
   gpusel::PickCriteria criteria = count(1, gpusel::PickCriteria::all);
   criteria.exclude = {"3", "GPU-8d2a"};
@@ -541,6 +697,45 @@ TEST(PickThroughNvml, AGpuLeasedByAnotherJobIsBusyAndPassedOver) {
                            std::to_string(getpid())))
       << message;
   EXPECT_TRUE(contains(error_from([&] { (void)gpusel::lease_free_gpus(idle); }), "0 of 4 GPUs fit"));
+}
+
+// GPU 0 whole and busy; GPU 1 in MIG mode with two instances.
+const char* kMigMachine = R"(
+gpu uuid=GPU-0a1b2c3d-0000-4000-8000-000000000000 used_mib=140000
+gpu uuid=GPU-3d4e5f60-0000-4000-8000-000000000003 mig=1
+mig gpu=1 uuid=MIG-4a5b6c7d-0000-4000-8000-000000000000 gi=1 ci=0 memory_mib=71680 used_mib=0
+mig gpu=1 uuid=MIG-5b6c7d8e-0000-4000-8000-000000000001 gi=2 ci=0 memory_mib=35840 used_mib=0
+)";
+
+TEST(PickThroughNvml, LeasesMigInstancesApartAndTheWholeGpuExcludesThem) {
+  ScopedLeaseDirectory leases;
+  FakeNvmlMachine nvml(kMigMachine);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  gpusel::PickCriteria one = count(1);
+  one.min_free_memory = "30GiB";
+  const gpusel::LeasedGpus first = gpusel::lease_free_gpus(one);
+  EXPECT_EQ(uuids(first.gpus), std::vector<std::string>{"MIG-4a5b6c7d-0000-4000-8000-000000000000"});
+  const gpusel::LeasedGpus second = gpusel::lease_free_gpus(one);
+  EXPECT_EQ(uuids(second.gpus), std::vector<std::string>{"MIG-5b6c7d8e-0000-4000-8000-000000000001"})
+      << "another instance of the same GPU goes to another job";
+  EXPECT_FALSE(gpusel::try_lease_gpu("GPU-3d4e5f60-0000-4000-8000-000000000003").has_value())
+      << "the whole GPU cannot be leased while an instance is";
+  const std::string message = error_from([&] { (void)gpusel::lease_free_gpus(one); });
+  EXPECT_TRUE(contains(message, "MIG-4a5b6c7d-0000-4000-8000-000000000000 (GI 1, CI 0) of GPU 1")) << message;
+  EXPECT_TRUE(contains(message, "leased by another job")) << message;
+}
+
+TEST(PickThroughNvml, ALeaseOnTheWholeGpuMakesEachOfItsMigInstancesBusy) {
+  ScopedLeaseDirectory leases;
+  FakeNvmlMachine nvml(kMigMachine);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  const gpusel::GpuLease whole = gpusel::lease_gpu("GPU-3d4e5f60-0000-4000-8000-000000000003");
+  gpusel::PickCriteria one = count(1);
+  one.min_free_memory = "30GiB";
+  const std::string message = error_from([&] { (void)gpusel::lease_free_gpus(one); });
+  EXPECT_TRUE(contains(message, "0 of 3 GPUs fit")) << message;
+  EXPECT_TRUE(contains(message, "leased by another job")) << message;
+  EXPECT_TRUE(contains(message, "GPU-3d4e5f60-0000-4000-8000-000000000003.lock")) << message;
 }
 
 TEST(PickThroughNvml, UseFreeGpusOverTheWholeMachineLeavesTheAllocationAsAsked) {

@@ -61,7 +61,8 @@ constexpr const char* kUsage = R"(usage: gpusel <command> [options]
 Commands (none of them starts CUDA or creates a context on any GPU):
   list      the machine's GPUs: this process's cuda:N, CUDA's physical index,
             nvidia-smi's number, name, UUID, PCI bus id, memory used/total,
-            utilization and compute processes
+            utilization, NUMA node and CPUs (where NVML tells them) and compute
+            processes; a GPU in MIG mode, its MIG instances under it
   explain   how CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER map cuda:N to the
             physical GPUs here, and what was ignored and why
   run       choose free GPUs, lease them and run a command on exactly those:
@@ -80,7 +81,8 @@ Options:
 
 Options of pick and run (by default: 1 GPU, no other user's compute process
 on it, no other job's lease, most free memory first, among the GPUs
-CUDA_VISIBLE_DEVICES already shows):
+CUDA_VISIBLE_DEVICES already shows). A GPU in MIG mode counts as its MIG
+instances, each one GPU for -n, leased apart; it is never picked whole:
   -n, --count N          exactly N GPUs
   --at-least N           at least N GPUs, N >= 1 (fewer is a failure) ...
   --at-most M            ... and at most M of them
@@ -89,11 +91,15 @@ CUDA_VISIBLE_DEVICES already shows):
   --max-util PERCENT     highest utilization allowed, 0-100
   --allow-other-users    GPUs where another user's compute process runs may be picked
   --exclude LIST         never these, comma-separated, named as pick prints them:
-                         CUDA's physical index (2), a UUID or prefix (GPU-8d2a);
-                         nvidia-smi's numbers are written smi:2
+                         CUDA's physical index (2), a UUID or prefix (GPU-8d2a,
+                         MIG-4a5b); nvidia-smi's numbers are written smi:2
   --order free|util|index  most free memory, least utilized, or CUDA's order first
+  --connected            prefer GPUs joined by NVLink, else under one PCIe switch,
+                         else one host bridge, else one NUMA node; when no such set
+                         fits, the best-connected set that does, said on stderr
   --format index|uuid    pick: print CUDA's physical indices (default) or UUIDs;
                          UUIDs are exact even where CUDA's order is a guess.
+                         A MIG instance is always its MIG- UUID (no index names it).
                          run: give the command UUIDs (default) or indices, with
                          CUDA_DEVICE_ORDER=PCI_BUS_ID set so that they are exact
   --whole-machine        choose among all GPUs, whatever CUDA_VISIBLE_DEVICES says
@@ -322,6 +328,10 @@ const Option kOptions[] = {
        a.print_uuids = value == "uuid";
        a.format_given = true;
      }},
+    {"--connected", "", Takes::nothing, kChoosing,
+     [](Arguments& a, std::string_view, const std::string&) {
+       a.criteria.placement = gpusel::PickPlacement::connected;
+     }},
     {"--whole-machine", "", Takes::nothing, kChoosing,
      [](Arguments& a, std::string_view, const std::string&) { a.criteria.only_visible = false; }},
     {"--wait", "", Takes::optional_value, kRun,
@@ -465,6 +475,39 @@ void optional_value(JsonWriter& json, const char* key, const std::optional<Value
     json.null();
 }
 
+// A GpuLink in JSON: the enumerator's name.
+const char* link_name(gpusel::GpuLink link) {
+  switch (link) {
+    case gpusel::GpuLink::nvlink:
+      return "nvlink";
+    case gpusel::GpuLink::pcie_switch:
+      return "pcie_switch";
+    case gpusel::GpuLink::host_bridge:
+      return "host_bridge";
+    case gpusel::GpuLink::numa_node:
+      return "numa_node";
+    case gpusel::GpuLink::system:
+      return "system";
+    case gpusel::GpuLink::unknown:
+      break;
+  }
+  return "unknown";
+}
+
+void process_array(JsonWriter& json, const std::optional<std::vector<gpusel::GpuProcess>>& processes);
+
+// The members of one MIG instance's object.
+void mig_members(JsonWriter& json, const gpusel::MigInstance& instance) {
+  json.key("uuid").value(instance.uuid);
+  json.key("gpu_instance_id").value(instance.gpu_instance_id);
+  json.key("compute_instance_id").value(instance.compute_instance_id);
+  optional_value(json, "memory_total_bytes", instance.memory_total_bytes);
+  optional_value(json, "memory_used_bytes", instance.memory_used_bytes);
+  optional_value(json, "memory_free_bytes", instance.memory_free_bytes);
+  json.key("processes");
+  process_array(json, instance.processes);
+}
+
 // The members of one GPU's object.
 void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_index, const gpusel::Gpu& gpu) {
   optional_value(json, "logical", map.visible.logical(physical_index));
@@ -476,6 +519,28 @@ void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_in
   json.key("compute_capability")
       .value(std::to_string(gpu.compute_capability_major) + "." + std::to_string(gpu.compute_capability_minor));
   json.key("mig_enabled").value(gpu.mig_enabled);
+  json.key("mig_instances").begin_array();
+  for (const gpusel::MigInstance& instance : gpu.mig_instances) {
+    json.begin_object();
+    mig_members(json, instance);
+    json.end_object();
+  }
+  json.end_array();
+  optional_value(json, "numa_node", gpu.numa_node);
+  json.key("cpu_affinity");
+  if (gpu.cpu_affinity.empty())
+    json.null();
+  else
+    json.value(gpusel::format_cpu_list(gpu.cpu_affinity));
+  json.key("links").begin_array();  // to the other GPUs, by nvidia-smi's number
+  for (std::size_t other = 0; other < gpu.links.size(); ++other) {
+    if (static_cast<int>(other) == gpu.nvml_index) continue;
+    json.begin_object();
+    json.key("nvml_index").value(static_cast<int>(other));
+    json.key("link").value(link_name(gpu.links[other]));
+    json.end_object();
+  }
+  json.end_array();
   optional_value(json, "memory_total_bytes", gpu.memory_total_bytes);
   optional_value(json, "memory_used_bytes", gpu.memory_used_bytes);
   optional_value(json, "memory_free_bytes", gpu.memory_free_bytes);
@@ -487,12 +552,17 @@ void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_in
   else
     json.value(gpu.impossible_readings);
   json.key("processes");
-  if (!gpu.processes) {
+  process_array(json, gpu.processes);
+}
+
+// Processes as a JSON array, or null when unknown.
+void process_array(JsonWriter& json, const std::optional<std::vector<gpusel::GpuProcess>>& processes) {
+  if (!processes) {
     json.null();
     return;
   }
   json.begin_array();
-  for (const gpusel::GpuProcess& process : *gpu.processes) {
+  for (const gpusel::GpuProcess& process : *processes) {
     json.begin_object();
     json.key("pid").value(process.pid);
     json.key("user").value(process.user);
@@ -570,27 +640,60 @@ int run_list(const Arguments& arguments) {
   }
   // NVML's strings, escaped for the terminal (Note [Hostile text]) before their widths are measured.
   const auto shown = [](const std::string& text) { return gpusel::escape_for_terminal(text); };
+  // A MIG instance's row names it in the NAME column: "MIG GI 1 CI 0".
+  const auto instance_label = [](const gpusel::MigInstance& instance) {
+    return "  MIG GI " + std::to_string(instance.gpu_instance_id) + " CI " +
+           std::to_string(instance.compute_instance_id);
+  };
+  const auto cpus = [](const gpusel::Gpu& gpu) {
+    return gpu.cpu_affinity.empty() ? std::string("?") : gpusel::format_cpu_list(gpu.cpu_affinity);
+  };
+  std::size_t cpus_width = 4;
+  bool placement_known = false;  // NUMA and CPUS columns only where NVML tells either
   for (const gpusel::Gpu& gpu : map.inventory.gpus) {
+    placement_known = placement_known || gpu.numa_node || !gpu.cpu_affinity.empty();
     name_width = std::max(name_width, shown(gpu.name).size());
     uuid_width = std::max(uuid_width, shown(gpu.uuid).size());
+    cpus_width = std::max(cpus_width, cpus(gpu).size());
+    for (const gpusel::MigInstance& instance : gpu.mig_instances) {
+      name_width = std::max(name_width, instance_label(instance).size());
+      uuid_width = std::max(uuid_width, shown(instance.uuid).size());
+    }
   }
   const std::size_t index_width = std::max<std::size_t>(4, std::to_string(map.order.count()).size()) + 2;
   std::cout << Column{"CUDA", label_width + 2} << Column{"PHYS", index_width} << Column{"SMI", index_width - 1}
             << Column{"NAME", name_width + 2} << Column{"UUID", uuid_width + 2} << Column{"PCI BUS ID", 18}
-            << Column{"MEMORY USED / TOTAL", 24} << Column{"UTIL", 6} << "PROCESSES\n";
+            << Column{"MEMORY USED / TOTAL", 24} << Column{"UTIL", 6};
+  if (placement_known) std::cout << Column{"NUMA", 6} << Column{"CPUS", cpus_width + 2};
+  std::cout << "PROCESSES\n";
   for (int physical = 0; physical < map.order.count(); ++physical) {
     const gpusel::Gpu& gpu = *map.physical_device(physical);
     std::cout << Column{labels[static_cast<std::size_t>(physical)], label_width + 2}
               << Column{std::to_string(physical), index_width}
               << Column{std::to_string(gpu.nvml_index), index_width - 1} << Column{shown(gpu.name), name_width + 2}
               << Column{shown(gpu.uuid), uuid_width + 2} << Column{shown(gpu.pci_bus_id), 18} << Column{memory(gpu), 24}
-              << Column{percent(gpu.utilization_percent), 6} << (gpu.mig_enabled ? "MIG mode; " : "")
+              << Column{percent(gpu.utilization_percent), 6};
+    if (placement_known)
+      std::cout << Column{gpu.numa_node ? std::to_string(*gpu.numa_node) : std::string("?"), 6}
+                << Column{cpus(gpu), cpus_width + 2};
+    std::cout << (gpu.mig_enabled ? "MIG mode; " : "")
               << (gpu.memory_reserved_bytes && *gpu.memory_reserved_bytes > 0
                       ? gpusel::format_memory_size(*gpu.memory_reserved_bytes) + " reserved by the driver; "
                       : std::string())
               << (gpu.impossible_readings.empty() ? ""
                                                   : "readings cannot be true: " + shown(gpu.impossible_readings) + "; ")
               << describe_processes(gpu) << "\n";
+    for (const gpusel::MigInstance& instance : gpu.mig_instances) {
+      gpusel::Gpu reading;  // the instance's readings, shown as a GPU's are
+      reading.memory_used_bytes = instance.memory_used_bytes;
+      reading.memory_total_bytes = instance.memory_total_bytes;
+      reading.processes = instance.processes;
+      std::cout << Column{"", label_width + 2} << Column{"", index_width} << Column{"", index_width - 1}
+                << Column{instance_label(instance), name_width + 2} << Column{shown(instance.uuid), uuid_width + 2}
+                << Column{"", 18} << Column{memory(reading), 24} << Column{"", 6};
+      if (placement_known) std::cout << Column{"", 6} << Column{"", cpus_width + 2};
+      std::cout << describe_processes(reading) << "\n";
+    }
   }
   if (map.inventory.gpus.empty()) std::cout << "(NVML sees no GPU)\n";
   if (!map.visible.ok() && !map.inventory.gpus.empty())
@@ -648,6 +751,20 @@ int run_explain(const Arguments& arguments) {
   return map.known() ? kExitOk : no_gpus_status(map.inventory);
 }
 
+// A candidate's members: its GPU's, and the MIG instance it is (null: the whole GPU).
+void candidate_members(JsonWriter& json, const gpusel::DeviceMap& map, const gpusel::Candidate& candidate) {
+  json.key("cuda_visible_devices_token").value(candidate.uuid());
+  json.key("mig_instance");
+  if (candidate.mig_instance) {
+    json.begin_object();
+    mig_members(json, *candidate.mig_instance);
+    json.end_object();
+  } else {
+    json.null();
+  }
+  gpu_members(json, map, candidate.physical_index, candidate.gpu);
+}
+
 void print_pick_json(const Arguments& arguments, const gpusel::DeviceMap& map,
                      const std::vector<gpusel::Candidate>& assessed, const std::vector<gpusel::Candidate>& picked,
                      const std::string& value, const std::string& failure) {
@@ -661,17 +778,26 @@ void print_pick_json(const Arguments& arguments, const gpusel::DeviceMap& map,
     json.value(value);
   else
     json.null();  // nothing fitted: no value to set, rather than an empty one that hides every GPU
+  json.key("connection");
+  if (const auto weakest = gpusel::weakest_link(picked)) {
+    json.begin_object();
+    json.key("weakest_link").value(link_name(*weakest));
+    json.key("text").value(gpusel::describe_connection(picked, arguments.criteria));
+    json.end_object();
+  } else {
+    json.null();
+  }
   json.key("picked").begin_array();
   for (const gpusel::Candidate& candidate : picked) {
     json.begin_object();
-    gpu_members(json, map, candidate.physical_index, candidate.gpu);
+    candidate_members(json, map, candidate);
     json.end_object();
   }
   json.end_array();
   json.key("assessed").begin_array();
   for (const gpusel::Candidate& candidate : assessed) {
     json.begin_object();
-    gpu_members(json, map, candidate.physical_index, candidate.gpu);
+    candidate_members(json, map, candidate);
     json.key("fits").value(candidate.fits());
     json.key("rejected_because").begin_array();
     for (const std::string& reason : candidate.rejected_because) json.value(reason);
@@ -680,6 +806,19 @@ void print_pick_json(const Arguments& arguments, const gpusel::DeviceMap& map,
   }
   json.end_array().end_object();
   std::cout << json.str();
+}
+
+// On stderr, what the picks' value cannot say: how --connected's GPUs are joined, and
+// that CUDA shows one process one MIG instance only (Note [MIG instances as picks]).
+void say_what_was_chosen(const Arguments& arguments, const std::vector<gpusel::Candidate>& picked) {
+  if (arguments.criteria.placement == gpusel::PickPlacement::connected && picked.size() >= 2)
+    std::cerr << "gpusel: connected: " << gpusel::describe_connection(picked, arguments.criteria) << "\n";
+  const auto instances = std::count_if(picked.begin(), picked.end(),
+                                       [](const gpusel::Candidate& candidate) { return candidate.mig_instance; });
+  if (instances > 0 && picked.size() > 1)
+    std::cerr << "gpusel: caution: " << instances << " of the " << picked.size()
+              << " picked are MIG instances: CUDA 11 and 12 show one process a single MIG instance, whatever "
+                 "CUDA_VISIBLE_DEVICES lists; give each process one\n";
 }
 
 int run_pick(const Arguments& arguments) {
@@ -709,8 +848,9 @@ int run_pick(const Arguments& arguments) {
   }
   std::string value;
   for (const gpusel::Candidate& candidate : picked)
-    value += (value.empty() ? "" : ",") +
-             (arguments.print_uuids ? candidate.gpu.uuid : std::to_string(candidate.physical_index));
+    value +=
+        (value.empty() ? "" : ",") +
+        (arguments.print_uuids || candidate.mig_instance ? candidate.uuid() : std::to_string(candidate.physical_index));
 
   if (arguments.json)
     print_pick_json(arguments, map, assessed, picked, value, failure);
@@ -720,7 +860,12 @@ int run_pick(const Arguments& arguments) {
     std::cerr << "gpusel: " << failure << "\n";
     return kExitNothingFits;
   }
-  if (!arguments.print_uuids && !map.order.exact)
+  say_what_was_chosen(arguments, picked);
+  const bool printed_an_index =
+      !arguments.print_uuids && std::any_of(picked.begin(), picked.end(), [](const gpusel::Candidate& candidate) {
+        return !candidate.mig_instance;  // a MIG instance is printed as its UUID, exact whatever the order
+      });
+  if (printed_an_index && !map.order.exact)
     std::cerr << "gpusel: caution: " << map.order.caveat << "; --format uuid names the GPUs exactly\n";
   return kExitOk;
 }
@@ -825,7 +970,7 @@ Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& 
     }
     attempt.lease = std::move(*lease);
   }
-  attempt.chosen.push_back(gpusel::Candidate{gpu, physical, {}});
+  attempt.chosen.push_back(gpusel::Candidate{gpu, physical, {}, std::nullopt});
   return attempt;
 }
 
@@ -888,11 +1033,12 @@ int run_run(const Arguments& arguments) {
   }
   std::string value;
   for (const gpusel::Candidate& candidate : attempt.chosen)
-    value +=
-        (value.empty() ? "" : ",") +
-        (arguments.print_uuids ? candidate.gpu.uuid : std::to_string(pci_bus_index(map, candidate.physical_index)));
+    value += (value.empty() ? "" : ",") + (arguments.print_uuids || candidate.mig_instance
+                                               ? candidate.uuid()
+                                               : std::to_string(pci_bus_index(map, candidate.physical_index)));
   for (const gpusel::Candidate& candidate : attempt.chosen)
     std::cerr << "gpusel: " << (attempt.lease.empty() ? "using " : "leased ") << gpusel::describe(candidate) << "\n";
+  say_what_was_chosen(arguments, attempt.chosen);
   std::cerr << "gpusel: running " << arguments.command_line[0] << " with CUDA_VISIBLE_DEVICES=" << value
             << (arguments.print_uuids ? "" : " CUDA_DEVICE_ORDER=PCI_BUS_ID") << "\n";
   if (setenv("CUDA_VISIBLE_DEVICES", value.c_str(), 1) != 0 ||

@@ -34,6 +34,36 @@ struct GpuProcess {
   std::string command;  // /proc/<pid>/comm, "" when not visible
 };
 
+// One MIG instance of a GPU in MIG mode: a compute instance of a GPU instance,
+// what CUDA shows in place of the GPU, named in CUDA_VISIBLE_DEVICES by its UUID.
+// NVML reads it through its MIG device handle (Note [MIG instances]).
+struct MigInstance {
+  std::string uuid;                      // "MIG-d9a47cfb-d1f2-d08c-b40e-0812b597ae69"
+  unsigned int gpu_instance_id = 0;      // nvidia-smi's GI ID
+  unsigned int compute_instance_id = 0;  // nvidia-smi's CI ID
+  // Usage, read when InventoryOptions::usage is set and NVML could tell. The memory is
+  // the GPU instance's (its compute instances share it).
+  std::optional<std::uint64_t> memory_total_bytes;
+  std::optional<std::uint64_t> memory_used_bytes;
+  std::optional<std::uint64_t> memory_free_bytes;
+  std::optional<std::vector<GpuProcess>> processes;  // on this instance; nullopt when NVML could not list them
+};
+
+// How two GPUs reach each other, nearest first, from NVML's topology calls
+// (Note [GPU topology]).
+enum class GpuLink {
+  nvlink,       // joined by NVLink
+  pcie_switch,  // under one PCIe switch (or on one board)
+  host_bridge,  // through one PCIe host bridge
+  numa_node,    // on one NUMA node (CPU socket), across host bridges
+  system,       // across NUMA nodes: through the link between CPU sockets
+  unknown,      // NVML could not tell
+};
+
+// "joined by NVLink", "under one PCIe switch", "through one PCIe host bridge", "on one NUMA node",
+// "across NUMA nodes", "connected in a way NVML could not tell".
+GPUSEL_API std::string describe(GpuLink link);
+
 // One physical GPU: the one record gpusel keeps of it (CUDA's physical order
 // and the visible map refer to it by position, never copy it).
 struct Gpu {
@@ -44,6 +74,8 @@ struct Gpu {
   int compute_capability_major = 0;  // 0 when NVML cannot tell
   int compute_capability_minor = 0;
   bool mig_enabled = false;  // CUDA then shows MIG instances, not this GPU
+  // With mig_enabled, the MIG instances configured on it, in NVML's order (nvidia-smi -L's).
+  std::vector<MigInstance> mig_instances;
   // Usage, read when InventoryOptions::usage is set and NVML could tell:
   std::optional<std::uint64_t> memory_total_bytes;
   std::optional<std::uint64_t> memory_used_bytes;
@@ -54,6 +86,10 @@ struct Gpu {
   std::optional<int> utilization_percent;            // of time a kernel ran, over NVML's last sample period
   std::optional<int> memory_utilization_percent;     // of time memory was read or written
   std::optional<std::vector<GpuProcess>> processes;  // compute processes; nullopt when NVML could not list them
+  // Where it sits, read with usage (Note [GPU topology]):
+  std::optional<int> numa_node;   // its NUMA node (nvmlDeviceGetNumaNodeId); nullopt when NVML cannot tell
+  std::vector<int> cpu_affinity;  // the CPUs near it, ascending (nvmlDeviceGetCpuAffinity); empty: unknown
+  std::vector<GpuLink> links;     // links[i]: how it reaches the GPU nvidia-smi numbers i; empty: not read
   // Why NVML's usage readings of this GPU cannot be true, "" when they can: more
   // than 100% utilization, more memory free or used than in total, more than
   // 4096 compute processes (gpusel reads no more). Such readings are left unset,
@@ -71,12 +107,14 @@ enum class InventoryStatus {
 };
 
 // What query_inventory reads. The default is each GPU's identity only (index,
-// UUID, name, PCI bus id, compute capability, MIG mode), which is all that
-// visible_devices() needs; usage costs more calls and /proc reads per GPU:
+// UUID, name, PCI bus id, compute capability, MIG mode and MIG instances), which
+// is all that visible_devices() needs; usage (memory, utilization, processes, and
+// where each GPU sits: NUMA node, CPUs, links between GPUs) costs more calls and
+// /proc reads per GPU:
 //   gpusel::query_inventory(gpusel::InventoryOptions::with_usage())
 struct InventoryOptions {
   std::string nvml_library;  // "" = GPUSEL_NVML_LIBRARY, else "libnvidia-ml.so.1"; "none" = no NVML
-  bool usage = false;        // also read memory, utilization and compute processes
+  bool usage = false;        // also read memory, utilization, compute processes and topology
 
   // Identity and usage.
   static InventoryOptions with_usage() {
@@ -106,6 +144,41 @@ struct Inventory {
 // std::bad_alloc.
 [[nodiscard]] GPUSEL_API Inventory query_inventory(const InventoryOptions& options = {});
 
+// How `a` reaches `b` (two GPUs of one inventory read with usage): GpuLink::unknown
+// when NVML could not tell, or for a GPU and itself.
+GPUSEL_API GpuLink link_between(const Gpu& a, const Gpu& b) noexcept;
+
+// CPU numbers as ranges, the form taskset, numactl and /sys use: {0,1,2,3,8} is "0-3,8"; "" for none.
+GPUSEL_API std::string format_cpu_list(const std::vector<int>& cpus);
+
+// Note [MIG instances]
+// ~~~~~~~~~~~~~~~~~~~~
+// A GPU in MIG mode is split into GPU instances (memory and compute slices), each
+// holding one or more compute instances; NVML names each compute instance a "MIG
+// device" and gives it a handle (nvmlDeviceGetMigDeviceHandleByIndex, over
+// nvmlDeviceGetMaxMigDeviceCount slots, of which the empty ones answer
+// NVML_ERROR_NOT_FOUND), a "MIG-" UUID, and the memory and processes of its GPU
+// instance. What is known of CUDA (NVIDIA's MIG user guide): the runtime shows a
+// GPU in MIG mode only as its MIG instances, never whole; CUDA_VISIBLE_DEVICES names
+// them by their MIG- UUIDs; and CUDA 11 and 12 enumerate a single MIG instance per
+// process, whatever the variable lists. gpusel does not see CUDA's enumeration:
+// which instance a process whose variable names several, or names the GPU by index,
+// ends up on is CUDA's to decide. gpusel reads no utilization per instance: NVML
+// does not measure it. No peer-to-peer path joins MIG instances (the guide: no
+// P2P, NVLink or PCIe, in MIG mode), so topology leaves them out.
+//
+// Note [GPU topology]
+// ~~~~~~~~~~~~~~~~~~~
+// For each pair of GPUs: nvmlDeviceGetP2PStatus(NVML_P2P_CAPS_INDEX_NVLINK) OK
+// means NVLink; otherwise nvmlDeviceGetTopologyCommonAncestor gives their nearest
+// common point on the PCIe tree: INTERNAL (one board), SINGLE and MULTIPLE (PCIe
+// switches) are GpuLink::pcie_switch, HOSTBRIDGE host_bridge, NODE numa_node,
+// SYSTEM system. What nvidia-smi topo -m shows as NV#, PIX/PXB, PHB, NODE and SYS.
+// A GPU's NUMA node is nvmlDeviceGetNumaNodeId's (drivers from 545 on), its CPUs
+// nvmlDeviceGetCpuAffinity's (the CPUs of its socket or node, for pinning host
+// threads: taskset -c, numactl --physcpubind); an NVML that lacks either leaves the
+// field unknown rather than guess.
+
 // Note [CUDA's physical order]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Integer tokens of CUDA_VISIBLE_DEVICES, and cuda:N when the variable is
@@ -123,7 +196,7 @@ struct Inventory {
 //    the driver may rank by multiprocessor count and clock, which NVML alone does
 //    not give; set CUDA_DEVICE_ORDER=PCI_BUS_ID to make every tool agree.
 // GPUs in MIG mode are listed as GPUs; CUDA shows their MIG instances instead,
-// which this order does not describe (exact = false, with a caveat).
+// numbered as CUDA decides (exact = false, with a caveat; Note [MIG instances]).
 // Whatever the order, gpusel matches NVML's GPUs to CUDA's by UUID or PCI bus
 // id, never by index.
 struct CudaPhysicalOrder {
@@ -158,6 +231,7 @@ struct CudaPhysicalOrder {
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -283,6 +357,46 @@ inline std::optional<std::vector<GpuProcess>> read_processes(const nvml::Library
   return processes;
 }
 
+// The GPU's NUMA node and CPUs (Note [GPU topology]).
+inline void read_placement(const nvml::Library& library, nvml::Device device, Gpu& gpu) {
+  unsigned int node = 0;
+  if (library.numa_node_id != nullptr && library.numa_node_id(device, &node) == nvml::kSuccess &&
+      node <= static_cast<unsigned int>(INT_MAX))
+    gpu.numa_node = static_cast<int>(node);
+  constexpr unsigned int kWords = 64;  // 4096 CPUs
+  unsigned long mask[kWords] = {};
+  if (library.cpu_affinity != nullptr && library.cpu_affinity(device, kWords, mask) == nvml::kSuccess) {
+    constexpr int kBits = static_cast<int>(sizeof(unsigned long) * CHAR_BIT);
+    for (int cpu = 0; cpu < static_cast<int>(kWords) * kBits; ++cpu)
+      if ((mask[cpu / kBits] >> (cpu % kBits)) & 1UL) gpu.cpu_affinity.push_back(cpu);
+  }
+}
+
+// How the GPUs of two handles reach each other (Note [GPU topology]).
+inline GpuLink read_link(const nvml::Library& library, nvml::Device a, nvml::Device b) {
+  int p2p = -1;
+  if (library.p2p_status != nullptr && library.p2p_status(a, b, nvml::kP2pCapsIndexNvlink, &p2p) == nvml::kSuccess &&
+      p2p == nvml::kP2pStatusOk)
+    return GpuLink::nvlink;
+  int level = -1;
+  if (library.topology_common_ancestor == nullptr || library.topology_common_ancestor(a, b, &level) != nvml::kSuccess)
+    return GpuLink::unknown;
+  switch (level) {
+    case nvml::kTopologyInternal:
+    case nvml::kTopologySingle:
+    case nvml::kTopologyMultiple:
+      return GpuLink::pcie_switch;
+    case nvml::kTopologyHostBridge:
+      return GpuLink::host_bridge;
+    case nvml::kTopologyNode:
+      return GpuLink::numa_node;
+    case nvml::kTopologySystem:
+      return GpuLink::system;
+    default:
+      return GpuLink::unknown;
+  }
+}
+
 inline void read_usage(const nvml::Library& library, nvml::Device device, Gpu& gpu) {
   nvml::MemoryV2 memory_v2{};
   memory_v2.version = nvml::kMemoryV2Version;
@@ -320,6 +434,41 @@ inline void read_usage(const nvml::Library& library, nvml::Device device, Gpu& g
   if (library.compute_processes != nullptr) gpu.processes = read_processes(library, device, gpu);
 }
 
+// The MIG instances of `device` (a GPU in MIG mode), their identity, and their memory
+// and processes when `usage` (Note [MIG instances]). A slot NVML cannot read is left out.
+inline std::vector<MigInstance> read_mig_instances(const nvml::Library& library, nvml::Device device, Gpu& gpu,
+                                                   bool usage) {
+  std::vector<MigInstance> instances;
+  unsigned int slots = 0;
+  if (library.max_mig_device_count == nullptr || library.mig_device_handle_by_index == nullptr ||
+      library.max_mig_device_count(device, &slots) != nvml::kSuccess)
+    return instances;
+  for (unsigned int slot = 0; slot < std::min(slots, 64u); ++slot) {
+    nvml::Device handle = nullptr;
+    if (library.mig_device_handle_by_index(device, slot, &handle) != nvml::kSuccess) continue;  // an empty slot
+    char text[96] = {};
+    if (library.uuid(handle, text, sizeof text) != nvml::kSuccess) continue;
+    MigInstance instance;
+    instance.uuid = nvml_text(text, sizeof text);
+    if (library.gpu_instance_id != nullptr) (void)library.gpu_instance_id(handle, &instance.gpu_instance_id);
+    if (library.compute_instance_id != nullptr)
+      (void)library.compute_instance_id(handle, &instance.compute_instance_id);
+    if (usage) {
+      Gpu reading;  // the GPU's readers, on the instance's handle: they answer for the instance
+      read_usage(library, handle, reading);
+      instance.memory_total_bytes = reading.memory_total_bytes;
+      instance.memory_used_bytes = reading.memory_used_bytes;
+      instance.memory_free_bytes = reading.memory_free_bytes;
+      instance.processes = std::move(reading.processes);
+      if (!reading.impossible_readings.empty())
+        impossible_reading(gpu, "for MIG instance " + instance.uuid + ": " +
+                                    reading.impossible_readings.substr(std::string("NVML reports ").size()));
+    }
+    instances.push_back(std::move(instance));
+  }
+  return instances;
+}
+
 }  // namespace detail
 
 GPUSEL_API const Gpu* Inventory::find_uuid(std::string_view uuid) const noexcept {
@@ -334,6 +483,42 @@ GPUSEL_API const Gpu* Inventory::find_pci_bus_id(std::string_view pci_bus_id) co
   for (const Gpu& gpu : gpus)
     if (detail::pci_address(gpu.pci_bus_id) == wanted) return &gpu;
   return nullptr;
+}
+
+GPUSEL_API std::string describe(GpuLink link) {
+  switch (link) {
+    case GpuLink::nvlink:
+      return "joined by NVLink";
+    case GpuLink::pcie_switch:
+      return "under one PCIe switch";
+    case GpuLink::host_bridge:
+      return "through one PCIe host bridge";
+    case GpuLink::numa_node:
+      return "on one NUMA node";
+    case GpuLink::system:
+      return "across NUMA nodes";
+    case GpuLink::unknown:
+      break;
+  }
+  return "connected in a way NVML could not tell";
+}
+
+GPUSEL_API GpuLink link_between(const Gpu& a, const Gpu& b) noexcept {
+  if (b.nvml_index < 0 || static_cast<std::size_t>(b.nvml_index) >= a.links.size() || a.nvml_index == b.nvml_index)
+    return GpuLink::unknown;
+  return a.links[static_cast<std::size_t>(b.nvml_index)];
+}
+
+GPUSEL_API std::string format_cpu_list(const std::vector<int>& cpus) {
+  std::string text;
+  for (std::size_t i = 0; i < cpus.size();) {
+    std::size_t last = i;
+    while (last + 1 < cpus.size() && cpus[last + 1] == cpus[last] + 1) ++last;
+    text += (text.empty() ? "" : ",") + std::to_string(cpus[i]);
+    if (last > i) text += "-" + std::to_string(cpus[last]);
+    i = last + 1;
+  }
+  return text;
 }
 
 GPUSEL_API Inventory query_inventory(const InventoryOptions& options) {
@@ -369,6 +554,7 @@ GPUSEL_API Inventory query_inventory(const InventoryOptions& options) {
     inventory.reason = "nvmlDeviceGetCount failed: " + nvml.describe(status);
     return inventory;
   }
+  std::vector<detail::nvml::Device> devices;  // the GPUs' handles, for the links between them
   for (unsigned int index = 0; index < count; ++index) {
     const auto fail = [&](const char* call, detail::nvml::Return status) {
       inventory.status = InventoryStatus::query_failed;
@@ -400,8 +586,19 @@ GPUSEL_API Inventory query_inventory(const InventoryOptions& options) {
     unsigned int current = 0, pending = 0;
     if (nvml.mig_mode != nullptr && nvml.mig_mode(device, &current, &pending) == detail::nvml::kSuccess)
       gpu.mig_enabled = current == 1;
-    if (options.usage) detail::read_usage(nvml, device, gpu);
+    if (options.usage) {
+      detail::read_usage(nvml, device, gpu);
+      detail::read_placement(nvml, device, gpu);
+    }
+    if (gpu.mig_enabled) gpu.mig_instances = detail::read_mig_instances(nvml, device, gpu, options.usage);
     inventory.gpus.push_back(std::move(gpu));
+    devices.push_back(device);
+  }
+  if (options.usage) {
+    for (std::size_t a = 0; a < devices.size(); ++a) inventory.gpus[a].links.assign(devices.size(), GpuLink::unknown);
+    for (std::size_t a = 0; a < devices.size(); ++a)
+      for (std::size_t b = a + 1; b < devices.size(); ++b)
+        inventory.gpus[a].links[b] = inventory.gpus[b].links[a] = detail::read_link(nvml, devices[a], devices[b]);
   }
   inventory.status = InventoryStatus::ok;
   return inventory;
@@ -441,7 +638,8 @@ GPUSEL_API CudaPhysicalOrder cuda_physical_order(const Inventory& inventory,
     order.exact = false;
     if (!order.caveat.empty()) order.caveat += "; ";
     order.caveat += "GPU " + std::to_string(gpus[position].nvml_index) +
-                    " is in MIG mode: CUDA shows its MIG instances, which this list does not describe";
+                    " is in MIG mode: CUDA shows its MIG instances instead, numbered as CUDA decides (name them by "
+                    "their MIG- UUIDs)";
   }
   return order;
 }

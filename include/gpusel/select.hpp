@@ -13,6 +13,7 @@
 #pragma once
 
 #include <climits>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +37,13 @@ enum class PickOrder {
   index,             // CUDA's physical index
 };
 
+// Whether the GPUs picked should be near each other (Note [Connected GPUs]).
+enum class PickPlacement {
+  any,        // wherever they are
+  connected,  // prefer GPUs joined by NVLink, else under one PCIe switch, else one host bridge, else one
+              // NUMA node; when no such set fits, the best-connected set that does, saying so
+};
+
 // What a GPU must be to be picked. The defaults pick one GPU that runs no
 // other user's compute process, among those this process may see.
 struct PickCriteria {
@@ -53,10 +61,12 @@ struct PickCriteria {
   bool allow_other_users = false;
   // GPUs never to pick, named as pick names them: CUDA's physical index ("3",
   // what Candidate::physical_index and `gpusel pick` give), nvidia-smi's number
-  // written "smi:3", or a UUID, a unique prefix being enough ("GPU-8d2a"). One
-  // that names no GPU is an Error (a typo would otherwise exclude nothing).
+  // written "smi:3", or a UUID, a unique prefix being enough ("GPU-8d2a"); a
+  // MIG instance by its MIG- UUID or prefix (a GPU's name excludes its instances
+  // too). One that names nothing is an Error (a typo would otherwise exclude nothing).
   std::vector<std::string> exclude;
   PickOrder order = PickOrder::most_free_memory;
+  PickPlacement placement = PickPlacement::any;
   // Choose only among the GPUs this process may see already: when
   // CUDA_VISIBLE_DEVICES is set (Slurm sets it to the job's GPUs), GPUs it
   // hides are not candidates. false: every GPU of the machine is.
@@ -73,14 +83,54 @@ struct PickCriteria {
 // see is exactly what picking is meant to avoid. When NVML cannot list a
 // GPU's processes at all, the GPU is rejected unless allow_other_users is set.
 
-// One GPU and the verdict on it.
+// Note [MIG instances as picks]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The unit of picking is what CUDA can be given: a GPU, or, for a GPU in MIG mode,
+// each of its MIG instances (Note [MIG instances] in inventory.hpp); the GPU in MIG
+// mode is never picked whole, since CUDA never shows it whole. So -n 2 on a machine
+// of one MIG GPU with three instances can pick two instances. An instance is judged
+// by its own memory and processes; its utilization is unknown (NVML does not measure
+// it), so a max_utilization rejects it. It is named by its MIG- UUID wherever the
+// picks are printed, whatever the format asked for, since no index names it in
+// CUDA_VISIBLE_DEVICES. It is visible when CUDA_VISIBLE_DEVICES is unset, names
+// its UUID (or a prefix), or names its GPU; which instance CUDA then shows is
+// CUDA's to decide. What CUDA does with several instances in one process's
+// variable: CUDA 11 and 12 show only one (NVIDIA's MIG user guide), so picking
+// several instances is for several processes (a lease each), not for one.
+// Leases (Note [Leases]): an instance's lease holds its own lock file exclusively and
+// its GPU's shared, so instances of one GPU go to different jobs, and a lease on
+// the whole GPU (lease_gpu of the GPU's UUID) excludes every instance and is
+// excluded by any.
+
+// One GPU, or one MIG instance of a GPU (Note [MIG instances as picks]), and the verdict on it.
 struct Candidate {
   Gpu gpu;                                    // what NVML said
   int physical_index = 0;                     // CUDA's physical index: what an integer in CUDA_VISIBLE_DEVICES names
   std::vector<std::string> rejected_because;  // empty when it fits
+  std::optional<MigInstance> mig_instance;    // the MIG instance of `gpu` this is; nullopt: the whole GPU
 
   bool fits() const noexcept { return rejected_because.empty(); }
+  // What CUDA_VISIBLE_DEVICES and a lease name it by: the MIG instance's UUID, else the GPU's.
+  const std::string& uuid() const noexcept { return mig_instance ? mig_instance->uuid : gpu.uuid; }
+  // Its free memory: the MIG instance's, else the GPU's.
+  std::optional<std::uint64_t> memory_free_bytes() const noexcept {
+    return mig_instance ? mig_instance->memory_free_bytes : gpu.memory_free_bytes;
+  }
 };
+
+// Note [Connected GPUs]
+// ~~~~~~~~~~~~~~~~~~~~~
+// PickPlacement::connected chooses, among the GPUs that fit, the set of the wanted
+// size whose farthest pair is nearest (GpuLink's order: NVLink, one PCIe switch, one
+// host bridge, one NUMA node, across nodes; Note [GPU topology]), and among sets as
+// near, the one holding the best GPUs by criteria.order. The search is greedy (each
+// fitting GPU, best first, as a seed that takes every later GPU near all it holds),
+// which is exact for the PCIe and NUMA levels and for all-to-all NVLink. It prefers
+// and does not require: when no connected set fits, it picks the best-connected set
+// that does rather than fail, and says so (describe_connection); a job that needs
+// NVLink checks weakest_link(). MIG instances have no peer path, so a set holding
+// one is as far as `unknown`. With at_most above what fits (PickCriteria::all) every
+// fitting GPU is picked, and the placement changes nothing but the order.
 
 // This process's real user, named as GpuProcess::user names processes' owners
 // (so the two compare alike; see Note [Whose process is it]).
@@ -94,18 +144,28 @@ GPUSEL_API std::string describe(const GpuProcess& process);
 // GPU-...), 137.5 GiB free, 0% utilized".
 GPUSEL_API std::string describe(const Candidate& candidate);
 
+// The farthest connection between any two of `picked` (Note [Connected GPUs]);
+// nullopt for fewer than two.
+GPUSEL_API std::optional<GpuLink> weakest_link(const std::vector<Candidate>& picked);
+
+// Why `picked` (choose's answer to `criteria`) is connected as it is, escaped for a
+// terminal: "GPUs 0 and 1 are joined by NVLink"; with PickPlacement::connected and a
+// set farther than NVLink, also that no nearer set fits; "" for fewer than two.
+GPUSEL_API std::string describe_connection(const std::vector<Candidate>& picked, const PickCriteria& criteria);
+
 // "at least 2 GPUs (at most 2); at least 8.0 GiB free; at most 10% utilized;
 // no other user's compute process; most free memory first"
 GPUSEL_API std::string describe(const PickCriteria& criteria);
 
-// Every GPU of `map`, in CUDA's physical order, with the reasons it does not
-// fit `criteria`; `user` is whose processes are not another user's. Pure: reads
-// nothing but its arguments. Throws Error for criteria that make no sense.
+// Every GPU of `map` (each MIG instance, for a GPU in MIG mode: Note [MIG instances
+// as picks]), in CUDA's physical order, with the reasons it does not fit `criteria`; `user` is whose processes are not
+// another user's. Pure: reads nothing but its arguments. Throws Error for criteria that make no sense.
 [[nodiscard]] GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map,
                                                        const std::string& user);
 
 // The GPUs among `assessed` (assess's verdicts) that fit, best first
-// (criteria.order), at most criteria.at_most of them. Throws Error when fewer
+// (criteria.order; with PickPlacement::connected, the best-connected set: Note
+// [Connected GPUs]), at most criteria.at_most of them. Throws Error when fewer
 // than criteria.at_least fit, naming every GPU and why it was rejected.
 [[nodiscard]] GPUSEL_API std::vector<Candidate> choose(const PickCriteria& criteria, std::vector<Candidate> assessed);
 
@@ -181,12 +241,19 @@ GPUSEL_API std::string describe(const GpuProcess& process) {
 
 namespace detail {
 
-// Which GPUs of `map` (by position in its inventory) `exclude` names: CUDA physical
-// indices as pick prints them ("2"), nvidia-smi numbers written "smi:2", UUIDs or a
-// unique prefix ("GPU-8d2a"). Throws Error for a name that matches none or several.
-inline std::vector<bool> excluded_gpus(const std::vector<std::string>& exclude, const DeviceMap& map) {
+// What `exclude` names: GPUs of `map` (by position in its inventory) and MIG instances (by UUID).
+struct Excluded {
+  std::vector<bool> gpus;
+  std::vector<std::string> mig_instances;
+};
+
+// Which GPUs of `map` `exclude` names: CUDA physical indices as pick prints them
+// ("2"), nvidia-smi numbers written "smi:2", UUIDs or a unique prefix ("GPU-8d2a",
+// "MIG-4a5b"). Throws Error for a name that matches none or several.
+inline Excluded excluded_gpus(const std::vector<std::string>& exclude, const DeviceMap& map) {
   const std::vector<Gpu>& gpus = map.inventory.gpus;
-  std::vector<bool> excluded(gpus.size(), false);
+  Excluded result{std::vector<bool>(gpus.size(), false), {}};
+  std::vector<bool>& excluded = result.gpus;
   for (const std::string& name : exclude) {
     const auto reject = [&](const std::string& why) {
       std::string message = "gpusel::pick: cannot exclude \"" + escape_for_terminal(name) + "\": ";
@@ -218,12 +285,73 @@ inline std::vector<bool> excluded_gpus(const std::vector<std::string>& exclude, 
         if (starts_with_ignoring_case(gpus[position].uuid, name)) matches.push_back(position);
       if (matches.empty()) throw reject("no GPU has that UUID");
       if (matches.size() > 1) throw reject("the prefix matches " + std::to_string(matches.size()) + " GPUs");
+    } else if (name.rfind("MIG-", 0) == 0 && name.size() > 4) {
+      std::vector<std::string> instances;
+      for (const Gpu& gpu : gpus)
+        for (const MigInstance& instance : gpu.mig_instances)
+          if (starts_with_ignoring_case(instance.uuid, name)) instances.push_back(instance.uuid);
+      if (instances.empty()) throw reject("no MIG instance has that UUID");
+      if (instances.size() > 1)
+        throw reject("the prefix matches " + std::to_string(instances.size()) + " MIG instances");
+      result.mig_instances.push_back(instances.front());
+      continue;
     } else {
       throw reject("it is neither a number nor a GPU UUID");
     }
     excluded[matches.front()] = true;
   }
-  return excluded;
+  return result;
+}
+
+// Whether CUDA_VISIBLE_DEVICES, set, lets this process see `instance` of physical GPU
+// `physical`: it names the instance's UUID (or a prefix), or the GPU (Note [MIG instances as picks]).
+inline bool mig_instance_visible(const DeviceMap& map, int physical, const MigInstance& instance) {
+  if (map.visible.logical(physical)) return true;
+  for (const VisibleToken& token : map.visible.tokens())
+    if (token.text.size() > 4 && token.text.rfind("MIG-", 0) == 0 &&
+        starts_with_ignoring_case(instance.uuid, token.text))
+      return true;
+  return false;
+}
+
+// Rejects `candidate` for what `processes` (nullopt: unknown) hold that is not `user`'s.
+inline void check_processes(const std::optional<std::vector<GpuProcess>>& processes, const std::string& user,
+                            Candidate& candidate) {
+  if (!processes) {
+    candidate.rejected_because.emplace_back("its compute processes are unknown (NVML could not list them)");
+    return;
+  }
+  for (const GpuProcess& process : *processes)
+    if (process.user.empty() || process.user != user)
+      candidate.rejected_because.push_back("another user's compute process runs on it (" + describe(process) + ")");
+}
+
+inline GpuLink candidate_link(const Candidate& a, const Candidate& b) {
+  if (a.mig_instance || b.mig_instance) return GpuLink::unknown;  // no peer path (Note [MIG instances])
+  return link_between(a.gpu, b.gpu);
+}
+
+// The `size` of `ranked` (positions in `all`, best first) whose farthest pair is nearest,
+// in `ranked`'s order (Note [Connected GPUs]).
+inline std::vector<std::size_t> connected_set(const std::vector<Candidate>& all, const std::vector<std::size_t>& ranked,
+                                              std::size_t size) {
+  for (int level = static_cast<int>(GpuLink::nvlink); level <= static_cast<int>(GpuLink::unknown); ++level) {
+    for (std::size_t seed = 0; seed < ranked.size(); ++seed) {
+      std::vector<std::size_t> ranks{seed};  // ranks in `ranked`
+      for (std::size_t other = 0; other < ranked.size() && ranks.size() < size; ++other) {
+        if (other == seed) continue;
+        bool near_all = true;
+        for (const std::size_t member : ranks)
+          near_all = near_all && static_cast<int>(candidate_link(all[ranked[member]], all[ranked[other]])) <= level;
+        if (near_all) ranks.push_back(other);
+      }
+      if (ranks.size() < size) continue;
+      std::sort(ranks.begin(), ranks.end());
+      for (std::size_t& rank : ranks) rank = ranked[rank];  // ranks in `ranked` to positions in `all`
+      return ranks;
+    }
+  }
+  return {ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(std::min(size, ranked.size()))};
 }
 
 inline int wanted_at_most(const PickCriteria& criteria) {
@@ -245,9 +373,18 @@ inline void check_criteria(const PickCriteria& criteria) {
 
 GPUSEL_API std::string describe(const Candidate& candidate) {
   const Gpu& gpu = candidate.gpu;
-  std::string text =
-      "GPU " + std::to_string(candidate.physical_index) + " (nvidia-smi " + std::to_string(gpu.nvml_index) + ", " +
-      (gpu.name.empty() ? "unnamed" : escape_for_terminal(gpu.name)) + ", " + escape_for_terminal(gpu.uuid) + ")";
+  std::string text;
+  if (const auto& instance = candidate.mig_instance) {
+    text = "MIG instance " + escape_for_terminal(instance->uuid) + " (GI " + std::to_string(instance->gpu_instance_id) +
+           ", CI " + std::to_string(instance->compute_instance_id) + ") of ";
+    text += "GPU " + std::to_string(candidate.physical_index) + " (nvidia-smi " + std::to_string(gpu.nvml_index) +
+            ", " + (gpu.name.empty() ? "unnamed" : escape_for_terminal(gpu.name)) + ", " +
+            escape_for_terminal(gpu.uuid) + ")";
+    if (instance->memory_free_bytes) text += ", " + format_memory_size(*instance->memory_free_bytes) + " free";
+    return text;
+  }
+  text += "GPU " + std::to_string(candidate.physical_index) + " (nvidia-smi " + std::to_string(gpu.nvml_index) + ", " +
+          (gpu.name.empty() ? "unnamed" : escape_for_terminal(gpu.name)) + ", " + escape_for_terminal(gpu.uuid) + ")";
   if (gpu.memory_free_bytes) text += ", " + format_memory_size(*gpu.memory_free_bytes) + " free";
   if (gpu.utilization_percent) text += ", " + std::to_string(*gpu.utilization_percent) + "% utilized";
   return text;
@@ -266,6 +403,8 @@ GPUSEL_API std::string describe(const PickCriteria& criteria) {
     for (const std::string& name : criteria.exclude) text += " " + escape_for_terminal(name);
   }
   if (!criteria.only_visible) text += "; any GPU of the machine, CUDA_VISIBLE_DEVICES aside";
+  if (criteria.placement == PickPlacement::connected)
+    text += "; connected GPUs preferred (NVLink, else one PCIe switch, else one host bridge, else one NUMA node)";
   text += criteria.order == PickOrder::most_free_memory ? "; most free memory first"
           : criteria.order == PickOrder::least_utilized ? "; least utilized first"
                                                         : "; in CUDA's order";
@@ -274,7 +413,7 @@ GPUSEL_API std::string describe(const PickCriteria& criteria) {
 
 GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
   detail::check_criteria(criteria);
-  const std::vector<bool> excluded = detail::excluded_gpus(criteria.exclude, map);
+  const detail::Excluded excluded = detail::excluded_gpus(criteria.exclude, map);
   const bool variable_set = map.visible.variable().has_value();
   // The runtime refuses to start under an invalid CUDA_DEVICE_ORDER, whatever the GPUs.
   const std::optional<std::string>& device_order = map.visible.device_order();
@@ -284,22 +423,46 @@ GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const Dev
   candidates.reserve(map.order.positions.size());
   for (int physical = 0; physical < map.order.count(); ++physical) {
     const Gpu& gpu = map.order.gpu(map.inventory, physical);
-    Candidate candidate{gpu, physical, {}};
+    Candidate candidate{gpu, physical, {}, std::nullopt};
     // Every reason as a std::string: one push_back to compile, not an emplace_back per literal's length.
     const auto reject = [&candidate](std::string why) { candidate.rejected_because.push_back(std::move(why)); };
     if (order_invalid)
       reject(detail::describe_value("CUDA_DEVICE_ORDER", device_order) +
              " is neither FASTEST_FIRST nor PCI_BUS_ID, so the CUDA runtime fails with cudaErrorInvalidDevice");
-    if (excluded[map.order.positions[static_cast<std::size_t>(physical)]]) reject("excluded");
+    if (excluded.gpus[map.order.positions[static_cast<std::size_t>(physical)]]) reject("excluded");
     if (!gpu.impossible_readings.empty())
       reject("its readings cannot be true (" + gpu.impossible_readings + "), so its use is unknown");
-    if (criteria.only_visible && variable_set && !map.visible.logical(physical))
+    if (criteria.only_visible && variable_set && !map.visible.logical(physical) && gpu.mig_instances.empty())
       reject("hidden by " +
              escape_for_terminal(detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable())));
-    if (gpu.mig_enabled)
-      reject(
-          "MIG mode is enabled: CUDA shows its MIG instances, not the GPU (name an instance by its MIG- UUID "
-          "from nvidia-smi -L)");
+    if (gpu.mig_enabled) {  // its instances are the candidates (Note [MIG instances as picks])
+      if (gpu.mig_instances.empty())
+        reject(
+            "MIG mode is enabled and NVML lists no MIG instance on it: CUDA shows its MIG instances, never the "
+            "whole GPU");
+      const std::vector<std::string> of_gpu = candidate.rejected_because;
+      for (const MigInstance& instance : gpu.mig_instances) {
+        Candidate part{gpu, physical, of_gpu, instance};
+        const auto refuse = [&part](std::string why) { part.rejected_because.push_back(std::move(why)); };
+        if (criteria.only_visible && variable_set && !detail::mig_instance_visible(map, physical, instance))
+          refuse("hidden by " +
+                 escape_for_terminal(detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable())));
+        if (std::find(excluded.mig_instances.begin(), excluded.mig_instances.end(), instance.uuid) !=
+            excluded.mig_instances.end())
+          refuse("excluded");
+        if (criteria.min_free_memory.bytes > 0) {
+          if (!instance.memory_free_bytes)
+            refuse("its free memory is unknown (NVML could not tell)");
+          else if (*instance.memory_free_bytes < criteria.min_free_memory.bytes)
+            refuse("only " + format_memory_size(*instance.memory_free_bytes) + " free, " +
+                   format_memory_size(criteria.min_free_memory.bytes) + " needed");
+        }
+        if (criteria.max_utilization) refuse("its utilization is unknown (NVML does not measure MIG instances)");
+        if (!criteria.allow_other_users) detail::check_processes(instance.processes, user, part);
+        candidates.push_back(std::move(part));
+      }
+      if (!gpu.mig_instances.empty()) continue;
+    }
     if (criteria.min_free_memory.bytes > 0) {
       if (!gpu.memory_free_bytes) {
         reject("its free memory is unknown (NVML could not tell)");
@@ -316,15 +479,7 @@ GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const Dev
                std::to_string(*criteria.max_utilization) + "% allowed");
       }
     }
-    if (!criteria.allow_other_users) {
-      if (!gpu.processes) {
-        reject("its compute processes are unknown (NVML could not list them)");
-      } else {
-        for (const GpuProcess& process : *gpu.processes)
-          if (process.user.empty() || process.user != user)
-            reject("another user's compute process runs on it (" + describe(process) + ")");
-      }
-    }
+    if (!criteria.allow_other_users) detail::check_processes(gpu.processes, user, candidate);
     candidates.push_back(std::move(candidate));
   }
   return candidates;
@@ -337,8 +492,10 @@ GPUSEL_API std::vector<Candidate> choose(const PickCriteria& criteria, std::vect
   for (std::size_t position = 0; position < all.size(); ++position)
     if (all[position].fits()) fitting.push_back(position);
 
-  const auto free_bytes = [&all](std::size_t c) { return all[c].gpu.memory_free_bytes.value_or(0); };
-  const auto utilization = [&all](std::size_t c) { return all[c].gpu.utilization_percent.value_or(101); };
+  const auto free_bytes = [&all](std::size_t c) { return all[c].memory_free_bytes().value_or(0); };
+  const auto utilization = [&all](std::size_t c) {
+    return all[c].mig_instance ? 101 : all[c].gpu.utilization_percent.value_or(101);  // MIG: not measured
+  };
   std::stable_sort(fitting.begin(), fitting.end(), [&](std::size_t a, std::size_t b) {
     switch (criteria.order) {
       case PickOrder::most_free_memory:
@@ -373,10 +530,39 @@ GPUSEL_API std::vector<Candidate> choose(const PickCriteria& criteria, std::vect
   }
   const auto keep = static_cast<std::size_t>(
       std::min<long long>(detail::wanted_at_most(criteria), static_cast<long long>(fitting.size())));
+  if (criteria.placement == PickPlacement::connected && keep >= 2 && keep < fitting.size())
+    fitting = detail::connected_set(all, fitting, keep);
   std::vector<Candidate> picked;
   picked.reserve(keep);
   for (std::size_t i = 0; i < keep; ++i) picked.push_back(std::move(all[fitting[i]]));
   return picked;
+}
+
+GPUSEL_API std::optional<GpuLink> weakest_link(const std::vector<Candidate>& picked) {
+  if (picked.size() < 2) return std::nullopt;
+  GpuLink weakest = GpuLink::nvlink;
+  for (std::size_t a = 0; a < picked.size(); ++a)
+    for (std::size_t b = a + 1; b < picked.size(); ++b)
+      weakest = std::max(weakest, detail::candidate_link(picked[a], picked[b]));
+  return weakest;
+}
+
+GPUSEL_API std::string describe_connection(const std::vector<Candidate>& picked, const PickCriteria& criteria) {
+  const std::optional<GpuLink> weakest = weakest_link(picked);
+  if (!weakest) return {};
+  std::string names;
+  for (std::size_t i = 0; i < picked.size(); ++i) {
+    names += i == 0 ? "" : i + 1 == picked.size() ? " and " : ", ";
+    names += picked[i].mig_instance ? escape_for_terminal(picked[i].uuid()) : std::to_string(picked[i].physical_index);
+  }
+  bool any_mig = false;
+  for (const Candidate& candidate : picked) any_mig = any_mig || candidate.mig_instance.has_value();
+  std::string text =
+      (any_mig ? "" : "GPUs ") + names + " are " +
+      (any_mig ? std::string("not joined: MIG instances have no peer-to-peer path") : describe(*weakest));
+  if (criteria.placement == PickPlacement::connected && *weakest != GpuLink::nvlink && !any_mig)
+    text += " (no " + std::to_string(picked.size()) + " of the GPUs that fit are connected more closely)";
+  return text;
 }
 
 GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
@@ -386,7 +572,8 @@ GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria, const Devic
 
 GPUSEL_API void reject_leased_gpus(std::vector<Candidate>& assessed) {
   for (Candidate& candidate : assessed)
-    if (auto holder = lease_holder(candidate.gpu.uuid)) candidate.rejected_because.push_back(std::move(*holder));
+    if (auto holder = lease_holder(candidate.uuid(), candidate.mig_instance ? candidate.gpu.uuid : std::string()))
+      candidate.rejected_because.push_back(std::move(*holder));
 }
 
 GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria) {
@@ -401,29 +588,29 @@ GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const Device
   if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
   std::vector<Candidate> assessed = assess(criteria, map, user);
   reject_leased_gpus(assessed);
-  PickCriteria every_fitting = criteria;
-  every_fitting.at_least = 0;
-  every_fitting.at_most = PickCriteria::all;
-  const std::vector<Candidate> best_first = choose(every_fitting, assessed);
-  const int wanted = detail::wanted_at_most(criteria);
-  LeasedGpus result;
-  for (const Candidate& candidate : best_first) {
-    if (static_cast<int>(result.gpus.size()) >= wanted) break;
-    if (std::optional<GpuLease> one = try_lease_gpu(candidate.gpu.uuid)) {
+  // Choose, lease what was chosen, and choose again without any GPU another job leased
+  // between the look and the lease: each round rejects one more, so this ends, and
+  // choose throws, saying why each GPU was rejected, once too few are left.
+  while (true) {
+    LeasedGpus result;
+    result.gpus = choose(criteria, assessed);
+    const Candidate* taken = nullptr;  // leased by another job since we looked
+    for (const Candidate& candidate : result.gpus) {
+      const std::string parent = candidate.mig_instance ? candidate.gpu.uuid : std::string();
+      std::optional<GpuLease> one = try_lease_gpu(candidate.uuid(), parent);
+      if (!one) {
+        taken = &candidate;
+        break;
+      }
       result.lease.merge(std::move(*one));
-      result.gpus.push_back(candidate);
-      continue;
     }
-    for (Candidate& verdict : assessed)  // leased by another job since we looked
-      if (verdict.physical_index == candidate.physical_index)
-        verdict.rejected_because.push_back(lease_holder(candidate.gpu.uuid).value_or("leased by another job"));
-  }
-  if (static_cast<int>(result.gpus.size()) < criteria.at_least) {
+    if (taken == nullptr) return result;
     result.lease.release();
-    (void)choose(criteria, std::move(assessed));                           // throws, saying why each GPU was rejected
-    throw Error("gpusel::lease_free_gpus: too few GPUs could be leased");  // not reached: choose threw
+    const std::string parent = taken->mig_instance ? taken->gpu.uuid : std::string();
+    for (Candidate& verdict : assessed)
+      if (verdict.physical_index == taken->physical_index && verdict.uuid() == taken->uuid())
+        verdict.rejected_because.push_back(lease_holder(taken->uuid(), parent).value_or("leased by another job"));
   }
-  return result;
 }
 
 GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria) {
@@ -439,7 +626,7 @@ GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria) {
   LeasedGpus picked = lease_free_gpus(criteria);
   std::vector<std::string> uuids;
   uuids.reserve(picked.gpus.size());
-  for (const Candidate& candidate : picked.gpus) uuids.push_back(candidate.gpu.uuid);
+  for (const Candidate& candidate : picked.gpus) uuids.push_back(candidate.uuid());
   set_visible_devices(uuids, criteria.only_visible ? VisibleScope::within_visible : VisibleScope::whole_machine);
   return picked;
 }

@@ -249,9 +249,20 @@ GPUSEL_API std::string explain(const DeviceMap& map) {
         break;
       }
     if (mig_end != nullptr) {
+      // The instance, when NVML lists it (Note [MIG instances]); CUDA's enumeration stays CUDA's.
+      std::string owner;
+      for (int physical = 0; physical < map.order.count() && owner.empty(); ++physical) {
+        const Gpu& gpu = map.order.gpu(inventory, physical);
+        for (const MigInstance& instance : gpu.mig_instances)
+          if (detail::starts_with_ignoring_case(instance.uuid, mig_end->text))
+            owner = ", an instance of physical GPU " + std::to_string(physical) + " (nvidia-smi " +
+                    std::to_string(gpu.nvml_index) + "; GI " + std::to_string(instance.gpu_instance_id) + ", CI " +
+                    std::to_string(instance.compute_instance_id) + ")";
+      }
       text += "CUDA_VISIBLE_DEVICES names a MIG instance (" + escape_for_terminal(detail::quote(mig_end->text)) +
-              "), which gpusel cannot map from the GPUs NVML lists: what CUDA shows from that token on is CUDA's to "
-              "decide (nvidia-smi -L lists the instances). Known before it: " +
+              (owner.empty() ? std::string("), which is none of the GPUs or MIG instances NVML lists") : ")" + owner) +
+              ": what CUDA shows from that token on is CUDA's to decide (nvidia-smi -L lists the instances; "
+              "CUDA 11 and 12 show a process one MIG instance). Known before it: " +
               (visible.ok() ? detail::visible_count_text(visible.count()) : std::string("nothing")) + ".\n";
     }
     if (!visible.ok() && mig_end == nullptr) {

@@ -25,12 +25,32 @@
 //                                 # in used, nvmlDeviceGetMemoryInfo_v2 apart (default 0)
 //       memory_v2=unsupported     # nvmlDeviceGetMemoryInfo_v2 fails, as with drivers before 510
 //       process_count=100000      # nvmlDeviceGetComputeRunningProcesses_v3 asks for room for this many
+//       numa=1                    # nvmlDeviceGetNumaNodeId; without it the call is Not Supported
+//       cpus=0-15,32-47           # nvmlDeviceGetCpuAffinity; without it the call is Not Supported
 //   process gpu=0 pid=4242 used_mib=512        # used_mib=na: NVML_VALUE_NOT_AVAILABLE
+//   mig gpu=3 uuid=MIG-... gi=1 ci=0 memory_mib=71680 used_mib=0 slot=0
+//                                 # a MIG instance of GPU 3 (which needs mig=1), behind MIG device
+//                                 # handle `slot` (default: the next one); memory_mib is its GPU instance's
+//   process gpu=3 mig=0 pid=4243 used_mib=512  # a process on the MIG instance in slot 0 of GPU 3
+//   link a=0 b=1 nvlink=1 level=10
+//                                 # GPUs 0 and 1: nvmlDeviceGetP2PStatus(NVLINK) OK with nvlink=1,
+//                                 # nvmlDeviceGetTopologyCommonAncestor answers `level` (0, 10, 20, 30,
+//                                 # 40, 50); a pair without a link line: NVLink Not Supported (status 5)
+//                                 # and the ancestor call fails with Not Supported
 //
 // gpu lines are in nvidia-smi's order (index 0, 1, ...); every key is optional:
 // uuid defaults to GPU-fa4e0000-0000-0000-0000-00000000000N, pci to
 // 00000000:(0x10+N):00.0, name to "NVIDIA H200", memory_mib to 143771, cc to 9.0.
 // A line that does not parse makes nvmlInit_v2 fail with NVML_ERROR_UNKNOWN (999).
+//
+// Where this differs from the real NVML: a MIG device handle answers only the UUID,
+// memory, process and GPU/compute instance id calls (the real one answers more,
+// name and PCI info among them); nvmlDeviceGetMaxMigDeviceCount is 7, or more when a
+// mig line names a higher slot; the parent GPU's process list holds only the process
+// lines without mig= (the real one aggregates its instances' processes, and only for
+// a privileged caller); the topology is what the link lines say, symmetric, with no
+// NVML_TOPOLOGY_* level derived from PCI addresses; a GPU in MIG mode answers the
+// topology calls like any other (the real NVLink P2P status is not OK in MIG mode).
 #include <dlfcn.h>
 #include <pthread.h>
 
@@ -51,6 +71,7 @@ namespace {
 constexpr int kSuccess = 0;
 constexpr int kErrorInvalidArgument = 2;
 constexpr int kErrorNotSupported = 3;
+constexpr int kErrorNotFound = 6;
 constexpr int kErrorInsufficientSize = 7;
 constexpr int kErrorUnknown = 999;
 
@@ -59,23 +80,42 @@ struct Process {
   unsigned long long used_bytes = 0;
 };
 
-struct Gpu {
-  std::string name = "NVIDIA H200";
+// What a device handle answers: a GPU's, or a MIG instance's.
+struct Device {
   std::string uuid;
-  std::string pci;
   unsigned long long memory_bytes = 143771ULL << 20;
   unsigned long long used_bytes = 0;
-  unsigned utilization = 0;
-  unsigned memory_utilization = 0;
-  int cc_major = 9;
-  int cc_minor = 0;
-  bool mig = false;
   bool processes_supported = true;
   int uuid_error = kSuccess;
   unsigned long long reserved_bytes = 0;
   bool memory_v2 = true;
   unsigned process_count = 0;  // at least this many are reported as needed
   std::vector<Process> processes;
+};
+
+struct Mig : Device {
+  unsigned slot = 0;  // its MIG device handle's index
+  unsigned gpu_instance = 0;
+  unsigned compute_instance = 0;
+};
+
+struct Gpu : Device {
+  std::string name = "NVIDIA H200";
+  std::string pci;
+  unsigned utilization = 0;
+  unsigned memory_utilization = 0;
+  int cc_major = 9;
+  int cc_minor = 0;
+  bool mig = false;
+  int numa = -1;                        // -1: not supported
+  std::vector<unsigned long> cpu_mask;  // empty: not supported
+  std::vector<Mig> migs;
+};
+
+struct Link {
+  std::size_t a = 0, b = 0;
+  bool nvlink = false;
+  int level = 50;
 };
 
 struct Machine {
@@ -86,6 +126,7 @@ struct Machine {
   int init_delay_ms = 0;
   bool unterminated_strings = false;
   std::vector<Gpu> gpus;
+  std::vector<Link> links;
 };
 
 // Every call holds `mutex` while it reads or answers from `machine`. A fork while
@@ -123,6 +164,35 @@ std::vector<std::string> words(const std::string& line) {
 }
 
 unsigned long long mib(const std::string& value) { return std::stoull(value) << 20; }
+
+// "0-15,32-47" as a cpu mask, nvmlDeviceGetCpuAffinity's unsigned longs.
+std::vector<unsigned long> cpu_mask(const std::string& list) {
+  constexpr unsigned kBits = sizeof(unsigned long) * 8;
+  std::vector<unsigned long> mask;
+  std::stringstream ranges(list);
+  std::string range;
+  while (std::getline(ranges, range, ',')) {
+    const std::size_t dash = range.find('-');
+    const unsigned first = static_cast<unsigned>(std::stoul(range.substr(0, dash)));
+    const unsigned last = dash == std::string::npos ? first : static_cast<unsigned>(std::stoul(range.substr(dash + 1)));
+    for (unsigned cpu = first; cpu <= last; ++cpu) {
+      if (mask.size() <= cpu / kBits) mask.resize(cpu / kBits + 1, 0);
+      mask[cpu / kBits] |= 1UL << (cpu % kBits);
+    }
+  }
+  return mask;
+}
+
+// key=value words after the first, as pairs; false when one has no '='.
+bool key_values(const std::vector<std::string>& parts, std::vector<std::pair<std::string, std::string>>& result) {
+  result.clear();
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const std::size_t equals = parts[i].find('=');
+    if (equals == std::string::npos) return false;
+    result.emplace_back(parts[i].substr(0, equals), parts[i].substr(equals + 1));
+  }
+  return true;
+}
 
 // Reads the config; false when a line does not parse.
 bool read_machine(Machine& result) {
@@ -189,19 +259,24 @@ bool read_machine(Machine& result) {
             gpu.memory_v2 = value != "unsupported";
           else if (key == "process_count")
             gpu.process_count = static_cast<unsigned>(std::stoul(value));
+          else if (key == "numa")
+            gpu.numa = std::stoi(value);
+          else if (key == "cpus")
+            gpu.cpu_mask = cpu_mask(value);
           else
             return false;
         }
         result.gpus.push_back(gpu);
       } else if (parts[0] == "process") {
-        int gpu = -1;
+        int gpu = -1, mig = -1;
         Process process;
-        for (std::size_t i = 1; i < parts.size(); ++i) {
-          const std::size_t equals = parts[i].find('=');
-          if (equals == std::string::npos) return false;
-          const std::string key = parts[i].substr(0, equals), value = parts[i].substr(equals + 1);
+        std::vector<std::pair<std::string, std::string>> pairs;
+        if (!key_values(parts, pairs)) return false;
+        for (const auto& [key, value] : pairs) {
           if (key == "gpu")
             gpu = std::stoi(value);
+          else if (key == "mig")
+            mig = std::stoi(value);
           else if (key == "pid")
             process.pid = static_cast<unsigned>(std::stoul(value));
           else if (key == "used_mib")
@@ -210,7 +285,65 @@ bool read_machine(Machine& result) {
             return false;
         }
         if (gpu < 0 || gpu >= static_cast<int>(result.gpus.size())) return false;
-        result.gpus[static_cast<std::size_t>(gpu)].processes.push_back(process);
+        Gpu& owner = result.gpus[static_cast<std::size_t>(gpu)];
+        if (mig < 0) {
+          owner.processes.push_back(process);
+          continue;
+        }
+        bool found = false;
+        for (Mig& instance : owner.migs)
+          if (static_cast<int>(instance.slot) == mig) {
+            instance.processes.push_back(process);
+            found = true;
+          }
+        if (!found) return false;
+      } else if (parts[0] == "mig") {
+        int gpu = -1;
+        Mig mig;
+        bool slot_given = false;
+        std::vector<std::pair<std::string, std::string>> pairs;
+        if (!key_values(parts, pairs)) return false;
+        for (const auto& [key, value] : pairs) {
+          if (key == "gpu")
+            gpu = std::stoi(value);
+          else if (key == "uuid")
+            mig.uuid = value;
+          else if (key == "gi")
+            mig.gpu_instance = static_cast<unsigned>(std::stoul(value));
+          else if (key == "ci")
+            mig.compute_instance = static_cast<unsigned>(std::stoul(value));
+          else if (key == "memory_mib")
+            mig.memory_bytes = mib(value);
+          else if (key == "used_mib")
+            mig.used_bytes = mib(value);
+          else if (key == "slot") {
+            mig.slot = static_cast<unsigned>(std::stoul(value));
+            slot_given = true;
+          } else
+            return false;
+        }
+        if (gpu < 0 || gpu >= static_cast<int>(result.gpus.size()) || mig.slot > 0xfffe) return false;
+        Gpu& owner = result.gpus[static_cast<std::size_t>(gpu)];
+        if (!slot_given) mig.slot = owner.migs.empty() ? 0 : owner.migs.back().slot + 1;
+        owner.migs.push_back(mig);
+      } else if (parts[0] == "link") {
+        Link link;
+        std::vector<std::pair<std::string, std::string>> pairs;
+        if (!key_values(parts, pairs)) return false;
+        for (const auto& [key, value] : pairs) {
+          if (key == "a")
+            link.a = std::stoul(value);
+          else if (key == "b")
+            link.b = std::stoul(value);
+          else if (key == "nvlink")
+            link.nvlink = value == "1";
+          else if (key == "level")
+            link.level = std::stoi(value);
+          else
+            return false;
+        }
+        if (link.a >= result.gpus.size() || link.b >= result.gpus.size()) return false;
+        result.links.push_back(link);
       } else {
         return false;
       }
@@ -221,11 +354,33 @@ bool read_machine(Machine& result) {
   return true;
 }
 
-// A handle is the GPU's index + 1, so handles stay valid when the config is read again.
+// A GPU's handle is its index + 1, so handles stay valid when the config is read
+// again; a MIG device handle is (GPU index + 1) << 16 | (slot + 1).
 const Gpu* find(void* handle) {
   const auto index = reinterpret_cast<std::uintptr_t>(handle);
   if (index == 0 || index > machine.gpus.size()) return nullptr;
   return &machine.gpus[index - 1];
+}
+
+const Mig* find_mig(void* handle) {
+  const auto value = reinterpret_cast<std::uintptr_t>(handle);
+  const std::uintptr_t gpu = value >> 16, slot = value & 0xffff;
+  if (gpu == 0 || gpu > machine.gpus.size() || slot == 0) return nullptr;
+  for (const Mig& mig : machine.gpus[gpu - 1].migs)
+    if (mig.slot + 1 == slot) return &mig;
+  return nullptr;
+}
+
+// What a GPU's or a MIG instance's handle answers.
+const Device* find_device(void* handle) {
+  if (const Gpu* gpu = find(handle)) return gpu;
+  return find_mig(handle);
+}
+
+std::size_t max_mig_slots(const Gpu& gpu) {
+  std::size_t slots = 7;
+  for (const Mig& mig : gpu.migs) slots = mig.slot + 1 > slots ? mig.slot + 1 : slots;
+  return gpu.mig ? slots : 0;
 }
 
 int copy_text(const std::string& text, char* buffer, unsigned length) {
@@ -328,7 +483,7 @@ extern "C" int nvmlDeviceGetHandleByIndex_v2(unsigned index, void** handle) {
 
 extern "C" int nvmlDeviceGetUUID(void* handle, char* buffer, unsigned length) {
   std::lock_guard<std::mutex> lock(mutex);
-  const Gpu* gpu = find(handle);
+  const Device* gpu = find_device(handle);
   if (gpu == nullptr) return kErrorInvalidArgument;
   if (gpu->uuid_error != kSuccess) return gpu->uuid_error;
   return copy_text(gpu->uuid, buffer, length);
@@ -352,7 +507,7 @@ extern "C" int nvmlDeviceGetPciInfo_v3(void* handle, PciInfo* info) {
 
 extern "C" int nvmlDeviceGetMemoryInfo(void* handle, Memory* memory) {
   std::lock_guard<std::mutex> lock(mutex);
-  const Gpu* gpu = find(handle);
+  const Device* gpu = find_device(handle);
   if (gpu == nullptr || memory == nullptr) return kErrorInvalidArgument;
   memory->total = gpu->memory_bytes;
   memory->used = gpu->used_bytes + gpu->reserved_bytes;  // v1 counts the driver's reservation as used
@@ -363,7 +518,7 @@ extern "C" int nvmlDeviceGetMemoryInfo(void* handle, Memory* memory) {
 // As NVML: the caller sets `version` to nvmlMemory_v2; another is NVML_ERROR_ARGUMENT_VERSION_MISMATCH (25).
 extern "C" int nvmlDeviceGetMemoryInfo_v2(void* handle, MemoryV2* memory) {
   std::lock_guard<std::mutex> lock(mutex);
-  const Gpu* gpu = find(handle);
+  const Device* gpu = find_device(handle);
   if (gpu == nullptr || memory == nullptr) return kErrorInvalidArgument;
   if (!gpu->memory_v2) return kErrorNotSupported;
   if (memory->version != (static_cast<unsigned>(sizeof(MemoryV2)) | (2u << 24))) return 25;
@@ -386,7 +541,7 @@ extern "C" int nvmlDeviceGetUtilizationRates(void* handle, Utilization* utilizat
 // As NVML: with *count too small, sets *count to the number needed and fails with Insufficient Size.
 extern "C" int nvmlDeviceGetComputeRunningProcesses_v3(void* handle, unsigned* count, ProcessInfo* infos) {
   std::lock_guard<std::mutex> lock(mutex);
-  const Gpu* gpu = find(handle);
+  const Device* gpu = find_device(handle);
   if (gpu == nullptr || count == nullptr) return kErrorInvalidArgument;
   if (!gpu->processes_supported) return kErrorNotSupported;
   const auto needed = static_cast<unsigned>(gpu->processes.size());
@@ -394,7 +549,10 @@ extern "C" int nvmlDeviceGetComputeRunningProcesses_v3(void* handle, unsigned* c
     *count = needed > gpu->process_count ? needed : gpu->process_count;
     return kErrorInsufficientSize;
   }
-  for (unsigned i = 0; i < needed; ++i) infos[i] = {gpu->processes[i].pid, gpu->processes[i].used_bytes, ~0u, ~0u};
+  const Mig* mig = find_mig(handle);
+  for (unsigned i = 0; i < needed; ++i)
+    infos[i] = {gpu->processes[i].pid, gpu->processes[i].used_bytes, mig ? mig->gpu_instance : ~0u,
+                mig ? mig->compute_instance : ~0u};
   *count = needed;
   return kSuccess;
 }
@@ -413,5 +571,95 @@ extern "C" int nvmlDeviceGetCudaComputeCapability(void* handle, int* major, int*
   if (gpu == nullptr || major == nullptr || minor == nullptr) return kErrorInvalidArgument;
   *major = gpu->cc_major;
   *minor = gpu->cc_minor;
+  return kSuccess;
+}
+
+extern "C" int nvmlDeviceGetMaxMigDeviceCount(void* handle, unsigned* count) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Gpu* gpu = find(handle);
+  if (gpu == nullptr || count == nullptr) return kErrorInvalidArgument;
+  *count = static_cast<unsigned>(max_mig_slots(*gpu));
+  return kSuccess;
+}
+
+// As NVML: a slot with no MIG instance is NVML_ERROR_NOT_FOUND.
+extern "C" int nvmlDeviceGetMigDeviceHandleByIndex(void* handle, unsigned index, void** mig_handle) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Gpu* gpu = find(handle);
+  if (gpu == nullptr || mig_handle == nullptr || index >= max_mig_slots(*gpu)) return kErrorInvalidArgument;
+  for (const Mig& mig : gpu->migs)
+    if (mig.slot == index) {
+      const auto gpu_index = static_cast<std::uintptr_t>(gpu - machine.gpus.data());
+      *mig_handle = reinterpret_cast<void*>((gpu_index + 1) << 16 | (static_cast<std::uintptr_t>(index) + 1));
+      return kSuccess;
+    }
+  return kErrorNotFound;
+}
+
+extern "C" int nvmlDeviceGetGpuInstanceId(void* handle, unsigned* id) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Mig* mig = find_mig(handle);
+  if (id == nullptr) return kErrorInvalidArgument;
+  if (mig == nullptr) return kErrorNotSupported;  // not a MIG device handle
+  *id = mig->gpu_instance;
+  return kSuccess;
+}
+
+extern "C" int nvmlDeviceGetComputeInstanceId(void* handle, unsigned* id) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Mig* mig = find_mig(handle);
+  if (id == nullptr) return kErrorInvalidArgument;
+  if (mig == nullptr) return kErrorNotSupported;
+  *id = mig->compute_instance;
+  return kSuccess;
+}
+
+extern "C" int nvmlDeviceGetNumaNodeId(void* handle, unsigned* node) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Gpu* gpu = find(handle);
+  if (gpu == nullptr || node == nullptr) return kErrorInvalidArgument;
+  if (gpu->numa < 0) return kErrorNotSupported;
+  *node = static_cast<unsigned>(gpu->numa);
+  return kSuccess;
+}
+
+// As NVML: `size` unsigned longs of CPU mask, CPU n in bit n % 64 of word n / 64.
+extern "C" int nvmlDeviceGetCpuAffinity(void* handle, unsigned size, unsigned long* mask) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Gpu* gpu = find(handle);
+  if (gpu == nullptr || mask == nullptr) return kErrorInvalidArgument;
+  if (gpu->cpu_mask.empty()) return kErrorNotSupported;
+  for (unsigned i = 0; i < size; ++i) mask[i] = i < gpu->cpu_mask.size() ? gpu->cpu_mask[i] : 0;
+  return kSuccess;
+}
+
+namespace {
+const Link* find_link(void* first, void* second) {
+  const Gpu* a = find(first);
+  const Gpu* b = find(second);
+  if (a == nullptr || b == nullptr) return nullptr;
+  const auto ia = static_cast<std::size_t>(a - machine.gpus.data()),
+             ib = static_cast<std::size_t>(b - machine.gpus.data());
+  for (const Link& link : machine.links)
+    if ((link.a == ia && link.b == ib) || (link.a == ib && link.b == ia)) return &link;
+  return nullptr;
+}
+}  // namespace
+
+extern "C" int nvmlDeviceGetTopologyCommonAncestor(void* first, void* second, int* level) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (find(first) == nullptr || find(second) == nullptr || level == nullptr) return kErrorInvalidArgument;
+  const Link* link = find_link(first, second);
+  if (link == nullptr) return kErrorNotSupported;
+  *level = link->level;
+  return kSuccess;
+}
+
+// Only the NVLink index (2) is modelled: OK (0) for a link line with nvlink=1, else Not Supported (5).
+extern "C" int nvmlDeviceGetP2PStatus(void* first, void* second, int index, int* status) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (find(first) == nullptr || find(second) == nullptr || status == nullptr) return kErrorInvalidArgument;
+  const Link* link = find_link(first, second);
+  *status = index == 2 && link != nullptr && link->nvlink ? 0 : 5;
   return kSuccess;
 }

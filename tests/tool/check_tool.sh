@@ -35,6 +35,30 @@ gpu name="NVIDIA A100-SXM4-80GB" uuid=GPU-a1000000-0000-4000-8000-000000000000 p
 gpu name="NVIDIA H200" uuid=GPU-b2000000-0000-4000-8000-000000000000 pci=00000000:18:00.0 used_mib=10240 utilization=20
 gpu name="NVIDIA L4" uuid=GPU-c3000000-0000-4000-8000-000000000000 pci=00000000:19:00.0 memory_mib=23034 used_mib=0 cc=8.9
 EOF
+# A GPU in MIG mode with three instances beside a whole GPU: instance 0 runs another
+# user's process, and instance 2 is a second compute instance of GPU instance 2.
+cat >"$work/mig.txt" <<EOF
+gpu uuid=GPU-0a1b2c3d-0000-4000-8000-000000000000 pci=00000000:17:00.0 used_mib=120000
+gpu uuid=GPU-3d4e5f60-0000-4000-8000-000000000003 pci=00000000:3B:00.0 mig=1
+mig gpu=1 uuid=MIG-4a5b6c7d-0000-4000-8000-000000000000 gi=1 ci=0 memory_mib=71680 used_mib=30000
+mig gpu=1 uuid=MIG-5b6c7d8e-0000-4000-8000-000000000001 gi=2 ci=0 memory_mib=35840 used_mib=0
+mig gpu=1 uuid=MIG-6c7d8e9f-0000-4000-8000-000000000002 gi=2 ci=1 memory_mib=35840 used_mib=1024
+process gpu=1 mig=0 pid=4000000001 used_mib=30000
+EOF
+# Four GPUs in two NVLink pairs, one pair per NUMA node (0-1 on node 0, 2-3 on node 1).
+# By free memory alone the best two are 0 and 2, on different nodes.
+cat >"$work/topology.txt" <<EOF
+gpu uuid=GPU-70000000-0000-4000-8000-000000000000 used_mib=0 numa=0 cpus=0-15,32-47
+gpu uuid=GPU-71000000-0000-4000-8000-000000000001 used_mib=1000 numa=0 cpus=0-15,32-47
+gpu uuid=GPU-72000000-0000-4000-8000-000000000002 used_mib=10 numa=1 cpus=16-31,48-63
+gpu uuid=GPU-73000000-0000-4000-8000-000000000003 used_mib=2000 numa=1 cpus=16-31,48-63
+link a=0 b=1 nvlink=1 level=10
+link a=2 b=3 nvlink=1 level=10
+link a=0 b=2 level=50
+link a=0 b=3 level=50
+link a=1 b=2 level=50
+link a=1 b=3 level=50
+EOF
 # And one whose NVML reports a UUID twice and two GPUs without one: each row
 # must still show its own GPU (its own PCI bus id and memory).
 cat >"$work/odd.txt" <<EOF
@@ -80,6 +104,13 @@ expect_utf8() {
 expect_json() {
   if ! python3 -c 'import json, sys; json.loads(sys.stdin.buffer.read().decode("utf-8", "strict"))' <"$work/out"; then
     echo "FAILED: not valid JSON"
+    failures=$((failures + 1))
+  fi
+}
+# expect_in_json <python expression>: true of the last run's stdout, read as JSON into `d`.
+expect_in_json() {
+  if ! python3 -c 'import json, sys; d = json.load(sys.stdin); sys.exit(0 if eval(sys.argv[1]) else 1)' "$1" <"$work/out"; then
+    echo "FAILED: expected of the JSON: $1"
     failures=$((failures + 1))
   fi
 }
@@ -536,6 +567,81 @@ EOF
     expect stdout '"error": "usage"'
     run 2 --json
     expect_json
+    ;;
+  mig)
+    export GPUSEL_FAKE_NVML_CONFIG="$work/mig.txt"
+    # Listed under their GPU, with their UUIDs, ids and memory, in text and JSON.
+    run 0 list
+    expect stdout "MIG GI 1 CI 0  MIG-4a5b6c7d-0000-4000-8000-000000000000                    29.3 GiB / 70.0 GiB"
+    expect stdout "MIG GI 2 CI 1  MIG-6c7d8e9f-0000-4000-8000-000000000002                    1.0 GiB / 35.0 GiB"
+    run 0 list --json
+    expect_json
+    expect_in_json 'd["gpus"][1]["mig_instances"][1] == {"uuid": "MIG-5b6c7d8e-0000-4000-8000-000000000001", "gpu_instance_id": 2, "compute_instance_id": 0, "memory_total_bytes": 35840 << 20, "memory_used_bytes": 0, "memory_free_bytes": 35840 << 20, "processes": []}'
+    expect_in_json 'd["gpus"][1]["mig_instances"][0]["processes"][0]["pid"] == 4000000001'
+    # Each instance is one GPU for -n, judged by its own memory and processes, printed as its MIG- UUID.
+    run 0 pick --min-free 30GiB
+    [ "$out" = MIG-5b6c7d8e-0000-4000-8000-000000000001 ] ||
+      { echo "FAILED: expected the free MIG instance, got [$out]"; failures=$((failures + 1)); }
+    run 1 pick -n 3 --min-free 30GiB
+    expect stderr "MIG instance MIG-4a5b6c7d-0000-4000-8000-000000000000 (GI 1, CI 0) of GPU 1"
+    expect stderr "another user's compute process runs on it (pid 4000000001"
+    run 0 pick -n 2 --exclude 0 --format index
+    [ "$out" = MIG-5b6c7d8e-0000-4000-8000-000000000001,MIG-6c7d8e9f-0000-4000-8000-000000000002 ] ||
+      { echo "FAILED: expected two MIG instances of GPU 1, got [$out]"; failures=$((failures + 1)); }
+    expect stderr "CUDA 11 and 12 show one process a single MIG instance"
+    run 0 pick --exclude 0,MIG-5b6c
+    [ "$out" = MIG-6c7d8e9f-0000-4000-8000-000000000002 ] ||
+      { echo "FAILED: --exclude MIG-5b6c should leave the other instance, got [$out]"; failures=$((failures + 1)); }
+    CUDA_VISIBLE_DEVICES=MIG-6c7d8e9f run 0 explain
+    expect stdout "names a MIG instance (\"MIG-6c7d8e9f\"), an instance of physical GPU 1 (nvidia-smi 1; GI 2, CI 1)"
+    CUDA_VISIBLE_DEVICES=MIG-6c7d8e9f-0000-4000-8000-000000000002 run 0 pick
+    [ "$out" = MIG-6c7d8e9f-0000-4000-8000-000000000002 ] ||
+      { echo "FAILED: only the instance CUDA_VISIBLE_DEVICES names is visible, got [$out]"; failures=$((failures + 1)); }
+    # run: the command's CUDA_VISIBLE_DEVICES is the MIG- UUID, and a lease on one instance
+    # leaves the GPU's other instance to a second job.
+    "$gpusel" run --exclude 0 -- sh -c 'echo "$CUDA_VISIBLE_DEVICES" >"$1"; sleep 3' sh "$work/first" 2>/dev/null &
+    first=$!
+    for _ in $(seq 50); do [ -s "$work/first" ] && break; sleep 0.1; done
+    run 0 run --exclude 0 -- sh -c 'echo "$CUDA_VISIBLE_DEVICES"'
+    [ "$(cat "$work/first")" = MIG-5b6c7d8e-0000-4000-8000-000000000001 ] ||
+      { echo "FAILED: the first job should get MIG-5b6c7d8e..., got [$(cat "$work/first")]"; failures=$((failures + 1)); }
+    [ "$out" = MIG-6c7d8e9f-0000-4000-8000-000000000002 ] ||
+      { echo "FAILED: the second job should get the other instance, got [$out]"; failures=$((failures + 1)); }
+    expect stderr "gpusel: running sh with CUDA_VISIBLE_DEVICES=MIG-6c7d8e9f-0000-4000-8000-000000000002"
+    run 125 run --exclude 0 --allow-other-users -n 3 -- true
+    expect stderr "leased by another job"
+    wait "$first"
+    unset GPUSEL_FAKE_NVML_CONFIG
+    ;;
+  topology)
+    export GPUSEL_FAKE_NVML_CONFIG="$work/topology.txt"
+    # NUMA node and CPUs, as ranges, so host threads can be pinned.
+    run 0 list
+    expect stdout "NUMA  CPUS         PROCESSES"
+    expect stdout "0%    1     16-31,48-63  none"
+    run 0 list --json
+    expect_json
+    expect_in_json 'd["gpus"][0]["numa_node"] == 0 and d["gpus"][0]["cpu_affinity"] == "0-15,32-47"'
+    expect_in_json 'd["gpus"][0]["links"] == [{"nvml_index": 1, "link": "nvlink"}, {"nvml_index": 2, "link": "system"}, {"nvml_index": 3, "link": "system"}]'
+    # Without --connected, most free memory first: 0 and 2, across NUMA nodes; with it, an NVLink pair.
+    run 0 pick -n 2
+    [ "$out" = 0,2 ] || { echo "FAILED: expected 0,2 by free memory, got [$out]"; failures=$((failures + 1)); }
+    run 0 pick -n 2 --connected
+    [ "$out" = 0,1 ] || { echo "FAILED: expected the NVLink pair 0,1, got [$out]"; failures=$((failures + 1)); }
+    expect stderr "gpusel: connected: GPUs 0 and 1 are joined by NVLink"
+    run 0 pick -n 2 --connected --exclude 1 --json
+    expect_json
+    expect_in_json 'd["connection"]["weakest_link"] == "nvlink" and d["cuda_visible_devices"] == "2,3"'
+    expect stdout "excluding 1; connected GPUs preferred (NVLink, else one PCIe switch, else one host bridge, else one NUMA node)"
+    # No connected set fits: the best one that does, with the reason.
+    run 0 pick -n 2 --connected --exclude 1,3
+    [ "$out" = 0,2 ] || { echo "FAILED: expected the fallback 0,2, got [$out]"; failures=$((failures + 1)); }
+    expect stderr "GPUs 0 and 2 are across NUMA nodes (no 2 of the GPUs that fit are connected more closely)"
+    # run takes it too.
+    run 0 run -n 2 --connected --exclude 0 --format index -- sh -c 'echo "$CUDA_VISIBLE_DEVICES"'
+    [ "$out" = 2,3 ] || { echo "FAILED: run --connected should give the NVLink pair 2,3, got [$out]"; failures=$((failures + 1)); }
+    expect stderr "gpusel: connected: GPUs 2 and 3 are joined by NVLink"
+    unset GPUSEL_FAKE_NVML_CONFIG
     ;;
   *)
     echo "unknown scenario $scenario"

@@ -17,6 +17,7 @@ using Device = DeviceOpaque*;  // nvmlDevice_t
 
 constexpr Return kSuccess = 0;
 constexpr Return kErrorNotSupported = 3;
+constexpr Return kErrorNotFound = 6;
 constexpr Return kErrorInsufficientSize = 7;
 constexpr unsigned long long kValueNotAvailable = ~0ULL;  // NVML_VALUE_NOT_AVAILABLE
 
@@ -45,6 +46,16 @@ struct MemoryV2 {  // nvmlMemory_v2_t: `used` leaves out the driver's reservatio
 };
 // nvmlMemory_v2 (NVML_STRUCT_VERSION(Memory, 2)): the struct's size and the version in the top byte.
 constexpr unsigned int kMemoryV2Version = static_cast<unsigned int>(sizeof(MemoryV2)) | (2u << 24);
+
+// nvmlGpuTopologyLevel_t: how far apart two GPUs are on the PCIe tree, nearest first.
+constexpr int kTopologyInternal = 0;     // NVML_TOPOLOGY_INTERNAL: one board
+constexpr int kTopologySingle = 10;      // NVML_TOPOLOGY_SINGLE: one PCIe switch
+constexpr int kTopologyMultiple = 20;    // NVML_TOPOLOGY_MULTIPLE: several switches, no host bridge
+constexpr int kTopologyHostBridge = 30;  // NVML_TOPOLOGY_HOSTBRIDGE: one host bridge
+constexpr int kTopologyNode = 40;        // NVML_TOPOLOGY_NODE: one NUMA node, across host bridges
+constexpr int kTopologySystem = 50;      // NVML_TOPOLOGY_SYSTEM: across NUMA nodes (CPU sockets)
+constexpr int kP2pCapsIndexNvlink = 2;   // NVML_P2P_CAPS_INDEX_NVLINK (nvmlGpuP2PCapsIndex_t)
+constexpr int kP2pStatusOk = 0;          // NVML_P2P_STATUS_OK (nvmlGpuP2PStatus_t)
 
 struct Utilization {  // nvmlUtilization_t
   unsigned int gpu;
@@ -77,6 +88,17 @@ struct Library {
   Return (*driver_version)(char*, unsigned int) = nullptr;                     // optional
   Return (*cuda_driver_version)(int*) = nullptr;                               // optional (_v2)
   Return (*memory_info_v2)(Device, MemoryV2*) = nullptr;                       // optional (drivers >= 510)
+  // MIG (optional): a MIG device handle stands for one compute instance and answers
+  // nvmlDeviceGetUUID ("MIG-..."), the memory calls and the process list for that instance.
+  Return (*max_mig_device_count)(Device, unsigned int*) = nullptr;                // nvmlDeviceGetMaxMigDeviceCount
+  Return (*mig_device_handle_by_index)(Device, unsigned int, Device*) = nullptr;  // ...MigDeviceHandleByIndex
+  Return (*gpu_instance_id)(Device, unsigned int*) = nullptr;                     // nvmlDeviceGetGpuInstanceId
+  Return (*compute_instance_id)(Device, unsigned int*) = nullptr;                 // nvmlDeviceGetComputeInstanceId
+  // Topology (optional): the level is an nvmlGpuTopologyLevel_t, the P2P index and status enums, as int.
+  Return (*topology_common_ancestor)(Device, Device, int*) = nullptr;      // nvmlDeviceGetTopologyCommonAncestor
+  Return (*p2p_status)(Device, Device, int, int*) = nullptr;               // nvmlDeviceGetP2PStatus
+  Return (*numa_node_id)(Device, unsigned int*) = nullptr;                 // nvmlDeviceGetNumaNodeId (drivers >= 545)
+  Return (*cpu_affinity)(Device, unsigned int, unsigned long*) = nullptr;  // nvmlDeviceGetCpuAffinity
   const Library* next = nullptr;  // the library loaded before this one (see load())
 
   std::string describe(Return status) const {
@@ -202,6 +224,14 @@ GPUSEL_API LoadResult load(const std::string& path) {
   bind(handle, "nvmlSystemGetDriverVersion", library->driver_version);
   bind(handle, "nvmlSystemGetCudaDriverVersion_v2", library->cuda_driver_version);
   bind(handle, "nvmlDeviceGetMemoryInfo_v2", library->memory_info_v2);
+  bind(handle, "nvmlDeviceGetMaxMigDeviceCount", library->max_mig_device_count);
+  bind(handle, "nvmlDeviceGetMigDeviceHandleByIndex", library->mig_device_handle_by_index);
+  bind(handle, "nvmlDeviceGetGpuInstanceId", library->gpu_instance_id);
+  bind(handle, "nvmlDeviceGetComputeInstanceId", library->compute_instance_id);
+  bind(handle, "nvmlDeviceGetTopologyCommonAncestor", library->topology_common_ancestor);
+  bind(handle, "nvmlDeviceGetP2PStatus", library->p2p_status);
+  bind(handle, "nvmlDeviceGetNumaNodeId", library->numa_node_id);
+  bind(handle, "nvmlDeviceGetCpuAffinity", library->cpu_affinity);
 
   const Return status = library->init();
   if (status != kSuccess) {
