@@ -1,0 +1,78 @@
+// A memcpy whose stores bypass the CPU caches (non-temporal stores), for
+// draining a GPU's data into host memory whose pages are already there:
+// Note [Streaming stores].
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "gpusel/detail/compile_once.hpp"
+
+#if defined(__SSE2__) && GPUSEL_DEFINITIONS
+#include <emmintrin.h>
+#endif
+
+namespace gpusel::detail {
+
+// Note [Streaming stores]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// An ordinary store to a line not in the cache first reads the line from
+// memory (read for ownership), so memcpy into memory that is not cached moves
+// three bytes per byte copied; a non-temporal store writes the line without
+// reading it, two bytes per byte. The copy engine drains 4 MiB chunks, below
+// the size from which glibc's memcpy streams by itself. Measured on the
+// 2-core x86 host the issue was calibrated on (tests/bench/host_calibration,
+// "stores" rows; docs/benchmarks.md), 4 MiB at a time into existing pages:
+// streaming 10.3 GB/s against memcpy's 6.9 on one thread, 16.5 against 10.4
+// on two. Into fresh pages it was slower (1.4 against 1.6 GB/s; 1.6 against
+// 2.4 on two threads): the kernel has just zeroed the page through the cache,
+// and streaming stores then write it again around the cache. So the engine
+// streams only into blocks it reuses (detail/host_block_cache.hpp), never
+// into fresh ones or memory it did not allocate.
+//
+// The fast path is x86's SSE2 (_mm_stream_si128, every x86-64 CPU), chosen at
+// compile time; other CPUs (arm64, which the vcpkg port supports) use memcpy,
+// and kStreamingStores says which one this build has.
+#if defined(__SSE2__)
+inline constexpr bool kStreamingStores = true;
+#else
+inline constexpr bool kStreamingStores = false;
+#endif
+
+// Copies `bytes` from `source` to `destination` (not overlapping), with
+// streaming stores where the CPU has them; the stores are fenced, so other
+// threads see them once the function returns and is synchronized with.
+GPUSEL_API void streaming_copy(void* destination, const void* source, std::size_t bytes) noexcept;
+
+#if GPUSEL_DEFINITIONS
+
+GPUSEL_API void streaming_copy(void* destination, const void* source, std::size_t bytes) noexcept {
+#if defined(__SSE2__)
+  auto* out = static_cast<char*>(destination);
+  const auto* in = static_cast<const char*>(source);
+  // Ordinary stores up to the first 16-byte boundary of the destination.
+  const std::size_t head = std::min<std::size_t>(bytes, (16 - reinterpret_cast<std::uintptr_t>(out) % 16) % 16);
+  std::memcpy(out, in, head);
+  std::size_t offset = head;
+  for (; offset + 64 <= bytes; offset += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + offset));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + offset + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + offset + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + offset + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + offset), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + offset + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + offset + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + offset + 48), d);
+  }
+  _mm_sfence();  // streaming stores are weakly ordered: make them visible before returning
+  std::memcpy(out + offset, in + offset, bytes - offset);
+#else
+  std::memcpy(destination, source, bytes);
+#endif
+}
+
+#endif  // GPUSEL_DEFINITIONS
+
+}  // namespace gpusel::detail
