@@ -614,6 +614,9 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMillisecond);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // What the engine decided for host memory (tests/gpu/check.sh records it beside the THP counters).
+  std::printf("gpusel host memory: %s %s\n", gpusel::detail::describe_prefault().c_str(),
+              gpusel::detail::describe_host_block_cache().c_str());
   const std::string why = missing_device();
   if (!why.empty()) std::printf("gpusel buffer benchmarks skipped: %s\n", why.c_str());
   gpusel_bench::ComparisonReporter reporter(comparisons());

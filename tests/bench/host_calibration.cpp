@@ -250,7 +250,7 @@ void measure_stores(Pool& pool, const char* source, const Options& options, cons
   constexpr std::size_t kChunk = 4 * kMiB;  // the copy engine's default staging chunk
   const bool fresh = std::strcmp(into, "fresh") == 0;
   const bool streaming = std::strcmp(store, "streaming") == 0;
-  const std::size_t part = std::max<std::size_t>(1, options.touch_mib / 4 / static_cast<std::size_t>(threads)) * kChunk;
+  const std::size_t part = std::max<std::size_t>(1, options.touch_mib / 8 / static_cast<std::size_t>(threads)) * kChunk;
   const std::size_t bytes = part * static_cast<std::size_t>(threads);
   auto* region = static_cast<char*>(map_fresh(bytes, MADV_NOHUGEPAGE));
   if (region == nullptr) {
