@@ -5,24 +5,13 @@
 #pragma once
 
 #include <pthread.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <new>
 #include <string>
 
 #include "gpusel/detail/compile_once.hpp"
-#include "gpusel/detail/fork_state.hpp"
-#include "gpusel/detail/host_prefault.hpp"
-#include "gpusel/detail/process_state.hpp"
-#include "gpusel/detail/streaming_copy.hpp"
-#include "gpusel/error.hpp"
-#include "gpusel/memory_size.hpp"
 
 namespace gpusel::detail {
 
@@ -175,7 +164,25 @@ GPUSEL_API void drain_chunk(const HostDrain& drain, void* destination, const voi
 // "host cache: limit 2147483648 bytes, 8 blocks; streaming stores: yes (SSE2)", for the benchmarks' line.
 [[nodiscard]] GPUSEL_API std::string describe_host_block_cache();
 
+}  // namespace gpusel::detail
+
 #if GPUSEL_DEFINITIONS
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <new>
+
+#include "gpusel/detail/fork_state.hpp"
+#include "gpusel/detail/host_prefault.hpp"
+#include "gpusel/detail/process_state.hpp"
+#include "gpusel/detail/streaming_copy.hpp"
+#include "gpusel/error.hpp"
+#include "gpusel/memory_size.hpp"
+
+namespace gpusel::detail {
 
 GPUSEL_API std::size_t default_host_cache_bytes() noexcept {
   const long pages = sysconf(_SC_PHYS_PAGES);
@@ -402,6 +409,6 @@ GPUSEL_API std::string describe_host_block_cache() {
          "blocks streaming_stores=" + (kStreamingStores ? "yes" : "no");
 }
 
-#endif  // GPUSEL_DEFINITIONS
-
 }  // namespace gpusel::detail
+
+#endif  // GPUSEL_DEFINITIONS

@@ -4,23 +4,12 @@
 // fresh host memory].
 #pragma once
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <atomic>
-#include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <new>
 #include <string>
-#include <string_view>
 
 #include "gpusel/detail/compile_once.hpp"
-#include "gpusel/detail/process_state.hpp"
-#include "gpusel/error.hpp"
 
 namespace gpusel::detail {
 
@@ -114,7 +103,24 @@ GPUSEL_API void prefault_pages(void* begin, std::size_t bytes) noexcept;
 // the benchmarks' and the GPU check's record of the decision.
 [[nodiscard]] GPUSEL_API std::string describe_prefault();
 
+}  // namespace gpusel::detail
+
 #if GPUSEL_DEFINITIONS
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string_view>
+
+#include "gpusel/detail/process_state.hpp"
+#include "gpusel/error.hpp"
+
+namespace gpusel::detail {
 
 GPUSEL_API TransparentHugePages parse_transparent_huge_pages(const char* text) noexcept {
   if (text == nullptr) return TransparentHugePages::unknown;
@@ -236,6 +242,6 @@ GPUSEL_API std::string describe_prefault() {
   return text;
 }
 
-#endif  // GPUSEL_DEFINITIONS
-
 }  // namespace gpusel::detail
+
+#endif  // GPUSEL_DEFINITIONS

@@ -3,16 +3,9 @@
 // Note [Streaming stores].
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
-#include <cstdint>
-#include <cstring>
 
 #include "gpusel/detail/compile_once.hpp"
-
-#if defined(__SSE2__) && GPUSEL_DEFINITIONS
-#include <emmintrin.h>
-#endif
 
 namespace gpusel::detail {
 
@@ -46,7 +39,19 @@ inline constexpr bool kStreamingStores = false;
 // threads see them once the function returns and is synchronized with.
 GPUSEL_API void streaming_copy(void* destination, const void* source, std::size_t bytes) noexcept;
 
+}  // namespace gpusel::detail
+
 #if GPUSEL_DEFINITIONS
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace gpusel::detail {
 
 GPUSEL_API void streaming_copy(void* destination, const void* source, std::size_t bytes) noexcept {
 #if defined(__SSE2__)
@@ -73,6 +78,6 @@ GPUSEL_API void streaming_copy(void* destination, const void* source, std::size_
 #endif
 }
 
-#endif  // GPUSEL_DEFINITIONS
-
 }  // namespace gpusel::detail
+
+#endif  // GPUSEL_DEFINITIONS
