@@ -122,6 +122,7 @@ class HostBlocks {
   std::atomic<std::uint64_t> streamed_bytes{0};
 
   HostBlocks() = default;
+  ~HostBlocks() = default;  // frees nothing: close() at exit does (the process's object is never destroyed)
   HostBlocks(const HostBlocks&) = delete;  // one per process
   HostBlocks& operator=(const HostBlocks&) = delete;
 

@@ -209,7 +209,7 @@ GPUSEL_API void prefault_pages(void* begin, std::size_t bytes, HostPrefaultSetti
   const std::uintptr_t first = (start + page - 1) / page * page;  // the pages wholly inside the range
   const std::uintptr_t last = (start + bytes) / page * page;
   if (bytes == 0 || first >= last) return;
-  char* const pages = reinterpret_cast<char*>(first);
+  char* const pages = static_cast<char*>(begin) + (first - start);
   const std::size_t length = last - first;
   if (!settings.populate_missing.load(std::memory_order_relaxed)) {
     if (advise(pages, length, kAdvisePopulateWrite) == 0) {

@@ -15,15 +15,15 @@ namespace gpusel::detail {
 // memory (read for ownership), so memcpy into memory that is not cached moves
 // three bytes per byte copied; a non-temporal store writes the line without
 // reading it, two bytes per byte. The copy engine drains 4 MiB chunks, below
-// the size from which glibc's memcpy streams by itself. Measured on the
-// 2-core x86 host the issue was calibrated on (tests/bench/host_calibration,
-// "stores" rows; docs/benchmarks.md), 4 MiB at a time into existing pages:
-// streaming 10.3 GB/s against memcpy's 6.9 on one thread, 16.5 against 10.4
-// on two. Into fresh pages it was slower (1.4 against 1.6 GB/s; 1.6 against
-// 2.4 on two threads): the kernel has just zeroed the page through the cache,
-// and streaming stores then write it again around the cache. So the engine
-// streams only into blocks it reuses (detail/host_block_cache.hpp), never
-// into fresh ones or memory it did not allocate.
+// the size from which glibc's memcpy streams by itself. On a shared 2-core
+// x86 host (host_calibration's "stores" rows, docs/benchmarks.md), 4 MiB at a
+// time into existing pages, streaming was 1.3x to 2.4x memcpy in 7 of 8 runs
+// (quiet: 10.3 against 6.9 GB/s on one thread, 16.5 against 10.4 on two);
+// into fresh 4 KiB pages it was 0.65x to 1.07x: the kernel has just zeroed
+// the page through the cache, and streaming stores then write it again
+// around the cache. So the engine streams only into blocks whose pages are
+// there: reused ones, and ones it drained into before (Note [The host block
+// cache]); never into fresh ones, or memory it did not allocate.
 //
 // The fast path is x86's SSE2 (_mm_stream_si128, every x86-64 CPU), chosen at
 // compile time; other CPUs (arm64, which the vcpkg port supports) use memcpy,
