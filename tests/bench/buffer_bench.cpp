@@ -253,18 +253,25 @@ void raw_device_to_new_host(benchmark::State& state) {
   check(state, last.get(), host_pattern(bytes, false).data(), bytes);
 }
 
-void gpusel_device_to_new_host(benchmark::State& state) {
+// `reuse`: the freed block is kept for the next iteration, as the host block
+// cache keeps it in a program's loop (Note [The host block cache]); without,
+// the cache is emptied first, so every iteration drains into fresh pages, as
+// the raw baseline's new[] does.
+void device_to_new_host(benchmark::State& state, bool reuse) {
   if (!prepare(state)) return;
   const auto bytes = static_cast<std::size_t>(state.range(0));
   const Bytes& source = device_pattern(bytes);
   Bytes last;
   for (auto _ : state) {
     last = Bytes();
+    if (!reuse) gpusel::detail::HostBlocks::instance().release_cached();
     last = source.to(gpusel::cpu());
   }
   count(state, static_cast<double>(bytes));
   check(state, last.data(), host_pattern(bytes, false).data(), bytes);
 }
+void gpusel_device_to_new_host(benchmark::State& s) { device_to_new_host(s, false); }
+void gpusel_device_to_reused_host(benchmark::State& s) { device_to_new_host(s, true); }
 
 // --- device -> device -------------------------------------------------------------------
 void device_to_device(benchmark::State& state, bool raw) {
@@ -552,6 +559,7 @@ std::vector<gpusel_bench::Comparison> comparisons() {
       {"gpusel_device_to_new_host", "raw_device_to_new_host", {}},
       {"gpusel_device_to_new_host", "-", {{gib, "new_host"}}, false},
       {"gpusel_device_to_new_host", "torch", {}},
+      {"gpusel_device_to_reused_host", "raw_device_to_new_host", {}},
       {"gpusel_device_to_device", "raw_device_to_device", {{"*", "speedup>=0.97"}}},
       {"gpusel_device_to_device", "torch", {}},
       {"gpusel_make_drop", "raw_make_drop", {{"*", "speedup>=10"}}},
@@ -592,6 +600,7 @@ int main(int argc, char** argv) {
       {"gpusel_device_to_pinned", gpusel_device_to_pinned, kLargeSizes},
       {"raw_device_to_new_host", raw_device_to_new_host, every_size},
       {"gpusel_device_to_new_host", gpusel_device_to_new_host, every_size},
+      {"gpusel_device_to_reused_host", gpusel_device_to_reused_host, kLargeSizes},
       {"raw_device_to_device", raw_device_to_device, kLargeSizes},
       {"gpusel_device_to_device", gpusel_device_to_device, kLargeSizes},
       {"raw_make_drop", raw_make_drop, {kMiB}},
