@@ -1,6 +1,7 @@
 // What gpusel keeps between calls, and how to give it back: the copy engine's
 // pinned staging memory, its worker threads with their streams and events,
-// and the table of GPU pairs with peer access enabled.
+// the table of GPU pairs with peer access enabled, and the large host blocks
+// freed Buffers left for reuse.
 //
 //   gpusel::release_cached_resources();   // torch.cuda.empty_cache(); before cudaDeviceReset
 //
@@ -15,9 +16,12 @@ namespace gpusel {
 // its worker threads and destroys their streams and events, and forgets which
 // GPU pairs have peer access enabled. Call it before cudaDeviceReset (which
 // destroys them behind gpusel's back), or to give the pinned memory (workers
-// times slots times chunk_bytes: 32 MiB by default) back to the system. Like
-// torch.cuda.empty_cache(). In a process forked after CUDA started it does
-// nothing: the caches were forgotten at the fork (Note [Caches across fork()]).
+// times slots times chunk_bytes: 32 MiB by default) back to the system, and
+// frees the large host blocks kept for reuse (at most GPUSEL_HOST_CACHE
+// bytes: Note [The host block cache]). Like torch.cuda.empty_cache(). In a
+// process forked after CUDA started it frees only host blocks the child
+// cached itself: the other caches were forgotten at the fork (Note [Caches
+// across fork()]).
 GPUSEL_API void release_cached_resources() noexcept;
 
 }  // namespace gpusel
@@ -26,12 +30,14 @@ GPUSEL_API void release_cached_resources() noexcept;
 
 #include "gpusel/detail/engine_cache.hpp"
 #include "gpusel/detail/fork_state.hpp"
+#include "gpusel/detail/host_block_cache.hpp"
 #include "gpusel/detail/peer_access.hpp"
 #include "gpusel/detail/staging_pool.hpp"
 
 namespace gpusel {
 
 GPUSEL_API void release_cached_resources() noexcept {
+  if (detail::HostBlocks* blocks = detail::HostBlocks::find()) blocks->release_cached();
   if (detail::forked_after_cuda()) return;
   detail::EngineCache::instance().release();
   detail::StagingPool::instance().release_idle();

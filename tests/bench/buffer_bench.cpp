@@ -39,6 +39,8 @@
 
 #include "comparison_reporter.hpp"
 #include "gpusel/buffer.hpp"
+#include "gpusel/detail/host_block_cache.hpp"
+#include "gpusel/detail/host_prefault.hpp"
 #include "gpusel/module.hpp"
 #include "gpusel/runtime.hpp"
 
@@ -251,18 +253,25 @@ void raw_device_to_new_host(benchmark::State& state) {
   check(state, last.get(), host_pattern(bytes, false).data(), bytes);
 }
 
-void gpusel_device_to_new_host(benchmark::State& state) {
+// `reuse`: the freed block is kept for the next iteration, as the host block
+// cache keeps it in a program's loop (Note [The host block cache]); without,
+// the cache is emptied first, so every iteration drains into fresh pages, as
+// the raw baseline's new[] does.
+void device_to_new_host(benchmark::State& state, bool reuse) {
   if (!prepare(state)) return;
   const auto bytes = static_cast<std::size_t>(state.range(0));
   const Bytes& source = device_pattern(bytes);
   Bytes last;
   for (auto _ : state) {
     last = Bytes();
+    if (!reuse) gpusel::detail::HostBlocks::instance().release_cached();
     last = source.to(gpusel::cpu());
   }
   count(state, static_cast<double>(bytes));
   check(state, last.data(), host_pattern(bytes, false).data(), bytes);
 }
+void gpusel_device_to_new_host(benchmark::State& s) { device_to_new_host(s, false); }
+void gpusel_device_to_reused_host(benchmark::State& s) { device_to_new_host(s, true); }
 
 // --- device -> device -------------------------------------------------------------------
 void device_to_device(benchmark::State& state, bool raw) {
@@ -550,6 +559,7 @@ std::vector<gpusel_bench::Comparison> comparisons() {
       {"gpusel_device_to_new_host", "raw_device_to_new_host", {}},
       {"gpusel_device_to_new_host", "-", {{gib, "new_host"}}, false},
       {"gpusel_device_to_new_host", "torch", {}},
+      {"gpusel_device_to_reused_host", "raw_device_to_new_host", {}},
       {"gpusel_device_to_device", "raw_device_to_device", {{"*", "speedup>=0.97"}}},
       {"gpusel_device_to_device", "torch", {}},
       {"gpusel_make_drop", "raw_make_drop", {{"*", "speedup>=10"}}},
@@ -590,6 +600,7 @@ int main(int argc, char** argv) {
       {"gpusel_device_to_pinned", gpusel_device_to_pinned, kLargeSizes},
       {"raw_device_to_new_host", raw_device_to_new_host, every_size},
       {"gpusel_device_to_new_host", gpusel_device_to_new_host, every_size},
+      {"gpusel_device_to_reused_host", gpusel_device_to_reused_host, kLargeSizes},
       {"raw_device_to_device", raw_device_to_device, kLargeSizes},
       {"gpusel_device_to_device", gpusel_device_to_device, kLargeSizes},
       {"raw_make_drop", raw_make_drop, {kMiB}},
@@ -614,6 +625,9 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMillisecond);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // What the engine decided for host memory (tests/gpu/check.sh records it beside the THP counters).
+  std::printf("gpusel host memory: %s %s\n", gpusel::detail::describe_prefault().c_str(),
+              gpusel::detail::describe_host_block_cache().c_str());
   const std::string why = missing_device();
   if (!why.empty()) std::printf("gpusel buffer benchmarks skipped: %s\n", why.c_str());
   gpusel_bench::ComparisonReporter reporter(comparisons());

@@ -20,6 +20,13 @@
 //   huge_MiB: how much of the region the kernel backed with huge pages
 //   (AnonHugePages of /proc/self/smaps_rollup, read while it is mapped), so the
 //   THP rows say whether huge pages were granted.
+// - stores: the copy engine's drain, 4 MiB at a time (its staging chunk),
+//   from a warm source into --touch-mib MiB split among T threads, with
+//   memcpy and with streaming (non-temporal) stores (gpusel's streaming_copy,
+//   detail/streaming_copy.hpp), into existing (touched) pages and into fresh
+//   4 KiB pages: whether streaming stores pay where gpusel uses them (drains
+//   into reused blocks) and not where it does not (Note [Streaming stores]).
+//   streaming=no says this CPU has no streaming path (memcpy both times).
 //
 // Output: one line per measurement, "calibration <what> key=value ...".
 // Defaults take about 5 s on a 16-core host and under 20 s on a 2-core one.
@@ -41,6 +48,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "gpusel/detail/streaming_copy.hpp"
 
 namespace {
 
@@ -235,6 +244,41 @@ void measure_first_touch(Pool& pool, const char* source, const Options& options,
               static_cast<double>(bytes) / seconds / 1e9 / threads, std::max(0L, huge_kib) / 1024);
 }
 
+// into: "existing" (pages touched beforehand) or "fresh" (4 KiB pages); store: "memcpy" or "streaming".
+void measure_stores(Pool& pool, const char* source, const Options& options, const char* into, const char* store,
+                    int threads) {
+  constexpr std::size_t kChunk = 4 * kMiB;  // the copy engine's default staging chunk
+  const bool fresh = std::strcmp(into, "fresh") == 0;
+  const bool streaming = std::strcmp(store, "streaming") == 0;
+  const std::size_t part = std::max<std::size_t>(1, options.touch_mib / 8 / static_cast<std::size_t>(threads)) * kChunk;
+  const std::size_t bytes = part * static_cast<std::size_t>(threads);
+  auto* region = static_cast<char*>(map_fresh(bytes, MADV_NOHUGEPAGE));
+  if (region == nullptr) {
+    std::printf("calibration stores into=%s store=%s threads=%d error=mmap_failed\n", into, store, threads);
+    return;
+  }
+  if (!fresh) {  // untimed: each thread touches the part it will write
+    pool.run(threads, [&](int t) { std::memset(region + static_cast<std::size_t>(t) * part, 0, part); });
+  }
+  const double seconds = pool.run(threads, [&](int t) {
+    char* mine = region + static_cast<std::size_t>(t) * part;
+    const char* from = source + static_cast<std::size_t>(t) * part;
+    for (std::size_t offset = 0; offset < part; offset += kChunk) {
+      if (streaming) {
+        gpusel::detail::streaming_copy(mine + offset, from + offset, kChunk);
+      } else {
+        std::memcpy(mine + offset, from + offset, kChunk);
+      }
+    }
+  });
+  munmap(region, bytes);
+  std::printf(
+      "calibration stores into=%s store=%s threads=%d mib=%zu chunk_mib=4 streaming=%s GB/s=%.2f "
+      "per_thread_GB/s=%.2f\n",
+      into, store, threads, bytes / kMiB, gpusel::detail::kStreamingStores ? "yes" : "no",
+      static_cast<double>(bytes) / seconds / 1e9, static_cast<double>(bytes) / seconds / 1e9 / threads);
+}
+
 std::string first_line(const char* path) {
   std::ifstream file(path);
   std::string line;
@@ -296,6 +340,15 @@ int main(int argc, char** argv) {
       for (const int threads : options.touch_threads) {
         if (source == nullptr && std::strcmp(kind, "drain") == 0) continue;
         measure_first_touch(pool, source, options, kind, pages, threads);
+        std::fflush(stdout);
+      }
+    }
+  }
+  for (const char* into : {"existing", "fresh"}) {
+    for (const int threads : options.touch_threads) {
+      for (const char* store : {"memcpy", "streaming"}) {
+        if (source == nullptr) continue;
+        measure_stores(pool, source, options, into, store, threads);
         std::fflush(stdout);
       }
     }

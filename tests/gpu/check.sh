@@ -15,13 +15,15 @@
 # The steps, in order (docs/benchmarks.md gives the time budget of each):
 #  1. the machine: nvidia-smi, transparent huge pages (enabled, defrag);
 #  2. <build>/tests/bench/host_calibration: memcpy GB/s for 1-16 threads, first
-#     touch with 4 KiB pages and with THP (GPUSEL_CHECK_CALIBRATION_ARGS);
+#     touch with 4 KiB pages and with THP, memcpy against streaming stores
+#     into existing and fresh pages (GPUSEL_CHECK_CALIBRATION_ARGS);
 #  3. every <build>/tests/*_real (GoogleTest);
 #  4. every benchmark binary in <build>/tests/bench (the *_emulated smoke-test
 #     builds and host_calibration aside), with GPUSEL_CHECK_REPETITIONS (15)
 #     randomly interleaved repetitions of GPUSEL_CHECK_MIN_TIME (0.05) s each;
 #     /proc/vmstat's thp_fault_alloc and thp_fault_fallback are read before and
-#     after;
+#     after, and buffer_bench's "gpusel host memory:" line (the engine's
+#     prefault decision and host block cache) is kept;
 #  5. PyTorch rounds, where `import torch` works: GPUSEL_CHECK_ROUNDS (5)
 #     times, buffer_bench --benchmark_filter='^gpusel_' (GPUSEL_CHECK_ROUND_REPETITIONS,
 #     3, repetitions) then tests/bench/transfer_torch.py (GPUSEL_CHECK_TORCH_REPEATS,
@@ -162,6 +164,8 @@ for binary in "$build"/tests/bench/*; do
     "--benchmark_out=$results/bench/$name.json" --benchmark_out_format=json
 done
 vmstat_thp > "$results/vmstat.after"
+# Which prefault decision the engine made, and its host block cache (buffer_bench prints it first).
+grep -h -m1 '^gpusel host memory:' "$results/bench/buffer_bench.log" > "$results/host_memory" 2>/dev/null || true
 
 # 5. PyTorch, in its own process: alternating rounds with gpusel's side.
 torch_script=$here/../bench/transfer_torch.py

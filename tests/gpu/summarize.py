@@ -216,6 +216,8 @@ def main():
     if granted is not None:
         thp_line += "; huge pages " + ("granted" if granted else "NOT granted") + " to madvise(MADV_HUGEPAGE) memory"
     lines.append(thp_line)
+    host_memory = read(os.path.join(results, "host_memory")).strip()
+    lines.append("engine's host memory (buffer_bench): " + (host_memory or "not reported (buffer_bench did not run)"))
     status, took = step_status(calibration_path)
     if not os.path.exists(calibration_path):
         lines.append("host calibration: not run (no calibration.log)")
@@ -235,6 +237,11 @@ def main():
                 lines.append(f"  first touch, {label}: " + "; ".join(parts))
         if fault_limit is not None:
             lines.append(f"  page-fault limit (best 4 KiB drain into fresh memory): {fault_limit:.1f} GB/s")
+        stores = [v for what, v in rows if what == "stores" and "GB/s" in v]
+        for into in ("existing", "fresh"):
+            parts = [f"{v['threads']} thr {v['store']} {number(v['GB/s']):.1f}" for v in stores if v.get("into") == into]
+            if parts:
+                lines.append(f"  drain into {into} pages, 4 MiB chunks, GB/s: " + "; ".join(parts))
 
     # --- tests ---------------------------------------------------------------------------
     lines.append("")

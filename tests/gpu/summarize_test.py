@@ -45,6 +45,9 @@ calibration touch pages=4k threads=1 mib=1024 s_per_GiB=0.2500 GB/s=4.29 per_thr
 calibration drain pages=4k threads=1 mib=1024 s_per_GiB=0.4000 GB/s=2.68 per_thread_GB/s=2.68 huge_MiB=0
 calibration drain pages=4k threads=8 mib=1024 s_per_GiB=0.0400 GB/s=25.00 per_thread_GB/s=3.12 huge_MiB=0
 calibration touch pages=thp threads=1 mib=1024 s_per_GiB=0.1000 GB/s=10.7 per_thread_GB/s=10.7 huge_MiB=1024
+calibration stores into=existing store=memcpy threads=1 mib=512 chunk_mib=4 streaming=yes GB/s=7.00 per_thread_GB/s=7.00
+calibration stores into=existing store=streaming threads=1 mib=512 chunk_mib=4 streaming=yes GB/s=10.50 per_thread_GB/s=10.50
+calibration stores into=fresh store=memcpy threads=1 mib=512 chunk_mib=4 streaming=yes GB/s=1.60 per_thread_GB/s=1.60
 calibration done seconds=4.0
 """
 CALIBRATION_NOT_GRANTED = CALIBRATION_GRANTED.replace("huge_MiB=1024", "huge_MiB=0")
@@ -141,6 +144,16 @@ class Summary(unittest.TestCase):
         self.assertIn("huge pages NOT granted", table)
         self.assertIn("page-fault limit (best 4 KiB drain into fresh memory): 25.0 GB/s", table)
         self.assertRegex(table, r"gpusel_device_to_new_host\s+1 GiB.*GB/s>=20 \(0\.8x fault limit\) met")
+
+    def test_reports_the_stores_rows_and_the_engines_prefault_decision(self):
+        line = ("gpusel host memory: prefault=no (transparent_hugepage [madvise], GPUSEL_PREFAULT unset: policy auto) "
+                "host_cache=2147483648B/8blocks streaming_stores=yes")
+        _, table = self.run_summary(calibration=CALIBRATION_GRANTED, files={"host_memory": line + "\n"})
+        self.assertIn("engine's host memory (buffer_bench): " + line, table)
+        self.assertIn("drain into existing pages, 4 MiB chunks, GB/s: 1 thr memcpy 7.0; 1 thr streaming 10.5", table)
+        self.assertIn("drain into fresh pages, 4 MiB chunks, GB/s: 1 thr memcpy 1.6", table)
+        _, table = self.run_summary(calibration=CALIBRATION_GRANTED)
+        self.assertIn("engine's host memory (buffer_bench): not reported", table)
 
     def test_thp_fallbacks_during_the_run_count_as_not_granted(self):
         files = {"vmstat.before": "thp_fault_alloc 100\nthp_fault_fallback 5\n",

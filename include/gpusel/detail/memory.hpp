@@ -48,7 +48,11 @@ inline constexpr MemoryPlace kPinnedHost{MemoryKind::pinned_host, -1};
 //    (see Note [The copy engine]), so the faults that remain are taken in
 //    parallel rather than by one thread.
 // Nothing is touched at allocation: a pre-fault (MAP_POPULATE, memset) would
-// be done by one thread and then written again by the copy.
+// be done by one thread and then written again by the copy. Where huge pages
+// are not granted, the copy engine's workers prefault what each drains (Note
+// [Prefaulting fresh host memory]); and freed large blocks are kept for the
+// next allocation, so a repeated to(cpu()) finds its pages there already
+// (Note [The host block cache]).
 inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 inline constexpr std::size_t kHugePageWorthwhileBytes = std::size_t{4} << 20;
 inline constexpr std::size_t kHostAlignment = 256;  // what cudaMalloc guarantees, so T may need as much
@@ -104,9 +108,13 @@ GPUSEL_API void free_memory(void* pointer, const MemoryPlace& place) noexcept;
 #include "gpusel/current_device.hpp"
 #include "gpusel/detail/cuda_status.hpp"
 #include "gpusel/detail/fork_state.hpp"
+#include "gpusel/detail/host_block_cache.hpp"
 #include "gpusel/guard.hpp"
 
 namespace gpusel::detail {
+
+static_assert(kHugePageBytes == kHostBlockAlignment && kHugePageWorthwhileBytes == kHostBlockCacheMinBytes,
+              "the host block cache keeps exactly the large, huge-page-aligned blocks");
 
 // What cudaMemGetInfo says of `device`, for out-of-memory errors; "" when it cannot say.
 inline std::string describe_free_memory(int device) {
@@ -123,7 +131,18 @@ inline void* allocate_pageable(std::size_t bytes, ErrorContext what) {
   const bool large = bytes >= kHugePageWorthwhileBytes;
   const std::size_t alignment = large ? kHugePageBytes : kHostAlignment;
   std::size_t rounded = 0;  // aligned_alloc wants a multiple of the alignment
-  void* pointer = round_up(bytes, alignment, rounded) ? std::aligned_alloc(alignment, rounded) : nullptr;
+  const bool representable = round_up(bytes, alignment, rounded);
+  HostBlocks* const blocks = large ? &HostBlocks::instance() : nullptr;
+  if (blocks != nullptr) {
+    blocks->check_environment();
+    if (representable)
+      if (void* reused = blocks->take(rounded)) return reused;  // Note [The host block cache]
+  }
+  void* pointer = representable ? std::aligned_alloc(alignment, rounded) : nullptr;
+  if (pointer == nullptr && representable && blocks != nullptr) {
+    blocks->release_cached();  // what the cache keeps must not make an allocation fail
+    pointer = std::aligned_alloc(alignment, rounded);
+  }
   if (pointer == nullptr) {
     throw OutOfMemory(static_cast<int>(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation",
                       what() + " on cpu: out of host memory (" + std::to_string(bytes) + " bytes)");
@@ -131,6 +150,7 @@ inline void* allocate_pageable(std::size_t bytes, ErrorContext what) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (large) (void)madvise(pointer, rounded, MADV_HUGEPAGE);  // advice; see Note [Fresh host memory]
 #endif
+  if (blocks != nullptr) blocks->add_fresh(pointer, rounded);
   return pointer;
 }
 
@@ -226,7 +246,7 @@ GPUSEL_API void free_memory(void* pointer, const MemoryPlace& place) noexcept {
   if (pointer == nullptr) return;
   switch (place.kind) {
     case MemoryKind::pageable_host:
-      std::free(pointer);
+      if (HostBlocks* blocks = HostBlocks::find(); blocks == nullptr || !blocks->give_back(pointer)) std::free(pointer);
       break;
     case MemoryKind::pinned_host:
       if (cudaFreeHost(pointer) != cudaSuccess) (void)cudaGetLastError();

@@ -43,8 +43,9 @@ class Error;
 // What is whose:
 //  - per process: the default device, the restore-error handler (and whether
 //    the first failed restore was printed), the driver entry points (one
-//    driver, libcuda, per process), the loaded NVML libraries; later also the
-//    GPU leases (`objects`, free slots).
+//    driver, libcuda, per process), the loaded NVML libraries, the copy
+//    engine's options, the fork record, the prefault decision and the cache
+//    of large host blocks; later also the GPU leases (`objects`, free slots).
 //  - per CUDA runtime (Note [One state per runtime], detail/runtime_state.hpp):
 //    the staging pool, the peer-access table, and per thread the deferred
 //    restore (ThreadDevice); later also cached streams and memory pools (free
@@ -140,8 +141,10 @@ inline constexpr int kObjectSlots = 8;
 enum class RuntimeObject : int { staging_pool_fixed_chunks = 0, peer_access = 1, staging_pool = 2, copy_engine = 3 };
 
 // What each slot of ProcessState::objects holds; the others are free (slot 0
-// is meant for the GPU leases).
-enum class ProcessObject : int { copy_engine_options = 1, fork_state = 2 };
+// is meant for the GPU leases). Host memory is the process's, whatever
+// runtime copies into it: the prefault decision and the host block cache
+// live here, not per runtime.
+enum class ProcessObject : int { copy_engine_options = 1, fork_state = 2, host_prefault = 3, host_blocks = 4 };
 
 // One CUDA runtime of the process (Note [One state per runtime]).
 struct Runtime {

@@ -14,6 +14,8 @@
 #include "gpusel/copy_engine_options.hpp"
 #include "gpusel/detail/cuda_status.hpp"
 #include "gpusel/detail/engine_cache.hpp"
+#include "gpusel/detail/host_block_cache.hpp"
+#include "gpusel/detail/host_prefault.hpp"
 #include "gpusel/detail/parallel_parts.hpp"
 #include "gpusel/detail/staging_pool.hpp"
 #include "gpusel/guard.hpp"
@@ -95,7 +97,10 @@ class StagedPipeline {
     finish();
   }
 
-  void device_to_host(char* host, const char* device, std::size_t bytes, const std::atomic<bool>& stop) {
+  // `drain` says how to write the host memory (Note [The host block cache]):
+  // a chunk to prefault is prefaulted while its DMA is still in flight.
+  void device_to_host(char* host, const char* device, std::size_t bytes, const std::atomic<bool>& stop,
+                      const HostDrain& drain) {
     const std::size_t chunks = (bytes + chunk_bytes_ - 1) / chunk_bytes_;
     const auto issue = [&](std::size_t index) {
       Slot& slot = ready_slot(index);
@@ -106,9 +111,11 @@ class StagedPipeline {
     for (std::size_t index = 0; index < chunks; ++index) {
       if (stop.load(std::memory_order_relaxed)) return;
       Slot& slot = slots_[index % slot_count_];
-      wait(slot);
       const std::size_t offset = index * chunk_bytes_;
-      std::memcpy(host + offset, slot.chunk.get(), std::min(chunk_bytes_, bytes - offset));
+      const std::size_t length = std::min(chunk_bytes_, bytes - offset);
+      if (drain.prefault) prefault_pages(host + offset, length);
+      wait(slot);
+      drain_chunk(drain, host + offset, slot.chunk.get(), length);
       if (index + slot_count_ < chunks) issue(index + slot_count_);
     }
   }
@@ -177,6 +184,7 @@ inline void staged_copy(StagedDirection direction, char* host, char* device_memo
   const std::size_t max_workers =
       direction == StagedDirection::host_to_device ? options.host_to_device_workers : options.device_to_host_workers;
   const std::size_t workers = worker_count(bytes, kBytesPerCopyWorker, max_workers);
+  const HostDrain drain = direction == StagedDirection::device_to_host ? plan_host_drain(host, bytes) : HostDrain{};
   const EngineLease lease;
   EngineCache* const cache = lease.get();
   run_in_parts(bytes, workers, options.chunk_bytes, cache != nullptr ? &cache->workers() : nullptr,
@@ -187,7 +195,7 @@ inline void staged_copy(StagedDirection direction, char* host, char* device_memo
                  if (direction == StagedDirection::host_to_device)
                    pipeline.host_to_device(device_memory + begin, host + begin, end - begin, stop);
                  else
-                   pipeline.device_to_host(host + begin, device_memory + begin, end - begin, stop);
+                   pipeline.device_to_host(host + begin, device_memory + begin, end - begin, stop, drain);
                });
 }
 

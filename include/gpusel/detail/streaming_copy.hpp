@@ -1,0 +1,84 @@
+// A memcpy whose stores bypass the CPU caches (non-temporal stores), for
+// draining a GPU's data into host memory whose pages are already there:
+// Note [Streaming stores].
+#pragma once
+
+#include <cstddef>
+
+#include "gpusel/detail/compile_once.hpp"
+
+namespace gpusel::detail {
+
+// Note [Streaming stores]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// An ordinary store to a line not in the cache first reads the line from
+// memory (read for ownership), so memcpy into memory that is not cached moves
+// three bytes per byte copied; a non-temporal store writes the line without
+// reading it, two bytes per byte. The copy engine drains 4 MiB chunks, below
+// the size from which glibc's memcpy streams by itself. On a shared 2-core
+// x86 host (host_calibration's "stores" rows, docs/benchmarks.md), 4 MiB at a
+// time into existing pages, streaming was 1.3x to 2.4x memcpy in 11 of 12
+// pairs (quiet: 10.3 against 6.9 GB/s on one thread, 16.5 against 10.4 on
+// two); into fresh 4 KiB pages 0.62x to 1.21x, slower in 8 of 12: the kernel
+// has just zeroed the page through the cache, and streaming stores then
+// write it again around the cache. So the engine streams only into blocks
+// whose pages are there: reused ones, and ones it drained into before (Note
+// [The host block cache]); never into fresh ones, or memory it did not
+// allocate.
+//
+// The fast path is x86's SSE2 (_mm_stream_si128, every x86-64 CPU), chosen at
+// compile time; other CPUs (arm64, which the vcpkg port supports) use memcpy,
+// and kStreamingStores says which one this build has.
+#if defined(__SSE2__)
+inline constexpr bool kStreamingStores = true;
+#else
+inline constexpr bool kStreamingStores = false;
+#endif
+
+// Copies `bytes` from `source` to `destination` (not overlapping), with
+// streaming stores where the CPU has them; the stores are fenced, so other
+// threads see them once the function returns and is synchronized with.
+GPUSEL_API void streaming_copy(void* destination, const void* source, std::size_t bytes) noexcept;
+
+}  // namespace gpusel::detail
+
+#if GPUSEL_DEFINITIONS
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace gpusel::detail {
+
+GPUSEL_API void streaming_copy(void* destination, const void* source, std::size_t bytes) noexcept {
+#if defined(__SSE2__)
+  auto* out = static_cast<char*>(destination);
+  const auto* in = static_cast<const char*>(source);
+  // Ordinary stores up to the first 16-byte boundary of the destination.
+  const std::size_t head = std::min<std::size_t>(bytes, (16 - reinterpret_cast<std::uintptr_t>(out) % 16) % 16);
+  std::memcpy(out, in, head);
+  std::size_t offset = head;
+  for (; offset + 64 <= bytes; offset += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + offset));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + offset + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + offset + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + offset + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + offset), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + offset + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + offset + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + offset + 48), d);
+  }
+  _mm_sfence();  // streaming stores are weakly ordered: make them visible before returning
+  std::memcpy(out + offset, in + offset, bytes - offset);
+#else
+  std::memcpy(destination, source, bytes);
+#endif
+}
+
+}  // namespace gpusel::detail
+
+#endif  // GPUSEL_DEFINITIONS
