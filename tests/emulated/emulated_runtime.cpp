@@ -1113,6 +1113,7 @@ cudaError_t cudaMallocFromPoolAsync(void** pointer, size_t bytes, cudaMemPool_t 
   if (pointer == nullptr || !gpusel_emulated::known_pool(s, pool)) return call.finish(cudaErrorInvalidValue);
   if (!gpusel_emulated::known_stream(s, stream)) return call.finish(cudaErrorInvalidResourceHandle);
   call.ensure_context(pool->device);
+  call.ensure_context(gpusel_emulated::resolve_stream(call, stream)->device);
   if (bytes == 0) {
     *pointer = nullptr;
     return cudaSuccess;
@@ -1152,11 +1153,12 @@ cudaError_t cudaFreeAsync(void* pointer, cudaStream_t stream) {
   auto it = s.allocations.find(reinterpret_cast<std::uintptr_t>(pointer));
   if (it == s.allocations.end() || it->second.pool == nullptr) return call.finish(cudaErrorInvalidValue);
   CUmemPoolHandle_st* pool = it->second.pool;
+  CUstream_st* on = gpusel_emulated::resolve_stream(call, stream);
+  call.ensure_context(on->device);
   s.allocations.erase(it);  // the pointer is no longer valid to the runtime's calls
   const auto address = reinterpret_cast<std::uintptr_t>(pointer);
   gpusel_emulated::State* state = &s;
-  gpusel_emulated::enqueue(s, gpusel_emulated::resolve_stream(call, stream),
-                           [state, pool, address] { gpusel_emulated::return_block(*state, pool, address); });
+  gpusel_emulated::enqueue(s, on, [state, pool, address] { gpusel_emulated::return_block(*state, pool, address); });
   return cudaSuccess;
 }
 
