@@ -8,20 +8,14 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
 #include <new>
-#include <string>
 
 #include "gpusel/detail/compile_once.hpp"
-#include "gpusel/detail/fork_state.hpp"
-#include "gpusel/detail/runtime_state.hpp"
-#include "gpusel/detail/stream_uses.hpp"
-#include "gpusel/error.hpp"
-#include "gpusel/guard.hpp"
-#include "gpusel/memory_size.hpp"
 
 namespace gpusel::detail {
+
+class StreamUses;  // detail/stream_uses.hpp
 
 // Note [Device memory from a pool]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -80,11 +74,14 @@ namespace gpusel::detail {
 inline constexpr std::uint64_t kDefaultPoolReleaseThreshold = std::uint64_t{1} << 30;
 inline constexpr int kMaxPooledDevices = 64;
 
-// What an allocation gave: the memory, or the status and name of the call that failed.
+// What an allocation gave: the memory, or the status and name of the call
+// that failed, and whether that call allocates (only then is running out of
+// memory an OutOfMemory).
 struct DeviceAllocation {
   void* pointer = nullptr;
   cudaError_t status = cudaSuccess;
   const char* call = "";
+  bool allocating = true;
 };
 
 // The release threshold pools are made with (Note [The release threshold]).
@@ -96,15 +93,7 @@ class DevicePools {
  public:
   // The pools of the CUDA runtime the caller links, shared by every copy of
   // gpusel that calls it (Note [One state per runtime]).
-  static DevicePools& instance() noexcept {
-    ForkState& fork = fork_state();  // made first: runtime_object holds the state's mutex while it makes the object
-    return runtime_object<DevicePools>(RuntimeObject::device_pools, [&fork](void* storage) noexcept {
-      auto* pools = new (storage) DevicePools;
-      forget_in_forked_child(
-          fork, [](void* object) noexcept { static_cast<DevicePools*>(object)->forget(); }, pools);
-      return pools;
-    });
-  }
+  static DevicePools& instance() noexcept;
 
   // `bytes` (> 0) on `device`, which the caller has made current, ordered on
   // `stream` (cudaStreamLegacy for memory used by synchronous work). Throws
@@ -152,7 +141,31 @@ class DevicePools {
   std::uint64_t accessors_[kMaxPooledDevices] = {};
 };
 
+}  // namespace gpusel::detail
+
 #if GPUSEL_DEFINITIONS
+
+#include <cstdlib>
+#include <string>
+
+#include "gpusel/detail/fork_state.hpp"
+#include "gpusel/detail/runtime_state.hpp"
+#include "gpusel/detail/stream_uses.hpp"
+#include "gpusel/error.hpp"
+#include "gpusel/guard.hpp"
+#include "gpusel/memory_size.hpp"
+
+namespace gpusel::detail {
+
+GPUSEL_API DevicePools& DevicePools::instance() noexcept {
+  ForkState& fork = fork_state();  // made first: runtime_object holds the state's mutex while it makes the object
+  return runtime_object<DevicePools>(RuntimeObject::device_pools, [&fork](void* storage) noexcept {
+    auto* pools = new (storage) DevicePools;
+    forget_in_forked_child(
+        fork, [](void* object) noexcept { static_cast<DevicePools*>(object)->forget(); }, pools);
+    return pools;
+  });
+}
 
 GPUSEL_API std::uint64_t pool_release_threshold() {
   const char* text = std::getenv("GPUSEL_POOL_RELEASE_THRESHOLD");
@@ -181,7 +194,7 @@ GPUSEL_API cudaMemPool_t DevicePools::pool_of(int device, DeviceAllocation& fail
   std::uint64_t value = threshold;
   status = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &value);
   if (status != cudaSuccess) {
-    failed = {nullptr, status, "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)"};
+    failed = {nullptr, status, "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)", false};
     (void)cudaGetLastError();
     if (cudaMemPoolDestroy(pool) != cudaSuccess) (void)cudaGetLastError();
     return nullptr;
@@ -202,7 +215,8 @@ GPUSEL_API DeviceAllocation DevicePools::allocate(std::size_t bytes, int device,
   if (mode == undecided) {
     int supported = 0;
     const cudaError_t status = cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device);
-    if (status != cudaSuccess) return {nullptr, status, "cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported)"};
+    if (status != cudaSuccess)
+      return {nullptr, status, "cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported)", false};
     mode = supported != 0 ? pooled : plain;
     modes_[device].store(mode, std::memory_order_release);
   }
@@ -263,6 +277,6 @@ GPUSEL_API void DevicePools::release() noexcept {
   }
 }
 
-#endif  // GPUSEL_DEFINITIONS
-
 }  // namespace gpusel::detail
+
+#endif  // GPUSEL_DEFINITIONS

@@ -5,13 +5,11 @@
 
 #include <cuda_runtime_api.h>
 
-#include <utility>
+#include <cstddef>
 #include <vector>
 
 #include "gpusel/detail/compile_once.hpp"
-#include "gpusel/detail/cuda_status.hpp"
 #include "gpusel/detail/error_context.hpp"
-#include "gpusel/guard.hpp"
 
 namespace gpusel::detail {
 
@@ -84,7 +82,15 @@ class StreamUses {
   std::vector<StreamUse> uses_;
 };
 
+}  // namespace gpusel::detail
+
 #if GPUSEL_DEFINITIONS
+
+#include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/device.hpp"
+#include "gpusel/guard.hpp"
+
+namespace gpusel::detail {
 
 inline void destroy_event(const StreamUse& use) noexcept {
   release_on_device(use.device, "gpusel::Buffer destroying a stream-use event", [&use]() noexcept {
@@ -135,6 +141,6 @@ GPUSEL_API void StreamUses::order_before_legacy_stream() noexcept {
   destroy_all();  // an event waited for on a stream may be destroyed at once
 }
 
-#endif  // GPUSEL_DEFINITIONS
-
 }  // namespace gpusel::detail
+
+#endif  // GPUSEL_DEFINITIONS
