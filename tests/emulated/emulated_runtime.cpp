@@ -136,10 +136,11 @@ struct CUevent_st {
 //    pool goes away when the last of them is freed;
 //  - cudaFree of pool memory synchronizes and returns the block to its pool.
 // Simplified:
-//  - one block per allocation (the real pool suballocates 2 MiB granules), and
-//    a block is reused only once its free has run (the real allocator also
-//    reuses a block freed on the same stream before the free ran, and follows
-//    event dependencies between streams);
+//  - one block per allocation (the real pool suballocates 2 MiB granules); a
+//    block is reused once its free has run, or before, by an allocation on the
+//    stream the free is queued on (stream order makes that safe, and the real
+//    allocator does it too); the real allocator also follows event
+//    dependencies between streams, which the emulation does not;
 //  - cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported) says
 //    DeviceSpec::memory_pools; there is no default pool per device
 //    (cudaDeviceGetDefaultMemPool, cudaMallocAsync are not emulated);
@@ -157,6 +158,12 @@ struct CUmemPoolHandle_st {
   std::map<std::uintptr_t, std::size_t> blocks;       // every block, by address: its size
   std::multimap<std::size_t, std::uintptr_t> cached;  // free blocks, by size
   std::set<int> accessors;                            // devices granted access besides its own
+  struct PendingFree {
+    CUstream_st* stream;
+    std::uint64_t token;  // which free: a block reused before its free ran is freed again later
+  };
+  std::map<std::uintptr_t, PendingFree> pending;  // blocks whose cudaFreeAsync is queued, not yet run
+  std::uint64_t frees = 0;
   bool destroyed = false;  // destroyed with allocations outstanding: goes when the last is freed
 };
 
@@ -1120,11 +1127,20 @@ cudaError_t cudaMallocFromPoolAsync(void** pointer, size_t bytes, cudaMemPool_t 
   }
   std::uintptr_t address = 0;
   std::size_t size = 0;
+  CUstream_st* on = gpusel_emulated::resolve_stream(call, stream);
   auto cached = pool->cached.lower_bound(bytes);
+  auto pending = std::find_if(pool->pending.begin(), pool->pending.end(), [&](const auto& entry) {
+    return entry.second.stream == on && pool->blocks.at(entry.first) >= bytes;
+  });
   if (cached != pool->cached.end()) {
     size = cached->first;
     address = cached->second;
     pool->cached.erase(cached);
+  } else if (pending != pool->pending.end()) {  // freed on this stream, in stream order before this allocation
+    address = pending->first;
+    size = pool->blocks.at(address);
+    pool->pending.erase(pending);
+    pool->used -= size;  // counted again below
   } else {
     auto& device = s.devices[static_cast<std::size_t>(pool->device)];
     if (bytes > device.spec.memory_bytes - device.bytes_in_use) gpusel_emulated::release_cached(s, pool, 0);
@@ -1158,7 +1174,14 @@ cudaError_t cudaFreeAsync(void* pointer, cudaStream_t stream) {
   s.allocations.erase(it);  // the pointer is no longer valid to the runtime's calls
   const auto address = reinterpret_cast<std::uintptr_t>(pointer);
   gpusel_emulated::State* state = &s;
-  gpusel_emulated::enqueue(s, on, [state, pool, address] { gpusel_emulated::return_block(*state, pool, address); });
+  const std::uint64_t token = ++pool->frees;
+  pool->pending[address] = {on, token};
+  gpusel_emulated::enqueue(s, on, [state, pool, address, token] {
+    auto found = pool->pending.find(address);
+    if (found == pool->pending.end() || found->second.token != token) return;  // reused before this free ran
+    pool->pending.erase(found);
+    gpusel_emulated::return_block(*state, pool, address);
+  });
   return cudaSuccess;
 }
 

@@ -476,6 +476,30 @@ TEST_F(EmulatedRuntime, APoolCachesFreedMemoryAsUsedUntilTrimmedAndReusesIt) {
   EXPECT_EQ(cudaMemPoolDestroy(pool), cudaSuccess);
 }
 
+TEST_F(EmulatedRuntime, AnAllocationOnTheStreamOfAQueuedFreeReusesTheBlockInStreamOrder) {
+  cudaMemPool_t pool = make_pool(0);
+  cudaStream_t other = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  void* first = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&first, 4096, pool, cudaStreamLegacy), cudaSuccess);
+  ASSERT_EQ(cudaFreeAsync(first, cudaStreamLegacy), cudaSuccess);  // queued, not run
+  void* elsewhere = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&elsewhere, 4096, pool, other), cudaSuccess);
+  EXPECT_NE(elsewhere, first) << "another stream is not ordered after the free";
+  void* same_stream = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&same_stream, 4096, pool, cudaStreamLegacy), cudaSuccess);
+  EXPECT_EQ(same_stream, first) << "the stream of the free is";
+  ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);  // the first free runs, and finds the block reused
+  EXPECT_EQ(pool_attribute(pool, cudaMemPoolAttrUsedMemCurrent), 8192u);
+  ASSERT_EQ(cudaFreeAsync(same_stream, cudaStreamLegacy), cudaSuccess);
+  ASSERT_EQ(cudaFreeAsync(elsewhere, other), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(pool_attribute(pool, cudaMemPoolAttrUsedMemCurrent), 0u);
+  ASSERT_EQ(cudaStreamDestroy(other), cudaSuccess);
+  EXPECT_EQ(cudaMemPoolDestroy(pool), cudaSuccess);
+  EXPECT_EQ(emu::live_pools(), 0);
+}
+
 TEST_F(EmulatedRuntime, APoolReleasesWhatItCachesBeyondItsThresholdAtASynchronization) {
   cudaMemPool_t pool = make_pool(0);  // threshold 0, the default
   void* memory = nullptr;
