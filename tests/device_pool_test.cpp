@@ -413,13 +413,22 @@ TEST(DevicePoolEmulated, RunningOutIsAnOutOfMemoryThatSaysHowMuchIsFree) {
   EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
 }
 
+// A free still queued on the legacy stream can be reused in stream order there,
+// but not by an allocation on another stream: that one runs out, and gpusel
+// waits for the queued frees, trims the pool and tries again.
 TEST(DevicePoolEmulated, FreesStillQueuedAreWaitedForBeforeMemoryRunsOut) {
   machine(1, std::size_t{1} << 20);
-  for (int i = 0; i < 4; ++i) {
-    gpusel::Buffer<std::uint8_t> large(std::size_t{600} << 10, gpusel::cuda(0));  // the last one's free is still queued
-    gpusel::Buffer<std::uint8_t> small(std::size_t{300} << 10, gpusel::cuda(0));
-  }
-  EXPECT_EQ(emu::bytes_allocated(0), 0u);
+  auto pinned = gpusel::Buffer<std::uint8_t>::pinned(std::size_t{600} << 10);
+  pinned.fill(3);
+  gpusel::Stream stream(gpusel::cuda(0), gpusel::StreamOrder::independent);
+  { gpusel::Buffer<std::uint8_t> large(std::size_t{600} << 10, gpusel::cuda(0)); }  // its free is still queued
+  emu::clear_calls();
+  auto copy = pinned.to(gpusel::cuda(0), stream);
+  stream.synchronize();
+  EXPECT_EQ(copy.to_vector(), std::vector<std::uint8_t>(std::size_t{600} << 10, 3));
+  EXPECT_EQ(emu::calls("cudaMallocFromPoolAsync"), 2) << "ran out once, then tried again";
+  EXPECT_EQ(emu::calls("cudaMemPoolTrimTo"), 1);
+  EXPECT_EQ(emu::bytes_allocated(0), std::size_t{600} << 10);
 }
 
 TEST(DevicePoolEmulated, EveryNewCallThatFailsFailsTheAllocationAndLeaksNothing) {
