@@ -112,6 +112,10 @@ class DevicePools {
   // what was decided (Note [Device memory from a pool]). Never throws.
   GPUSEL_API void release() noexcept;
 
+  // At exit nothing is called: the process takes its pools (Note [Device memory from a pool]).
+  ~DevicePools() = default;
+
+  // Copying is deleted: there is one per runtime.
   DevicePools(const DevicePools&) = delete;
   DevicePools& operator=(const DevicePools&) = delete;
 
@@ -226,7 +230,7 @@ GPUSEL_API DeviceAllocation DevicePools::allocate(std::size_t bytes, int device,
     made.call = "cudaMalloc";
     return made;
   }
-  const cudaMemPool_t pool = pool_of(device, made);
+  cudaMemPool_t pool = pool_of(device, made);
   if (pool == nullptr) return made;
   made.call = "cudaMallocFromPoolAsync";
   made.status = cudaMallocFromPoolAsync(&made.pointer, bytes, pool, stream);

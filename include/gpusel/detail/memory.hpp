@@ -210,9 +210,8 @@ inline void* allocate_device(std::size_t bytes, int device, ErrorContext what, c
   if (made.status != cudaSuccess) {
     const std::string context =
         made.status == cudaErrorMemoryAllocation ? describe_free_memory(device) : describe_visible_devices();
-    const Error error = cuda_error(made.status, what() + ": " + made.call, cuda(device), context);
-    if (!made.allocating) throw error;
-    throw_allocation_error(made.status, error);
+    if (!made.allocating) throw cuda_error(made.status, what() + ": " + made.call, cuda(device), context);
+    throw_allocation_error(made.status, cuda_error(made.status, what() + ": " + made.call, cuda(device), context));
   }
   return made.pointer;
 }

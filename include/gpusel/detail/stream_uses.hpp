@@ -125,9 +125,8 @@ GPUSEL_API void StreamUses::record(cudaStream_t stream, int device, ErrorContext
   if (status != cudaSuccess) throw cuda_error(status, what() + ": cudaEventCreateWithFlags", cuda(device));
   status = cudaEventRecord(use.event, stream);
   if (status != cudaSuccess) {
-    const Error error = cuda_error(status, what() + ": cudaEventRecord", cuda(device));
     if (cudaEventDestroy(use.event) != cudaSuccess) (void)cudaGetLastError();
-    throw error;
+    throw cuda_error(status, what() + ": cudaEventRecord", cuda(device));
   }
   uses_.push_back(use);
 }
