@@ -406,7 +406,7 @@ TEST(BufferEmulated, FreesOnItsOwnDeviceWithoutCreatingAContextElsewhere) {
     EXPECT_EQ(gpusel_emulated::bytes_in_use(1), 4000u);
     EXPECT_EQ(gpusel::current_device(), 0) << "making it left the current device alone";
   }
-  EXPECT_EQ(gpusel_emulated::bytes_in_use(1), 0u);
+  EXPECT_EQ(gpusel_emulated::bytes_allocated(1), 0u);
   EXPECT_FALSE(gpusel_emulated::has_primary_context(0)) << "freeing on cuda:1 made no context on cuda:0";
 }
 
@@ -427,11 +427,11 @@ TEST(BufferEmulated, AFailedSwitchStillFreesTheMemoryAndSaysSo) {
   for (const char* call : {"cudaGetDevice", "cudaSetDevice"}) {
     {
       gpusel::Buffer<float> x(4, gpusel::cuda(1));
-      ASSERT_EQ(gpusel_emulated::bytes_in_use(1), 16u);
+      ASSERT_EQ(gpusel_emulated::bytes_allocated(1), 16u);
       gpusel_emulated::fail_call(call, 1, cudaErrorUnknown);
     }
     gpusel_emulated::clear_failures();
-    EXPECT_EQ(gpusel_emulated::bytes_in_use(1), 0u) << call << ": the 16 bytes leaked";
+    EXPECT_EQ(gpusel_emulated::bytes_allocated(1), 0u) << call << ": the 16 bytes leaked";
     EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess) << "reported through the handler, not left behind";
   }
   gpusel::set_restore_error_handler(previous);
@@ -451,7 +451,7 @@ TEST(BufferEmulated, FreesOnItsOwnDeviceWhateverDeviceIsCurrent) {
   auto x = gpusel::Buffer<float>({1, 2}, gpusel::cpu()).to(gpusel::cuda(0));
   gpusel::set_device(1);
   x = gpusel::Buffer<float>();
-  EXPECT_EQ(gpusel_emulated::bytes_in_use(0), 0u);
+  EXPECT_EQ(gpusel_emulated::bytes_allocated(0), 0u);
   EXPECT_EQ(gpusel::current_device(), 1);
 }
 
@@ -550,7 +550,8 @@ TEST(BufferEmulated, OutOfMemorySaysHowMuchIsFree) {
     FAIL() << "4 MiB fit in 1 MiB";
   } catch (const gpusel::Error& e) {
     EXPECT_EQ(e.code(), cudaErrorMemoryAllocation);
-    EXPECT_TRUE(contains(e.what(), "gpusel::Buffer(1048576 elements, 4194304 bytes, cuda:0): cudaMalloc(cuda:0)"))
+    EXPECT_TRUE(
+        contains(e.what(), "gpusel::Buffer(1048576 elements, 4194304 bytes, cuda:0): cudaMallocFromPoolAsync(cuda:0)"))
         << e.what();
     EXPECT_TRUE(contains(e.what(), "cuda:0 has 1 MiB free of 1 MiB")) << e.what();
   }
@@ -573,10 +574,10 @@ TEST(BufferEmulated, DeviceMemoryRunningOutIsAnOutOfMemory) {
 
 TEST(BufferEmulated, OnlyMemoryRunningOutIsAnOutOfMemory) {
   machine_with(1);
-  gpusel_emulated::fail_call("cudaMalloc", 1, cudaErrorLaunchFailure);
+  gpusel_emulated::fail_call("cudaMallocFromPoolAsync", 1, cudaErrorLaunchFailure);
   try {
     gpusel::Buffer<float> x(4, gpusel::cuda(0));
-    FAIL() << "cudaMalloc failed and the Buffer was made";
+    FAIL() << "cudaMallocFromPoolAsync failed and the Buffer was made";
   } catch (const gpusel::OutOfMemory& e) {
     ADD_FAILURE() << "a launch failure came back as OutOfMemory: " << e.what();
   } catch (const gpusel::Error& e) {

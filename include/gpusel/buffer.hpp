@@ -51,6 +51,10 @@ class TypedBufferEntry;  // Module's view of a Buffer (detail/module_entries.hpp
 // DeviceGuard g(1) it lands on cuda:1), and device() always reports the index.
 // The Buffer frees its memory on that device whatever device is current when
 // it dies, as rmm's device_buffer does, and makes no context anywhere else.
+// Device memory comes from a memory pool gpusel keeps per GPU and goes back
+// to it without waiting for the GPU (Note [Device memory from a pool]); work
+// on a non-blocking stream that uses a Buffer must be recorded with
+// record_stream (Note [When freed device memory is reused]).
 // Host memory is pageable by default; pinned(n) and pin_memory() make pinned
 // (page-locked) host memory, which the GPU's DMA engines reach directly: it
 // copies at the bus's full speed and allows asynchronous copies.
@@ -140,6 +144,8 @@ class Buffer {
   // When it returns early, YOU must keep *this and the result alive and call
   // stream.synchronize() before reading the result or writing *this.
   // The stream must belong to the GPU involved (either one between two GPUs).
+  // A GPU result is allocated on `stream` and its free waits for the stream's
+  // copy (record_stream is done for you).
   [[nodiscard]] Buffer to(const Device& device, const Stream& stream) const& {
     const detail::MoveCall what{device, size(), sizeof(T), memory_.place(), "", &stream};
     detail::MemoryPlace target = detail::target_place(device, memory_.place(), what);
@@ -156,6 +162,16 @@ class Buffer {
   [[nodiscard]] Buffer cuda() && { return std::move(*this).to(gpusel::cuda()); }
   [[nodiscard]] Buffer cuda(Device::Index index) && { return std::move(*this).to(gpusel::cuda(index)); }
   [[nodiscard]] Buffer cpu() && { return std::move(*this).to(gpusel::cpu()); }
+
+  // Marks the work queued on `stream` so far as using this Buffer, so that
+  // its memory is not freed and handed out again before that work is done,
+  // like PyTorch's tensor.record_stream(stream). Needed for a non-blocking
+  // stream (StreamOrder::independent) or a stream of another GPU; a blocking
+  // stream of the Buffer's own GPU, and a host Buffer, need nothing (Note
+  // [When freed device memory is reused], detail/stream_uses.hpp). Record
+  // after queuing the work: what is queued later needs another call. Throws
+  // Error when the stream was moved from or the event cannot be made.
+  void record_stream(const Stream& stream) { memory_.record_stream(stream, call("gpusel::Buffer::record_stream")); }
 
   // A pinned host copy, like torch's pin_memory(); from a cuda Buffer too.
   [[nodiscard]] Buffer pin_memory() const {

@@ -1,7 +1,7 @@
 // What gpusel keeps between calls, and how to give it back: the copy engine's
 // pinned staging memory, its worker threads with their streams and events,
-// the table of GPU pairs with peer access enabled, and the large host blocks
-// freed Buffers left for reuse.
+// the device memory its memory pools cache, the table of GPU pairs with peer
+// access enabled, and the large host blocks freed Buffers left for reuse.
 //
 //   gpusel::release_cached_resources();   // torch.cuda.empty_cache(); before cudaDeviceReset
 //
@@ -13,21 +13,25 @@
 namespace gpusel {
 
 // Frees the pinned staging memory the copy engine keeps between copies, ends
-// its worker threads and destroys their streams and events, and forgets which
-// GPU pairs have peer access enabled. Call it before cudaDeviceReset (which
-// destroys them behind gpusel's back), or to give the pinned memory (workers
-// times slots times chunk_bytes: 32 MiB by default) back to the system, and
-// frees the large host blocks kept for reuse (at most GPUSEL_HOST_CACHE
-// bytes: Note [The host block cache]). Like torch.cuda.empty_cache(). In a
-// process forked after CUDA started it frees only host blocks the child
-// cached itself: the other caches were forgotten at the fork (Note [Caches
-// across fork()]).
+// its worker threads and destroys their streams and events, gives the device
+// memory the memory pools cache back to each GPU (after waiting for the GPU:
+// the frees still queued run first) and destroys the pools, forgets which GPU
+// pairs have peer access enabled, and frees the large host blocks kept for
+// reuse (at most GPUSEL_HOST_CACHE bytes: Note [The host block cache]). Live
+// Buffers are untouched. Call it before cudaDeviceReset (which destroys them
+// behind gpusel's back), or to give the pinned memory (workers times slots
+// times chunk_bytes: 32 MiB by default) back to the system and the cached
+// device memory (up to 1 GiB per GPU: Note [The release threshold]) back to
+// other jobs. Like torch.cuda.empty_cache(). In a process forked after CUDA
+// started it frees only host blocks the child cached itself: the other caches
+// were forgotten at the fork (Note [Caches across fork()]).
 GPUSEL_API void release_cached_resources() noexcept;
 
 }  // namespace gpusel
 
 #if GPUSEL_DEFINITIONS
 
+#include "gpusel/detail/device_pool.hpp"
 #include "gpusel/detail/engine_cache.hpp"
 #include "gpusel/detail/fork_state.hpp"
 #include "gpusel/detail/host_block_cache.hpp"
@@ -41,6 +45,7 @@ GPUSEL_API void release_cached_resources() noexcept {
   if (detail::forked_after_cuda()) return;
   detail::EngineCache::instance().release();
   detail::StagingPool::instance().release_idle();
+  detail::DevicePools::instance().release();
   detail::PeerAccess::instance().forget();
 }
 

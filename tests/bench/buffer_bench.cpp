@@ -312,13 +312,27 @@ void raw_make_drop(benchmark::State& state) {
   cudaFree(last);
 }
 
+// gpusel's Buffers come from its memory pool (Note [Device memory from a
+// pool]): cudaMallocFromPoolAsync and cudaFreeAsync, which waits for nothing.
+// On the emulation the row fails if the loop went to cudaMalloc instead.
 void gpusel_make_drop(benchmark::State& state) {
   if (!prepare(state)) return;
   const auto bytes = static_cast<std::size_t>(state.range(0));
+#if GPUSEL_BENCH_EMULATED
+  const int plain_before = gpusel_emulated::calls("cudaMalloc");
+  const int pooled_before = gpusel_emulated::calls("cudaMallocFromPoolAsync");
+#endif
   for (auto _ : state) {
     Bytes temporary(bytes, gpusel::cuda(0));
     benchmark::DoNotOptimize(temporary.data());
   }
+#if GPUSEL_BENCH_EMULATED
+  if (gpusel_emulated::calls("cudaMalloc") != plain_before ||
+      gpusel_emulated::calls("cudaMallocFromPoolAsync") == pooled_before) {
+    state.SkipWithError("the Buffers did not come from the memory pool");
+    return;
+  }
+#endif
   Bytes last(bytes, gpusel::cuda(0));
   const Bytes& expected = host_pattern(bytes, false);
   last.copy_from(expected);

@@ -75,6 +75,9 @@
 //    (tests read them) and only answers cudaErrorCudartUnloading from then on;
 //    begin_process_exit() runs the teardown early, within a test, and reset()
 //    starts a process whose runtime is loaded again;
+//  - memory pools (Note [The emulated memory pools]) keep freed blocks for
+//    reuse and count them as used by the device until trimmed, as the real
+//    stream-ordered allocator does; they differ from it as that Note says;
 //  - cudaFree and cudaStreamDestroy accept memory and streams of any device
 //    whatever device is current (as the real runtime does with unified
 //    addressing, though for streams it does not promise it);
@@ -113,6 +116,59 @@ struct CUevent_st {
   CUstream_st* recorded_on = nullptr;
 };
 
+// Note [The emulated memory pools]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A pool (cudaMemPoolCreate) holds memory of one device in blocks. Faithful:
+//  - cudaMallocFromPoolAsync hands out a cached block (freed earlier, its free
+//    already executed) at least as large as asked, else reserves a new one
+//    from the device; before running out it releases the pool's cached
+//    blocks and tries again; it creates the device's context;
+//  - cudaFreeAsync queues the free on its stream: the block goes back to the
+//    pool when the stream reaches it, and is cached, still reserved, so
+//    cudaMemGetInfo counts it as used until it is trimmed (cudaMemPoolTrimTo)
+//    or released at a synchronization (cudaStreamSynchronize,
+//    cudaEventSynchronize, cudaDeviceSynchronize release what the pool caches
+//    beyond its cudaMemPoolAttrReleaseThreshold, 0 by default);
+//  - a free queued on the legacy default stream waits for the device's
+//    blocking streams first, as the legacy stream does, so it runs after the
+//    work queued there before it; a non-blocking stream is not waited for;
+//  - memory freed while a copy into it is still queued is overwritten by that
+//    copy when it runs, also after another allocation reused the block;
+//  - cudaMemPoolDestroy with allocations outstanding returns at once, and the
+//    pool goes away when the last of them is freed;
+//  - cudaFree of pool memory synchronizes and returns the block to its pool.
+// Simplified:
+//  - one block per allocation (the real pool suballocates 2 MiB granules); a
+//    block is reused once its free has run, or before, by an allocation on the
+//    stream the free is queued on (stream order makes that safe, and the real
+//    allocator does it too); the real allocator also follows event
+//    dependencies between streams, which the emulation does not;
+//  - cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported) says
+//    DeviceSpec::memory_pools; there is no default pool per device
+//    (cudaDeviceGetDefaultMemPool, cudaMallocAsync are not emulated);
+//  - a peer copy whose source is pool memory counts as peer (peer_copies())
+//    only when the pool granted the destination access (cudaMemPoolSetAccess),
+//    else as staged; cudaMemPoolSetAccess for a device that cannot access the
+//    pool's device fails with cudaErrorInvalidDevice;
+//  - attributes: the release threshold (set and get), reserved and used memory
+//    (get); the others answer cudaErrorInvalidValue.
+struct CUmemPoolHandle_st {
+  int device = 0;
+  std::uint64_t release_threshold = 0;
+  std::size_t reserved = 0;                           // bytes held from the device: in use, pending free and cached
+  std::size_t used = 0;                               // bytes of blocks handed out whose free has not run
+  std::map<std::uintptr_t, std::size_t> blocks;       // every block, by address: its size
+  std::multimap<std::size_t, std::uintptr_t> cached;  // free blocks, by size
+  std::set<int> accessors;                            // devices granted access besides its own
+  struct PendingFree {
+    CUstream_st* stream;
+    std::uint64_t token;  // which free: a block reused before its free ran is freed again later
+  };
+  std::map<std::uintptr_t, PendingFree> pending;  // blocks whose cudaFreeAsync is queued, not yet run
+  std::uint64_t frees = 0;
+  bool destroyed = false;  // destroyed with allocations outstanding: goes when the last is freed
+};
+
 namespace gpusel_emulated {
 namespace {
 
@@ -122,6 +178,7 @@ struct Allocation {
   MemoryKind kind;
   int device;  // -1 for host memory
   std::size_t bytes;
+  CUmemPoolHandle_st* pool = nullptr;  // the pool it came from, or null (cudaMalloc, host memory)
 };
 
 struct RegisteredRange {
@@ -192,6 +249,7 @@ struct State {
   std::map<std::uintptr_t, RegisteredRange> registered;  // cudaHostRegister'd ranges
   std::set<CUstream_st*> streams;
   std::set<CUevent_st*> events;
+  std::set<CUmemPoolHandle_st*> pools;  // live pools, destroyed ones with allocations outstanding included
   std::map<std::string, int> call_counts;
   CallLog call_log;  // Note [The call log is bounded]
   std::vector<ArmedFailure> failures;
@@ -424,10 +482,68 @@ bool known_stream(State& s, cudaStream_t stream) {
          s.streams.count(stream) != 0;
 }
 
+// --- memory pools (Note [The emulated memory pools]) -------------------------
+bool known_pool(State& s, cudaMemPool_t pool) {
+  return pool != nullptr && s.pools.count(pool) != 0 && !pool->destroyed;
+}
+
+// Gives a block's memory back to the device.
+void release_block(State& s, CUmemPoolHandle_st* pool, std::uintptr_t address) {
+  auto it = pool->blocks.find(address);
+  pool->reserved -= it->second;
+  s.devices[static_cast<std::size_t>(pool->device)].bytes_in_use -= it->second;
+  pool->blocks.erase(it);
+  std::free(reinterpret_cast<void*>(address));
+}
+
+// Releases cached blocks, largest first, until the pool reserves at most `keep` bytes.
+void release_cached(State& s, CUmemPoolHandle_st* pool, std::size_t keep) {
+  while (pool->reserved > keep && !pool->cached.empty()) {
+    auto largest = std::prev(pool->cached.end());
+    const std::uintptr_t address = largest->second;
+    pool->cached.erase(largest);
+    release_block(s, pool, address);
+  }
+}
+
+// A destroyed pool goes once nothing of it is outstanding.
+void delete_if_done(State& s, CUmemPoolHandle_st* pool) {
+  if (!pool->destroyed || pool->used != 0) return;
+  release_cached(s, pool, 0);
+  s.pools.erase(pool);
+  delete pool;
+}
+
+// What a synchronization does to the pools of `device`: each releases what it
+// caches beyond its release threshold.
+void apply_release_thresholds(State& s, int device) {
+  for (CUmemPoolHandle_st* pool : s.pools)
+    if (pool->device == device)
+      release_cached(s, pool, static_cast<std::size_t>(std::min<std::uint64_t>(pool->release_threshold, SIZE_MAX)));
+}
+
+// Returns a block whose free has run to its pool's cache.
+void return_block(State& s, CUmemPoolHandle_st* pool, std::uintptr_t address) {
+  const std::size_t size = pool->blocks.at(address);
+  pool->used -= size;
+  pool->cached.emplace(size, address);
+  delete_if_done(s, pool);
+}
+
+// Queues `operation` on `stream` of `device`, in stream order. Work queued on
+// the legacy default stream waits for the device's blocking streams first.
+void enqueue(State& s, CUstream_st* stream, std::function<void()> operation) {
+  if (stream == s.devices[static_cast<std::size_t>(stream->device)].legacy_stream.get()) {
+    for (CUstream_st* other : s.streams)
+      if (other->device == stream->device && other->blocking) drain(other);
+  }
+  stream->pending.emplace_back(std::move(operation));
+}
+
 // The shared body of every copy. `stream` is null for synchronous copies.
 cudaError_t copy(Call& call, void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind,
                  CUstream_st* stream) {
-  State& s = call.s();
+  gpusel_emulated::State& s = call.s();
   if (bytes == 0) return cudaSuccess;
   if (destination == nullptr || source == nullptr) return cudaErrorInvalidValue;
   const Location to = locate(s, destination, bytes);
@@ -435,7 +551,8 @@ cudaError_t copy(Call& call, void* destination, const void* source, std::size_t 
   if (!direction_matches(kind, to, from)) return cudaErrorInvalidValue;
   if (to.device && from.device && to.device_index != from.device_index) {
     const auto& peers = s.devices[static_cast<std::size_t>(to.device_index)].peers_enabled;
-    if (peers.count(from.device_index) != 0)
+    const CUmemPoolHandle_st* pool = find_allocation(s, source, bytes)->pool;
+    if (peers.count(from.device_index) != 0 && (pool == nullptr || pool->accessors.count(to.device_index) != 0))
       ++s.peer_copies;
     else
       ++s.staged_device_copies;
@@ -476,6 +593,12 @@ void reset(const Config& config) {
   for (auto& [address, allocation] : s.allocations) std::free(reinterpret_cast<void*>(address));
   for (CUstream_st* stream : s.streams) delete stream;
   for (CUevent_st* event : s.events) delete event;
+  for (CUmemPoolHandle_st* pool : s.pools) {
+    for (const auto& [address, size] : pool->blocks)
+      if (s.allocations.count(address) == 0) std::free(reinterpret_cast<void*>(address));  // else freed above
+    delete pool;
+  }
+  s.pools.clear();
   s.allocations.clear();
   s.registered.clear();
   s.streams.clear();
@@ -555,6 +678,21 @@ std::size_t bytes_in_use(int device) {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (device < 0 || device >= static_cast<int>(s.devices.size())) return 0;
   return s.devices[static_cast<std::size_t>(device)].bytes_in_use;
+}
+
+std::size_t bytes_allocated(int device) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  std::size_t total = 0;
+  for (const auto& [address, allocation] : s.allocations)
+    if (allocation.kind == MemoryKind::Device && allocation.device == device) total += allocation.bytes;
+  return total;
+}
+
+int live_pools() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return static_cast<int>(s.pools.size());
 }
 
 std::size_t pinned_host_bytes_in_use() {
@@ -826,6 +964,7 @@ cudaError_t cudaDeviceSynchronize(void) {
   if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
   call.ensure_context(call.thread().current_device);
   gpusel_emulated::drain_device(call.s(), call.thread().current_device, false);
+  gpusel_emulated::apply_release_thresholds(call.s(), call.thread().current_device);
   return cudaSuccess;
 }
 
@@ -871,6 +1010,9 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int dev
       break;
     case cudaDevAttrMultiProcessorCount:
       *value = 132;
+      break;
+    case cudaDevAttrMemoryPoolsSupported:
+      *value = call.s().devices[static_cast<std::size_t>(device)].spec.memory_pools ? 1 : 0;
       break;
     default:
       *value = 0;
@@ -933,9 +1075,192 @@ cudaError_t cudaFree(void* pointer) {
   if (it == call.s().allocations.end() || it->second.kind != gpusel_emulated::MemoryKind::Device)
     return call.finish(cudaErrorInvalidValue);
   gpusel_emulated::drain_everything(call.s());
+  if (CUmemPoolHandle_st* pool = it->second.pool) {  // pool memory: back to its pool (Note [The emulated memory pools])
+    call.s().allocations.erase(it);
+    gpusel_emulated::return_block(call.s(), pool, reinterpret_cast<std::uintptr_t>(pointer));
+    return cudaSuccess;
+  }
   call.s().devices[static_cast<std::size_t>(it->second.device)].bytes_in_use -= it->second.bytes;
   call.s().allocations.erase(it);
   std::free(pointer);
+  return cudaSuccess;
+}
+
+// --- the stream-ordered allocator (Note [The emulated memory pools]) ---------
+
+cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* properties) {
+  Call call("cudaMemPoolCreate");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (pool == nullptr || properties == nullptr || properties->allocType != cudaMemAllocationTypePinned ||
+      properties->location.type != cudaMemLocationTypeDevice)
+    return call.finish(cudaErrorInvalidValue);
+  if (!call.valid_device(properties->location.id)) return call.finish(cudaErrorInvalidDevice);
+  const int device = properties->location.id;
+  if (!call.s().devices[static_cast<std::size_t>(device)].spec.memory_pools) return call.finish(cudaErrorNotSupported);
+  call.ensure_context(device);
+  auto* made = new CUmemPoolHandle_st;
+  made->device = device;
+  call.s().pools.insert(made);
+  *pool = made;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
+  Call call("cudaMemPoolDestroy");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (!gpusel_emulated::known_pool(call.s(), pool)) return call.finish(cudaErrorInvalidValue);
+  pool->destroyed = true;  // returns at once; the pool goes when nothing of it is outstanding
+  gpusel_emulated::release_cached(call.s(), pool, 0);
+  gpusel_emulated::delete_if_done(call.s(), pool);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocFromPoolAsync(void** pointer, size_t bytes, cudaMemPool_t pool, cudaStream_t stream) {
+  Call call("cudaMallocFromPoolAsync");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  gpusel_emulated::State& s = call.s();
+  if (pointer == nullptr || !gpusel_emulated::known_pool(s, pool)) return call.finish(cudaErrorInvalidValue);
+  if (!gpusel_emulated::known_stream(s, stream)) return call.finish(cudaErrorInvalidResourceHandle);
+  call.ensure_context(pool->device);
+  call.ensure_context(gpusel_emulated::resolve_stream(call, stream)->device);
+  if (bytes == 0) {
+    *pointer = nullptr;
+    return cudaSuccess;
+  }
+  std::uintptr_t address = 0;
+  std::size_t size = 0;
+  CUstream_st* on = gpusel_emulated::resolve_stream(call, stream);
+  auto cached = pool->cached.lower_bound(bytes);
+  auto pending = std::find_if(pool->pending.begin(), pool->pending.end(), [&](const auto& entry) {
+    return entry.second.stream == on && pool->blocks.at(entry.first) >= bytes;
+  });
+  if (cached != pool->cached.end()) {
+    size = cached->first;
+    address = cached->second;
+    pool->cached.erase(cached);
+  } else if (pending != pool->pending.end()) {  // freed on this stream, in stream order before this allocation
+    address = pending->first;
+    size = pool->blocks.at(address);
+    pool->pending.erase(pending);
+    pool->used -= size;  // counted again below
+  } else {
+    auto& device = s.devices[static_cast<std::size_t>(pool->device)];
+    if (bytes > device.spec.memory_bytes - device.bytes_in_use) gpusel_emulated::release_cached(s, pool, 0);
+    if (bytes > device.spec.memory_bytes - device.bytes_in_use) return call.finish(cudaErrorMemoryAllocation);
+    void* memory = gpusel_emulated::allocate_host(bytes, 256);
+    if (memory == nullptr) return call.finish(cudaErrorMemoryAllocation);
+    address = reinterpret_cast<std::uintptr_t>(memory);
+    size = bytes;
+    pool->blocks.emplace(address, size);
+    pool->reserved += size;
+    device.bytes_in_use += size;
+  }
+  pool->used += size;
+  s.allocations.emplace(address,
+                        gpusel_emulated::Allocation{gpusel_emulated::MemoryKind::Device, pool->device, bytes, pool});
+  *pointer = reinterpret_cast<void*>(address);
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeAsync(void* pointer, cudaStream_t stream) {
+  Call call("cudaFreeAsync");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  gpusel_emulated::State& s = call.s();
+  if (pointer == nullptr) return cudaSuccess;
+  if (!gpusel_emulated::known_stream(s, stream)) return call.finish(cudaErrorInvalidResourceHandle);
+  auto it = s.allocations.find(reinterpret_cast<std::uintptr_t>(pointer));
+  if (it == s.allocations.end() || it->second.pool == nullptr) return call.finish(cudaErrorInvalidValue);
+  CUmemPoolHandle_st* pool = it->second.pool;
+  CUstream_st* on = gpusel_emulated::resolve_stream(call, stream);
+  call.ensure_context(on->device);
+  s.allocations.erase(it);  // the pointer is no longer valid to the runtime's calls
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  gpusel_emulated::State* state = &s;
+  const std::uint64_t token = ++pool->frees;
+  pool->pending[address] = {on, token};
+  gpusel_emulated::enqueue(s, on, [state, pool, address, token] {
+    auto found = pool->pending.find(address);
+    if (found == pool->pending.end() || found->second.token != token) return;  // reused before this free ran
+    pool->pending.erase(found);
+    gpusel_emulated::return_block(*state, pool, address);
+  });
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) {
+  Call call("cudaMemPoolTrimTo");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (!gpusel_emulated::known_pool(call.s(), pool)) return call.finish(cudaErrorInvalidValue);
+  gpusel_emulated::release_cached(call.s(), pool, keep);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attribute, void* value) {
+  Call call("cudaMemPoolSetAttribute");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (!gpusel_emulated::known_pool(call.s(), pool) || value == nullptr || attribute != cudaMemPoolAttrReleaseThreshold)
+    return call.finish(cudaErrorInvalidValue);
+  std::memcpy(&pool->release_threshold, value, sizeof pool->release_threshold);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attribute, void* value) {
+  Call call("cudaMemPoolGetAttribute");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (!gpusel_emulated::known_pool(call.s(), pool) || value == nullptr) return call.finish(cudaErrorInvalidValue);
+  std::uint64_t answer = 0;
+  switch (attribute) {
+    case cudaMemPoolAttrReleaseThreshold:
+      answer = pool->release_threshold;
+      break;
+    case cudaMemPoolAttrReservedMemCurrent:
+      answer = pool->reserved;
+      break;
+    case cudaMemPoolAttrUsedMemCurrent:
+      answer = pool->used;
+      break;
+    default:
+      return call.finish(cudaErrorInvalidValue);
+  }
+  std::memcpy(value, &answer, sizeof answer);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolSetAccess(cudaMemPool_t pool, const cudaMemAccessDesc* descriptions, size_t count) {
+  Call call("cudaMemPoolSetAccess");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (!gpusel_emulated::known_pool(call.s(), pool) || (descriptions == nullptr && count != 0))
+    return call.finish(cudaErrorInvalidValue);
+  const auto& matrix = call.s().config.peer_access;
+  for (size_t i = 0; i < count; ++i) {  // all checked before any is applied
+    const cudaMemAccessDesc& description = descriptions[i];
+    if (description.location.type != cudaMemLocationTypeDevice) return call.finish(cudaErrorInvalidValue);
+    const int device = description.location.id;
+    if (!call.valid_device(device)) return call.finish(cudaErrorInvalidDevice);
+    if (device != pool->device && !matrix.empty() &&
+        !matrix.at(static_cast<std::size_t>(device)).at(static_cast<std::size_t>(pool->device)))
+      return call.finish(cudaErrorInvalidDevice);
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const int device = descriptions[i].location.id;
+    if (device == pool->device) continue;  // its own device always has access
+    if (descriptions[i].flags == cudaMemAccessFlagsProtNone)
+      pool->accessors.erase(device);
+    else
+      pool->accessors.insert(device);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolGetAccess(cudaMemAccessFlags* flags, cudaMemPool_t pool, cudaMemLocation* location) {
+  Call call("cudaMemPoolGetAccess");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (flags == nullptr || location == nullptr || !gpusel_emulated::known_pool(call.s(), pool) ||
+      location->type != cudaMemLocationTypeDevice)
+    return call.finish(cudaErrorInvalidValue);
+  if (!call.valid_device(location->id)) return call.finish(cudaErrorInvalidDevice);
+  const bool granted = location->id == pool->device || pool->accessors.count(location->id) != 0;
+  *flags = granted ? cudaMemAccessFlagsProtReadWrite : cudaMemAccessFlagsProtNone;
   return cudaSuccess;
 }
 
@@ -1179,7 +1504,9 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
   if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
   if (!gpusel_emulated::known_stream(call.s(), stream)) return call.finish(cudaErrorInvalidResourceHandle);
-  gpusel_emulated::drain(gpusel_emulated::resolve_stream(call, stream));
+  CUstream_st* resolved = gpusel_emulated::resolve_stream(call, stream);
+  gpusel_emulated::drain(resolved);
+  gpusel_emulated::apply_release_thresholds(call.s(), resolved->device);
   return cudaSuccess;
 }
 
@@ -1227,7 +1554,10 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   Call call("cudaEventSynchronize");
   if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
   if (call.s().events.count(event) == 0) return call.finish(cudaErrorInvalidResourceHandle);
-  if (event->recorded_on != nullptr) gpusel_emulated::drain(event->recorded_on);
+  if (event->recorded_on != nullptr) {
+    gpusel_emulated::drain(event->recorded_on);
+    gpusel_emulated::apply_release_thresholds(call.s(), event->recorded_on->device);
+  }
   return cudaSuccess;
 }
 

@@ -24,6 +24,8 @@ struct DeviceSpec {
   std::size_t memory_bytes = std::size_t{16} << 30;
   std::string uuid;        // "GPU-xxxxxxxx-..."; made from the index when empty
   std::string pci_bus_id;  // "00000000:0N:00.0"; made from the index when empty
+  // cudaDevAttrMemoryPoolsSupported: whether cudaMemPoolCreate works on it.
+  bool memory_pools = true;
 };
 
 struct Config {
@@ -61,8 +63,15 @@ void clear_calls();
 bool has_primary_context(int device);
 // How many devices have a primary context.
 int primary_context_count();
-// Device memory allocated on `device` and not yet freed, in bytes.
+// Device memory `device` counts as used (what cudaMemGetInfo subtracts), in
+// bytes: cudaMalloc'd memory not yet freed, and what its memory pools reserve,
+// memory they cache for reuse included (Note [The emulated memory pools]).
 std::size_t bytes_in_use(int device);
+// Device memory on `device` the program holds: allocated (cudaMalloc,
+// cudaMallocFromPoolAsync) and not yet freed (cudaFree, cudaFreeAsync called), in bytes.
+std::size_t bytes_allocated(int device);
+// Memory pools created and not yet gone (a destroyed pool stays until its allocations are freed).
+int live_pools();
 // Pinned host memory (cudaMallocHost / cudaHostAlloc) not yet freed, in bytes.
 std::size_t pinned_host_bytes_in_use();
 // Ranges registered with cudaHostRegister and not yet unregistered.

@@ -7,8 +7,10 @@
 
 #include <sys/wait.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -502,6 +504,249 @@ TEST_F(EmulatedRuntime, PinningMakesTheCurrentDevicesContext) {
 // A program with a static Buffer on a GPU, a static Stream and gpusel's caches,
 // all destroyed after the runtime's teardown at exit: it exits with status 0,
 // prints nothing and does not abort (tests/emulated/static_objects_at_exit.cpp).
+// --- memory pools (Note [The emulated memory pools]) --------------------------
+
+cudaMemPool_t make_pool(int device) {
+  cudaMemPoolProps properties{};
+  properties.allocType = cudaMemAllocationTypePinned;
+  properties.location.type = cudaMemLocationTypeDevice;
+  properties.location.id = device;
+  cudaMemPool_t pool = nullptr;
+  EXPECT_EQ(cudaMemPoolCreate(&pool, &properties), cudaSuccess);
+  return pool;
+}
+
+std::uint64_t pool_attribute(cudaMemPool_t pool, cudaMemPoolAttr attribute) {
+  std::uint64_t value = 0;
+  EXPECT_EQ(cudaMemPoolGetAttribute(pool, attribute, &value), cudaSuccess);
+  return value;
+}
+
+std::size_t free_memory_of_current_device() {
+  std::size_t free_bytes = 0, total = 0;
+  EXPECT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  return free_bytes;
+}
+
+TEST_F(EmulatedRuntime, APoolCreatesTheContextOfItsDeviceOnlyAndOnlyWherePoolsAreSupported) {
+  int supported = -1;
+  ASSERT_EQ(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, 2), cudaSuccess);
+  EXPECT_EQ(supported, 1);
+  cudaMemPool_t pool = make_pool(2);
+  EXPECT_TRUE(emu::has_primary_context(2));
+  EXPECT_EQ(emu::primary_context_count(), 1) << "not the current device's (0)";
+  EXPECT_EQ(emu::live_pools(), 1);
+  EXPECT_EQ(cudaMemPoolDestroy(pool), cudaSuccess);
+  EXPECT_EQ(emu::live_pools(), 0);
+
+  emu::Config config = emu::devices(1);
+  config.devices[0].memory_pools = false;
+  emu::reset(config);
+  ASSERT_EQ(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, 0), cudaSuccess);
+  EXPECT_EQ(supported, 0);
+  cudaMemPoolProps properties{};
+  properties.allocType = cudaMemAllocationTypePinned;
+  properties.location = {cudaMemLocationTypeDevice, 0};
+  EXPECT_EQ(cudaMemPoolCreate(&pool, &properties), cudaErrorNotSupported);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorNotSupported);
+}
+
+TEST_F(EmulatedRuntime, APoolCachesFreedMemoryAsUsedUntilTrimmedAndReusesIt) {
+  cudaMemPool_t pool = make_pool(0);
+  std::uint64_t threshold = 1 << 20;
+  ASSERT_EQ(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), cudaSuccess);
+  EXPECT_EQ(pool_attribute(pool, cudaMemPoolAttrReleaseThreshold), threshold);
+  const std::size_t all = free_memory_of_current_device();
+  void* first = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&first, 4096, pool, cudaStreamLegacy), cudaSuccess);
+  EXPECT_EQ(emu::bytes_allocated(0), 4096u);
+  EXPECT_EQ(pool_attribute(pool, cudaMemPoolAttrUsedMemCurrent), 4096u);
+  ASSERT_EQ(cudaFreeAsync(first, cudaStreamLegacy), cudaSuccess);
+  EXPECT_EQ(emu::bytes_allocated(0), 0u) << "the program no longer holds it";
+  EXPECT_EQ(pool_attribute(pool, cudaMemPoolAttrUsedMemCurrent), 4096u) << "the free is queued, not run";
+  ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
+  EXPECT_EQ(pool_attribute(pool, cudaMemPoolAttrUsedMemCurrent), 0u);
+  EXPECT_EQ(pool_attribute(pool, cudaMemPoolAttrReservedMemCurrent), 4096u) << "cached under the threshold";
+  EXPECT_EQ(free_memory_of_current_device(), all - 4096) << "cached memory is used memory to everyone else";
+  void* second = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&second, 1000, pool, cudaStreamLegacy), cudaSuccess);
+  EXPECT_EQ(second, first) << "the cached block is reused";
+  ASSERT_EQ(cudaFreeAsync(second, cudaStreamLegacy), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaMemPoolTrimTo(pool, 0), cudaSuccess);
+  EXPECT_EQ(pool_attribute(pool, cudaMemPoolAttrReservedMemCurrent), 0u);
+  EXPECT_EQ(free_memory_of_current_device(), all) << "trimmed: given back";
+  EXPECT_EQ(cudaMemPoolDestroy(pool), cudaSuccess);
+}
+
+TEST_F(EmulatedRuntime, AnAllocationOnTheStreamOfAQueuedFreeReusesTheBlockInStreamOrder) {
+  cudaMemPool_t pool = make_pool(0);
+  cudaStream_t other = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  void* first = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&first, 4096, pool, cudaStreamLegacy), cudaSuccess);
+  ASSERT_EQ(cudaFreeAsync(first, cudaStreamLegacy), cudaSuccess);  // queued, not run
+  void* elsewhere = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&elsewhere, 4096, pool, other), cudaSuccess);
+  EXPECT_NE(elsewhere, first) << "another stream is not ordered after the free";
+  void* same_stream = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&same_stream, 4096, pool, cudaStreamLegacy), cudaSuccess);
+  EXPECT_EQ(same_stream, first) << "the stream of the free is";
+  ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);  // the first free runs, and finds the block reused
+  EXPECT_EQ(pool_attribute(pool, cudaMemPoolAttrUsedMemCurrent), 8192u);
+  ASSERT_EQ(cudaFreeAsync(same_stream, cudaStreamLegacy), cudaSuccess);
+  ASSERT_EQ(cudaFreeAsync(elsewhere, other), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(pool_attribute(pool, cudaMemPoolAttrUsedMemCurrent), 0u);
+  ASSERT_EQ(cudaStreamDestroy(other), cudaSuccess);
+  EXPECT_EQ(cudaMemPoolDestroy(pool), cudaSuccess);
+  EXPECT_EQ(emu::live_pools(), 0);
+}
+
+TEST_F(EmulatedRuntime, APoolReleasesWhatItCachesBeyondItsThresholdAtASynchronization) {
+  cudaMemPool_t pool = make_pool(0);  // threshold 0, the default
+  void* memory = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&memory, 8192, pool, cudaStreamLegacy), cudaSuccess);
+  ASSERT_EQ(cudaFreeAsync(memory, cudaStreamLegacy), cudaSuccess);
+  EXPECT_EQ(emu::bytes_in_use(0), 8192u);
+  ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
+  EXPECT_EQ(emu::bytes_in_use(0), 0u);
+  EXPECT_EQ(cudaMemPoolDestroy(pool), cudaSuccess);
+}
+
+TEST_F(EmulatedRuntime, APoolThatRunsOutReleasesItsCacheFirstThenFails) {
+  cudaMemPool_t pool = make_pool(0);
+  std::uint64_t threshold = 1 << 20;
+  ASSERT_EQ(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), cudaSuccess);
+  void* small = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&small, 1000, pool, cudaStreamLegacy), cudaSuccess);
+  ASSERT_EQ(cudaFreeAsync(small, cudaStreamLegacy), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
+  void* whole = nullptr;
+  EXPECT_EQ(cudaMallocFromPoolAsync(&whole, 1 << 20, pool, cudaStreamLegacy), cudaSuccess) << "the cache made room";
+  void* more = nullptr;
+  EXPECT_EQ(cudaMallocFromPoolAsync(&more, 1, pool, cudaStreamLegacy), cudaErrorMemoryAllocation);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
+  EXPECT_EQ(cudaMemPoolDestroy(pool), cudaSuccess);
+  EXPECT_EQ(emu::live_pools(), 1) << "an allocation is outstanding";
+  ASSERT_EQ(cudaFreeAsync(whole, cudaStreamLegacy), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
+  EXPECT_EQ(emu::live_pools(), 0);
+  EXPECT_EQ(emu::bytes_in_use(0), 0u);
+}
+
+// What the reuse rule in gpusel rests on: a free queued on the legacy stream
+// runs after the blocking streams' earlier work, not after a non-blocking
+// stream's, whose copy then lands in whoever reuses the block.
+TEST_F(EmulatedRuntime, AFreeOnTheLegacyStreamWaitsForBlockingStreamsOnly) {
+  cudaMemPool_t pool = make_pool(0);
+  std::uint64_t threshold = 1 << 20;
+  ASSERT_EQ(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), cudaSuccess);
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, 64), cudaSuccess);
+  std::memset(pinned, 7, 64);
+  for (const unsigned flags : {unsigned{cudaStreamDefault}, unsigned{cudaStreamNonBlocking}}) {
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, flags), cudaSuccess);
+    void* used = nullptr;
+    ASSERT_EQ(cudaMallocFromPoolAsync(&used, 64, pool, stream), cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(used, pinned, 64, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    ASSERT_EQ(cudaFreeAsync(used, cudaStreamLegacy), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
+    void* reused = nullptr;
+    ASSERT_EQ(cudaMallocFromPoolAsync(&reused, 64, pool, cudaStreamLegacy), cudaSuccess);
+    EXPECT_EQ(reused, used);
+    const std::vector<char> zeros(64, 0);
+    ASSERT_EQ(cudaMemcpy(reused, zeros.data(), 64, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    std::vector<char> seen(64, 1);
+    ASSERT_EQ(cudaMemcpy(seen.data(), reused, 64, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(seen == zeros, flags == cudaStreamDefault) << "flags " << flags;
+    ASSERT_EQ(cudaFreeAsync(reused, cudaStreamLegacy), cudaSuccess);
+    ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemPoolTrimTo(pool, 0), cudaSuccess);
+  }
+  ASSERT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  EXPECT_EQ(cudaMemPoolDestroy(pool), cudaSuccess);
+}
+
+TEST_F(EmulatedRuntime, PoolAccessDecidesWhetherACopyFromPoolMemoryIsAPeerCopy) {
+  cudaMemPool_t pool = make_pool(0);
+  void* source = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&source, 64, pool, cudaStreamLegacy), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(cudaDeviceEnablePeerAccess(0, 0), cudaSuccess);
+  void* destination = nullptr;
+  ASSERT_EQ(cudaMalloc(&destination, 64), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(destination, source, 64, cudaMemcpyDeviceToDevice), cudaSuccess);
+  EXPECT_EQ(emu::peer_copies(), 0) << "peer access does not reach pool memory";
+  EXPECT_EQ(emu::staged_device_copies(), 1);
+  cudaMemLocation where{cudaMemLocationTypeDevice, 1};
+  cudaMemAccessFlags flags = cudaMemAccessFlagsProtReadWrite;
+  ASSERT_EQ(cudaMemPoolGetAccess(&flags, pool, &where), cudaSuccess);
+  EXPECT_EQ(flags, cudaMemAccessFlagsProtNone);
+  const cudaMemAccessDesc access{{cudaMemLocationTypeDevice, 1}, cudaMemAccessFlagsProtReadWrite};
+  ASSERT_EQ(cudaMemPoolSetAccess(pool, &access, 1), cudaSuccess);
+  ASSERT_EQ(cudaMemPoolGetAccess(&flags, pool, &where), cudaSuccess);
+  EXPECT_EQ(flags, cudaMemAccessFlagsProtReadWrite);
+  ASSERT_EQ(cudaMemcpy(destination, source, 64, cudaMemcpyDeviceToDevice), cudaSuccess);
+  EXPECT_EQ(emu::peer_copies(), 1);
+
+  emu::Config config = emu::devices(2);
+  config.peer_access = {{false, false}, {false, false}};
+  emu::reset(config);
+  pool = make_pool(0);
+  const cudaMemAccessDesc refused{{cudaMemLocationTypeDevice, 1}, cudaMemAccessFlagsProtReadWrite};
+  EXPECT_EQ(cudaMemPoolSetAccess(pool, &refused, 1), cudaErrorInvalidDevice);
+}
+
+TEST_F(EmulatedRuntime, FreeingPoolMemoryWithCudaFreeSynchronizesAndReturnsItToThePool) {
+  cudaMemPool_t pool = make_pool(0);
+  std::uint64_t threshold = 1 << 20;
+  ASSERT_EQ(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), cudaSuccess);
+  void* memory = nullptr;
+  ASSERT_EQ(cudaMallocFromPoolAsync(&memory, 64, pool, cudaStreamLegacy), cudaSuccess);
+  ASSERT_EQ(cudaFree(memory), cudaSuccess);
+  EXPECT_EQ(pool_attribute(pool, cudaMemPoolAttrUsedMemCurrent), 0u);
+  EXPECT_EQ(pool_attribute(pool, cudaMemPoolAttrReservedMemCurrent), 64u);
+  EXPECT_EQ(cudaFreeAsync(memory, cudaStreamLegacy), cudaErrorInvalidValue) << "freed already";
+  (void)cudaGetLastError();
+}
+
+TEST_F(EmulatedRuntime, EveryPoolCallCanBeMadeToFail) {
+  cudaMemPool_t pool = make_pool(0);
+  void* memory = nullptr;
+  std::uint64_t value = 0;
+  const cudaMemAccessDesc access{{cudaMemLocationTypeDevice, 1}, cudaMemAccessFlagsProtReadWrite};
+  cudaMemPoolProps properties{};
+  properties.allocType = cudaMemAllocationTypePinned;
+  properties.location = {cudaMemLocationTypeDevice, 0};
+  cudaMemPool_t other = nullptr;
+  int supported = 0;
+  const std::pair<const char*, std::function<cudaError_t()>> calls[] = {
+      {"cudaMemPoolCreate", [&] { return cudaMemPoolCreate(&other, &properties); }},
+      {"cudaMallocFromPoolAsync", [&] { return cudaMallocFromPoolAsync(&memory, 64, pool, cudaStreamLegacy); }},
+      {"cudaFreeAsync", [&] { return cudaFreeAsync(memory, cudaStreamLegacy); }},
+      {"cudaMemPoolTrimTo", [&] { return cudaMemPoolTrimTo(pool, 0); }},
+      {"cudaMemPoolSetAttribute",
+       [&] { return cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &value); }},
+      {"cudaMemPoolGetAttribute",
+       [&] { return cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &value); }},
+      {"cudaMemPoolSetAccess", [&] { return cudaMemPoolSetAccess(pool, &access, 1); }},
+      {"cudaDeviceGetAttribute",
+       [&] { return cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, 0); }},
+      {"cudaMemPoolDestroy", [&] { return cudaMemPoolDestroy(pool); }}};
+  for (const auto& [name, call] : calls) {
+    emu::fail_call(name, 1, cudaErrorUnknown);
+    EXPECT_EQ(call(), cudaErrorUnknown) << name;
+    EXPECT_EQ(cudaGetLastError(), cudaErrorUnknown) << name;
+    EXPECT_EQ(call(), cudaSuccess) << name << ": only the armed call fails";
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // runs the free of the first pool's last allocation
+  EXPECT_EQ(emu::live_pools(), 1) << "the second pool; the first was destroyed";
+}
+
 TEST(EmulatedRuntimeAtExit, StaticBuffersAndStreamsOutlivingTheRuntimeExitCleanly) {
   FILE* program = popen(GPUSEL_STATIC_OBJECTS_AT_EXIT " 2>&1", "r");
   ASSERT_NE(program, nullptr);

@@ -39,17 +39,11 @@ inline std::optional<std::string> need_devices(int count) {
 #if GPUSEL_TEST_EMULATED
 // The runtime calls gpusel's data layer makes that can fail, which the fault-injection tests of
 // Buffer and Module make fail in turn, each at every call.
-inline constexpr const char* kFallibleDataCalls[] = {"cudaMalloc",
-                                                     "cudaMallocHost",
-                                                     "cudaMemcpy",
-                                                     "cudaMemcpyAsync",
-                                                     "cudaMemcpyPeerAsync",
-                                                     "cudaStreamSynchronize",
-                                                     "cudaEventRecord",
-                                                     "cudaEventSynchronize",
-                                                     "cudaStreamCreateWithFlags",
-                                                     "cudaEventCreateWithFlags",
-                                                     "cudaMemcpyBatchAsync"};
+inline constexpr const char* kFallibleDataCalls[] = {
+    "cudaDeviceGetAttribute",   "cudaMemPoolCreate",   "cudaMemPoolSetAttribute", "cudaMallocFromPoolAsync",
+    "cudaMallocHost",           "cudaMemcpy",          "cudaMemcpyAsync",         "cudaMemcpyPeerAsync",
+    "cudaStreamSynchronize",    "cudaEventRecord",     "cudaEventSynchronize",    "cudaStreamCreateWithFlags",
+    "cudaEventCreateWithFlags", "cudaMemcpyBatchAsync"};
 #endif
 
 // Prepares a machine with no usable GPU because there is no driver: on the

@@ -16,6 +16,8 @@
 
 namespace gpusel::detail {
 
+class StreamUses;  // detail/stream_uses.hpp
+
 enum class MemoryKind : std::uint8_t { pageable_host, pinned_host, device };
 
 // Where a range of bytes lives: the kind, and for device memory its device.
@@ -81,18 +83,20 @@ inline bool round_up(std::size_t value, std::size_t multiple, std::size_t& round
 // `bytes` in `place`, or nullptr for zero bytes; `what` names the owner for
 // errors ("gpusel::Buffer(1024 elements, 4096 bytes, cuda:1)"); `involved` is
 // the GPU the bytes are copied from or to, or -1, for pinned memory (Note
-// [Which device pins host memory]). Throws OutOfMemory when the memory ran
-// out, Error for any other failure.
+// [Which device pins host memory]); `stream` is the stream device memory is
+// ordered on (Note [When freed device memory is reused], detail/stream_uses.hpp).
+// Throws OutOfMemory when the memory ran out, Error for any other failure.
 [[nodiscard]] GPUSEL_API void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorContext what,
-                                               int involved = -1);
+                                               int involved = -1, cudaStream_t stream = cudaStreamLegacy);
 
 // Frees what allocate_memory returned for `place`, on the memory's own device
-// whatever device is current (as rmm's device_buffer does): cudaFree acts in
+// whatever device is current (as rmm's device_buffer does): a free acts in
 // the current context and would make one on a device the program never used.
-// When that device cannot be made current, frees from the current device
-// rather than leak, and tells the restore-error handler (release_on_device,
-// guard.hpp). Does nothing for nullptr. Never throws.
-GPUSEL_API void free_memory(void* pointer, const MemoryPlace& place) noexcept;
+// Device memory is freed after the streams in `uses` (may be null; Note [When
+// freed device memory is reused]). When that device cannot be made current,
+// frees from the current device rather than leak, and tells the restore-error
+// handler (release_on_device, guard.hpp). Does nothing for nullptr. Never throws.
+GPUSEL_API void free_memory(void* pointer, const MemoryPlace& place, StreamUses* uses = nullptr) noexcept;
 
 }  // namespace gpusel::detail
 
@@ -107,6 +111,7 @@ GPUSEL_API void free_memory(void* pointer, const MemoryPlace& place) noexcept;
 
 #include "gpusel/current_device.hpp"
 #include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/detail/device_pool.hpp"
 #include "gpusel/detail/fork_state.hpp"
 #include "gpusel/detail/host_block_cache.hpp"
 #include "gpusel/guard.hpp"
@@ -215,21 +220,24 @@ inline void* allocate_pinned_for(std::size_t bytes, int involved, ErrorContext w
   return pointer;
 }
 
-inline void* allocate_device(std::size_t bytes, int device, ErrorContext what) {
+// `bytes` on `device` from its memory pool (Note [Device memory from a pool],
+// detail/device_pool.hpp), ordered on `stream`.
+inline void* allocate_device(std::size_t bytes, int device, ErrorContext what, cudaStream_t stream) {
   if (forked_after_cuda()) throw_forked_after_cuda(what().c_str());
   enter_cuda_work("gpusel::Buffer");
   DeviceGuard guard(device);
-  void* pointer = nullptr;
-  const cudaError_t status = cudaMalloc(&pointer, bytes);
-  if (status != cudaSuccess) {
+  const DeviceAllocation made = DevicePools::instance().allocate(bytes, device, stream);
+  if (made.status != cudaSuccess) {
     const std::string context =
-        status == cudaErrorMemoryAllocation ? describe_free_memory(device) : describe_visible_devices();
-    throw_allocation_error(status, cuda_error(status, what() + ": cudaMalloc", cuda(device), context));
+        made.status == cudaErrorMemoryAllocation ? describe_free_memory(device) : describe_visible_devices();
+    if (!made.allocating) throw cuda_error(made.status, what() + ": " + made.call, cuda(device), context);
+    throw_allocation_error(made.status, cuda_error(made.status, what() + ": " + made.call, cuda(device), context));
   }
-  return pointer;
+  return made.pointer;
 }
 
-GPUSEL_API void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorContext what, int involved) {
+GPUSEL_API void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorContext what, int involved,
+                                 cudaStream_t stream) {
   if (bytes == 0) return nullptr;
   switch (place.kind) {
     case MemoryKind::pageable_host:
@@ -239,10 +247,10 @@ GPUSEL_API void* allocate_memory(std::size_t bytes, const MemoryPlace& place, Er
     case MemoryKind::device:
       break;
   }
-  return allocate_device(bytes, place.device, what);
+  return allocate_device(bytes, place.device, what, stream);
 }
 
-GPUSEL_API void free_memory(void* pointer, const MemoryPlace& place) noexcept {
+GPUSEL_API void free_memory(void* pointer, const MemoryPlace& place, StreamUses* uses) noexcept {
   if (pointer == nullptr) return;
   switch (place.kind) {
     case MemoryKind::pageable_host:
@@ -252,9 +260,8 @@ GPUSEL_API void free_memory(void* pointer, const MemoryPlace& place) noexcept {
       if (cudaFreeHost(pointer) != cudaSuccess) (void)cudaGetLastError();
       break;
     case MemoryKind::device:
-      release_on_device(place.device, "gpusel::Buffer freeing its device memory", [pointer]() noexcept {
-        if (cudaFree(pointer) != cudaSuccess) (void)cudaGetLastError();
-      });
+      release_on_device(place.device, "gpusel::Buffer freeing its device memory",
+                        [&]() noexcept { DevicePools::instance().free(pointer, place.device, uses); });
       break;
   }
 }

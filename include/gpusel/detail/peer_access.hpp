@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "gpusel/detail/device_pool.hpp"
 #include "gpusel/detail/runtime_state.hpp"
 #include "gpusel/guard.hpp"
 
@@ -23,6 +24,9 @@ namespace gpusel::detail {
 // cudaErrorPeerAccessAlreadyEnabled (someone else enabled it: the user, or
 // another library) means it is enabled. Failure to enable (unsupported
 // topology, too many peers) is not an error: the copy is staged instead.
+// Peer access does not reach memory-pool memory: an enabled pair also grants
+// the destination access to the source's pool (Note [Device memory from a
+// pool], detail/device_pool.hpp).
 // release_cached_resources() forgets the table, for use before cudaDeviceReset.
 class PeerAccess {
  public:
@@ -51,6 +55,7 @@ class PeerAccess {
         const cudaError_t status = cudaDeviceEnablePeerAccess(source, 0);
         enabled = status == cudaSuccess || status == cudaErrorPeerAccessAlreadyEnabled;
         if (status != cudaSuccess) (void)cudaGetLastError();
+        if (enabled) DevicePools::instance().allow_peer(destination, source);
       } catch (...) {
         return false;  // the destination could not be made current: not remembered
       }

@@ -47,9 +47,10 @@ class Error;
 //    engine's options, the fork record, the prefault decision and the cache
 //    of large host blocks; later also the GPU leases (`objects`, free slots).
 //  - per CUDA runtime (Note [One state per runtime], detail/runtime_state.hpp):
-//    the staging pool, the peer-access table, and per thread the deferred
-//    restore (ThreadDevice); later also cached streams and memory pools (free
-//    slots of Runtime::objects). Two shared objects that link libcudart.so call
+//    the staging pool, the peer-access table, the copy engine's cache, the
+//    device memory pools (detail/device_pool.hpp), and per thread the deferred
+//    restore (ThreadDevice); later also cached streams (free slots of
+//    Runtime::objects). Two shared objects that link libcudart.so call
 //    one runtime and share these; two that each link the static runtime have
 //    two runtimes, which keep two current devices per thread, so each has its
 //    own.
@@ -138,7 +139,13 @@ inline constexpr int kObjectSlots = 8;
 // the staging pool of fixed 4 MiB chunks: copies of older gpusel versions
 // still use it, so the pool of tunable chunks took a free slot instead of
 // changing slot 0's type (which would have meant a new layout version).
-enum class RuntimeObject : int { staging_pool_fixed_chunks = 0, peer_access = 1, staging_pool = 2, copy_engine = 3 };
+enum class RuntimeObject : int {
+  staging_pool_fixed_chunks = 0,
+  peer_access = 1,
+  staging_pool = 2,
+  copy_engine = 3,
+  device_pools = 4,
+};
 
 // What each slot of ProcessState::objects holds; the others are free (slot 0
 // is meant for the GPU leases). Host memory is the process's, whatever

@@ -20,6 +20,8 @@
 
 namespace gpusel::detail {
 
+class StreamUses;  // detail/stream_uses.hpp
+
 class UntypedBuffer {
  public:
   // Empty, in pageable host memory: the state a moved-from buffer is left in.
@@ -29,13 +31,16 @@ class UntypedBuffer {
   // `what` names the owner for errors; `involved` is the GPU they will be
   // copied from, if any (detail/memory.hpp's allocate_memory). Throws
   // OutOfMemory when the memory ran out.
+  // `stream`: the stream device memory is ordered on (Note [When freed device
+  // memory is reused], detail/stream_uses.hpp).
   [[nodiscard]] static UntypedBuffer allocate(std::size_t bytes, const MemoryPlace& place, ErrorContext what,
-                                              int involved = -1) {
-    return UntypedBuffer(allocate_memory(bytes, place, what, involved), bytes, place);
+                                              int involved = -1, cudaStream_t stream = cudaStreamLegacy) {
+    return UntypedBuffer(allocate_memory(bytes, place, what, involved, stream), bytes, place);
   }
 
-  // Frees the memory in its own place (detail/memory.hpp's free_memory); never throws.
-  ~UntypedBuffer() { free_memory(pointer_, place_); }
+  // Frees the memory in its own place after its recorded stream uses
+  // (detail/memory.hpp's free_memory); never throws.
+  ~UntypedBuffer() { release(); }
 
   // Copying is deleted: two owners would free the memory twice.
   UntypedBuffer(const UntypedBuffer&) = delete;
@@ -43,16 +48,24 @@ class UntypedBuffer {
   UntypedBuffer(UntypedBuffer&& other) noexcept
       : pointer_(std::exchange(other.pointer_, nullptr)),
         bytes_(std::exchange(other.bytes_, 0)),
-        place_(std::exchange(other.place_, MemoryPlace{})) {}
+        place_(std::exchange(other.place_, MemoryPlace{})),
+        uses_(std::exchange(other.uses_, nullptr)) {}
   UntypedBuffer& operator=(UntypedBuffer&& other) noexcept {
     if (this != &other) {
-      free_memory(pointer_, place_);
+      release();
       pointer_ = std::exchange(other.pointer_, nullptr);
       bytes_ = std::exchange(other.bytes_, 0);
       place_ = std::exchange(other.place_, MemoryPlace{});
+      uses_ = std::exchange(other.uses_, nullptr);
     }
     return *this;
   }
+
+  // Marks the work queued on `stream` so far as using this buffer's device
+  // memory, so that its free waits for it (Note [When freed device memory is
+  // reused]). Nothing to do for host memory, an empty buffer, or a blocking
+  // stream of the memory's own device. Throws Error naming `what`.
+  void record_stream(const Stream& stream, ErrorContext what);
 
   void* data() const noexcept { return pointer_; }
   std::size_t bytes() const noexcept { return bytes_; }
@@ -67,7 +80,8 @@ class UntypedBuffer {
 
   // A new buffer in `target`, its copy queued on `stream` where no pageable
   // memory is involved (detail/copy_engine.hpp's copy_async): then the caller
-  // keeps both alive and synchronizes the stream before using either.
+  // keeps both alive and synchronizes the stream before using either. Device
+  // memory in the result is allocated on `stream`, which is recorded for it.
   [[nodiscard]] UntypedBuffer copy_to(const MemoryPlace& target, const Stream& stream, ErrorContext what) const;
 
   // Copies bytes() from `source`, in `from`, into this buffer; done when it returns.
@@ -87,9 +101,13 @@ class UntypedBuffer {
   UntypedBuffer(void* pointer, std::size_t bytes, const MemoryPlace& place) noexcept
       : pointer_(pointer), bytes_(bytes), place_(place) {}
 
+  // Frees the memory and forgets the recorded uses; never throws.
+  void release() noexcept;
+
   void* pointer_ = nullptr;
   std::size_t bytes_ = 0;
   MemoryPlace place_;
+  StreamUses* uses_ = nullptr;  // the streams its free waits for; null until one is recorded
 };
 
 // --- what Buffer<T> does and says, for every T -------------------------------
@@ -147,9 +165,24 @@ GPUSEL_API void copy_elements(UntypedBuffer& destination, const UntypedBuffer& s
 #include <limits>
 
 #include "gpusel/detail/resolve_device.hpp"
+#include "gpusel/detail/stream_uses.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel::detail {
+
+GPUSEL_API void UntypedBuffer::release() noexcept {
+  free_memory(pointer_, place_, uses_);
+  delete uses_;
+  uses_ = nullptr;
+}
+
+GPUSEL_API void UntypedBuffer::record_stream(const Stream& stream, ErrorContext what) {
+  if (stream.handle() == nullptr) throw Error(what() + ": the Stream was moved from");
+  if (place_.kind != MemoryKind::device || pointer_ == nullptr) return;
+  if (stream.order() == StreamOrder::with_default_stream && stream.device_index() == place_.device) return;
+  if (uses_ == nullptr) uses_ = new StreamUses;
+  uses_->record(stream.handle(), stream.device_index(), what);
+}
 
 GPUSEL_API UntypedBuffer UntypedBuffer::copy_to(const MemoryPlace& target, ErrorContext what) const {
   UntypedBuffer result = allocate(bytes_, target, what, gpu());
@@ -166,11 +199,24 @@ GPUSEL_API UntypedBuffer UntypedBuffer::move_to(const MemoryPlace& target, Error
 
 GPUSEL_API UntypedBuffer UntypedBuffer::copy_to(const MemoryPlace& target, const Stream& stream,
                                                 ErrorContext what) const {
-  UntypedBuffer result = allocate(bytes_, target, what, gpu());
+  UntypedBuffer result = allocate(bytes_, target, what, gpu(), stream.handle());
+  // On failure the result is freed on the legacy stream, which may not be
+  // ordered after `stream`'s allocation and copies: they finish first.
+  const auto finish_stream = [&]() noexcept {
+    if (target.kind == MemoryKind::device && cudaStreamSynchronize(stream.handle()) != cudaSuccess)
+      (void)cudaGetLastError();
+  };
   try {
     copy_async(result.pointer_, target, pointer_, place_, bytes_, stream);
   } catch (const Error& error) {
+    finish_stream();
     rethrow_with_prefix(error, what());
+  }
+  try {
+    result.record_stream(stream, what);
+  } catch (...) {
+    finish_stream();
+    throw;
   }
   return result;
 }
