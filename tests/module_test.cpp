@@ -553,7 +553,7 @@ TEST(ModuleBatched, ManySmallBuffersComeBackToTheCpuInOneBatchAndOneWait) {
   EXPECT_EQ(gpusel_emulated::calls("cudaMemcpyBatchAsync"), 1);
   EXPECT_EQ(copy_calls(), 1);
   EXPECT_EQ(waits(), 1);
-  EXPECT_EQ(gpusel_emulated::bytes_in_use(0), 0u);
+  EXPECT_EQ(gpusel_emulated::bytes_allocated(0), 0u);
   for (const auto& info : m.named_buffers()) EXPECT_FALSE(info.pinned) << info.name;
   EXPECT_EQ(m.contents(), before);
 }
@@ -573,7 +573,7 @@ TEST(ModuleBatched, ManySmallBuffersMoveBetweenGpusInOneBatchWithAndWithoutPeerA
     EXPECT_EQ(copy_calls(), 1);
     EXPECT_EQ(waits(), 1);
     EXPECT_EQ(gpusel_emulated::peer_copies() > 0, peer);
-    EXPECT_EQ(gpusel_emulated::bytes_in_use(0), 0u);
+    EXPECT_EQ(gpusel_emulated::bytes_allocated(0), 0u);
     EXPECT_EQ(m.device(), gpusel::cuda(1));
     EXPECT_EQ(m.contents(), before);
   }
