@@ -154,20 +154,26 @@ TEST(CopyEngine, WorkersSlotsAndChunkSizeTakeEffect) {
   auto back = on_gpu.to(gpusel::cpu());
   EXPECT_EQ(std::memcmp(back.data(), bytes.data(), bytes.size()), 0);
 #if GPUSEL_TEST_EMULATED
-  // Host->device: 3 workers of 13, 13 and 11 MiB, 1 MiB chunks, 3 slots each.
-  // Device->host: 2 workers, whose 3 slots reuse the kept chunks.
-  EXPECT_EQ(gpusel_emulated::calls("cudaMallocHost"), 9);
+  // Host->device: 3 workers of 13, 13 and 11 MiB, 1 MiB chunks, 3 slots each:
+  // 9 chunks when the workers overlap, as few as one worker's 3 when the
+  // machine runs them one after another (a worker's chunks go back to the
+  // pool for the next). Device->host: 2 workers, whose slots reuse them.
+  const int chunks = gpusel_emulated::calls("cudaMallocHost");
+  EXPECT_GE(chunks, 3) << "a worker keeps 3 slots in flight";
+  EXPECT_LE(chunks, 9);
   EXPECT_EQ(gpusel_emulated::calls("cudaStreamCreateWithFlags"), 3);
   EXPECT_EQ(gpusel_emulated::calls("cudaEventCreateWithFlags"), 9);
   EXPECT_EQ(gpusel_emulated::calls("cudaMemcpyAsync"), 38 + 38);
-  EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), 9 * kMiB);
+  EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), static_cast<std::size_t>(chunks) * kMiB);
   gpusel_emulated::clear_calls();
   gpusel::set_copy_engine_options({3, 2, 2, 2 * kMiB});  // another chunk size: the old chunks go
   auto again = host.to(gpusel::cuda(0));
   EXPECT_EQ(again.to_vector(), bytes);
-  EXPECT_EQ(gpusel_emulated::calls("cudaFreeHost"), 9);
-  EXPECT_EQ(gpusel_emulated::calls("cudaMallocHost"), 6);
-  EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), 6 * 2 * kMiB);
+  EXPECT_EQ(gpusel_emulated::calls("cudaFreeHost"), chunks);
+  const int new_chunks = gpusel_emulated::calls("cudaMallocHost");
+  EXPECT_GE(new_chunks, 2);
+  EXPECT_LE(new_chunks, 6);
+  EXPECT_EQ(gpusel_emulated::pinned_host_bytes_in_use(), static_cast<std::size_t>(new_chunks) * 2 * kMiB);
 #endif
   gpusel::release_cached_resources();
 }
