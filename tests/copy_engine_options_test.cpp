@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "byte_pattern.hpp"
+#include "forked_child.hpp"
 #include "gpusel/buffer.hpp"
 #include "gpusel_test.hpp"
 #include "text_checks.hpp"
@@ -244,24 +245,7 @@ TEST(CopyEngine, ConcurrentCopiesShareTheCacheOrMakeTheirOwn) {
 
 #if GPUSEL_TEST_EMULATED
 
-// Runs `child` in a forked process and returns its exit status (or -1).
-template <class Child>
-int in_forked_child(const Child& child) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    int status = 1;
-    try {
-      status = child();
-    } catch (...) {
-      status = 99;
-    }
-    std::fflush(nullptr);
-    _exit(status);
-  }
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
-}
+using gpusel_test::in_forked_child;
 
 TEST(CopyEngineFork, AChildForgetsTheCachesAndCannotUseCuda) {
   gpusel_test::need_devices(1);

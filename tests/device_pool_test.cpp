@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "forked_child.hpp"
 #include "gpusel/buffer.hpp"
 #include "gpusel/guard.hpp"
 #include "gpusel/stream.hpp"
@@ -480,24 +481,7 @@ TEST(DevicePoolEmulated, FailuresWhileReleasingThePoolsAreSwallowed) {
   }
 }
 
-// Runs `child` in a forked process and returns its exit status (or -1).
-template <class Child>
-int in_forked_child(const Child& child) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    int status = 1;
-    try {
-      status = child();
-    } catch (...) {
-      status = 99;
-    }
-    std::fflush(nullptr);
-    _exit(status);
-  }
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
-}
+using gpusel_test::in_forked_child;
 
 TEST(DevicePoolEmulated, AForkedChildForgetsThePoolsWithoutACall) {
   machine(1);
