@@ -5,7 +5,7 @@
 // which runs the same work under the names torch_<what>; tests/gpu/check.sh
 // alternates the two processes in rounds).
 //
-// The targets are issue 14's, for an H200 (comparisons() below): pageable
+// gpusel's targets for an H200 (comparisons() below): pageable
 // host -> device 1 GiB >= 45 GB/s; device -> a new host buffer 1 GiB >= 30 GB/s
 // where huge pages are granted, else >= 0.8x the host's page-fault limit; 4 KiB
 // and 64 KiB copies both ways <= 1.02x raw cudaMemcpy; pinned transfers and

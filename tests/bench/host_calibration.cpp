@@ -1,5 +1,5 @@
 // What the host's memory can do, measured where the GPU check runs, so each
-// transfer figure can be read against it (issue 14, item 7). No CUDA.
+// transfer figure can be read against it. No CUDA.
 //
 //   host_calibration [--memcpy-mib=N] [--passes=N] [--threads=1,2,4,8,16]
 //                    [--touch-mib=N] [--touch-threads=1,8]
