@@ -129,9 +129,10 @@ BUDGETS = [
     # rows guard against growth at the level measured (the header-only rows below).
     ("T + compile-once + gpusel/buffer.hpp", "T",    1.30),
     ("T + compile-once + gpusel/gpusel.hpp", "T",    1.40),
-    # Header-only buffer.hpp: no budget of its own in the issue that set these; guarded at the level measured
-    # when the engine became tunable and fork-safe (CI's run, g++ 12: 1.37-1.43 as a ratio of minima).
-    ("T + gpusel/buffer.hpp",   "T",                 1.45),
+    # Header-only buffer.hpp: no budget of its own; guarded at the level measured: 1.37-1.43 (ratio of minima,
+    # g++ 12) when the engine became tunable and fork-safe, 1.48 (g++ 12) and 1.51 (clang 14) in CI once device
+    # memory came from pools and freed host blocks were cached (their code is in the engine's definitions).
+    ("T + gpusel/buffer.hpp",   "T",                 1.55),
 ]
 
 # Ratios measured and printed, also with --budgets-only, but held to no budget:
