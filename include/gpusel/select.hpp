@@ -123,8 +123,8 @@ struct Candidate {
 // PickPlacement::connected chooses, among the GPUs that fit, the set of the wanted
 // size whose farthest pair is nearest (GpuLink's order: NVLink, one PCIe switch, one
 // host bridge, one NUMA node, across nodes; Note [GPU topology]), and among sets as
-// near, the one holding the best GPUs by criteria.order. The search is greedy (each
-// fitting GPU, best first, as a seed that takes every later GPU near all it holds),
+// near, the one holding the best GPUs by criteria.order. The search is greedy (a set is
+// started from each fitting GPU, best first, and takes every other GPU near all it holds),
 // which is exact for the PCIe and NUMA levels and for all-to-all NVLink. It prefers
 // and does not require: when no connected set fits, it picks the best-connected set
 // that does rather than fail, and says so (describe_connection); a job that needs
@@ -336,10 +336,10 @@ inline GpuLink candidate_link(const Candidate& a, const Candidate& b) {
 inline std::vector<std::size_t> connected_set(const std::vector<Candidate>& all, const std::vector<std::size_t>& ranked,
                                               std::size_t size) {
   for (int level = static_cast<int>(GpuLink::nvlink); level <= static_cast<int>(GpuLink::unknown); ++level) {
-    for (std::size_t seed = 0; seed < ranked.size(); ++seed) {
-      std::vector<std::size_t> ranks{seed};  // ranks in `ranked`
+    for (std::size_t first = 0; first < ranked.size(); ++first) {
+      std::vector<std::size_t> ranks{first};  // ranks in `ranked`, the set started from `first`
       for (std::size_t other = 0; other < ranked.size() && ranks.size() < size; ++other) {
-        if (other == seed) continue;
+        if (other == first) continue;
         bool near_all = true;
         for (const std::size_t member : ranks)
           near_all = near_all && static_cast<int>(candidate_link(all[ranked[member]], all[ranked[other]])) <= level;
