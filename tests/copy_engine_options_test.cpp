@@ -23,20 +23,7 @@
 #include "gpusel/buffer.hpp"
 #include "gpusel_test.hpp"
 #include "text_checks.hpp"
-
-// The fork tests start threads in a child of a process with threads (the
-// engine's kept workers), which TSan refuses by default; gpusel's child
-// forgets the parent's threads and locks (Note [Caches across fork()]).
-#if defined(__SANITIZE_THREAD__)
-#define GPUSEL_TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define GPUSEL_TEST_TSAN 1
-#endif
-#endif
-#if defined(GPUSEL_TEST_TSAN)
-extern "C" const char* __tsan_default_options() { return "die_after_fork=0"; }
-#endif
+#include "tsan_fork_options.hpp"  // its fork tests start threads in the child
 
 namespace {
 

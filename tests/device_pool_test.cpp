@@ -20,17 +20,7 @@
 #include "gpusel/stream.hpp"
 #include "gpusel_test.hpp"
 #include "text_checks.hpp"
-
-#if defined(__SANITIZE_THREAD__)
-#define GPUSEL_TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define GPUSEL_TEST_TSAN 1
-#endif
-#endif
-#if defined(GPUSEL_TEST_TSAN)
-extern "C" const char* __tsan_default_options() { return "die_after_fork=0"; }
-#endif
+#include "tsan_fork_options.hpp"  // its fork tests start threads in the child
 
 namespace {
 

@@ -28,14 +28,7 @@
 #include "gpusel/detail/host_prefault.hpp"
 #include "gpusel/detail/streaming_copy.hpp"
 #include "gpusel_test.hpp"
-
-#if defined(__SANITIZE_THREAD__)
-extern "C" const char* __tsan_default_options() { return "die_after_fork=0"; }
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-extern "C" const char* __tsan_default_options() { return "die_after_fork=0"; }
-#endif
-#endif
+#include "tsan_fork_options.hpp"  // its fork tests start threads in the child
 
 namespace {
 
