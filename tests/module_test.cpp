@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <iterator>
 #include <memory>
@@ -348,6 +349,22 @@ struct SharedModel : Model {
   SharedModel() { register_module("again", again); }
 };
 
+// Makes the `nth` call of `function` fail as out of memory. A pool allocation
+// that runs out is retried once, after the queued frees (Note [Device memory
+// from a pool]), so for it every call from the nth on fails.
+void fail_as_out_of_memory(const char* function, int nth) {
+  if (std::string(function) == "cudaMallocFromPoolAsync")
+    gpusel_emulated::fail_calls_from(function, nth, cudaErrorMemoryAllocation);
+  else
+    gpusel_emulated::fail_call(function, nth, cudaErrorMemoryAllocation);
+}
+
+// The memory the emulated machine counts as used: on cuda:0, on cuda:1, pinned host.
+std::array<std::size_t, 3> memory_in_use() {
+  return {gpusel_emulated::bytes_in_use(0), gpusel_emulated::bytes_in_use(1),
+          gpusel_emulated::pinned_host_bytes_in_use()};
+}
+
 // Note [Module::to is a transaction], proved: every allocation and copy point
 // of every path (host->GPU, GPU->host, GPU->GPU with and without peer access)
 // fails in turn, and each time every buffer is where it was, intact, nothing
@@ -382,16 +399,10 @@ TEST(ModuleEmulated, ToIsATransactionWhereverItFails) {
                 static_cast<const void*>(m.head.weight.data()), static_cast<const void*>(m.head.bias.data())})
             memory.push_back(pointer);
           gpusel::release_cached_resources();
-          const std::size_t used_before[] = {gpusel_emulated::bytes_in_use(0), gpusel_emulated::bytes_in_use(1),
-                                             gpusel_emulated::pinned_host_bytes_in_use()};
+          const std::array<std::size_t, 3> used_before = memory_in_use();
           const int device_before = gpusel::current_device();
 
-          // A pool allocation that runs out is retried once, after the queued
-          // frees (Note [Device memory from a pool]): it fails from the nth on.
-          if (std::string(function) == "cudaMallocFromPoolAsync")
-            gpusel_emulated::fail_calls_from(function, nth, cudaErrorMemoryAllocation);
-          else
-            gpusel_emulated::fail_call(function, nth, cudaErrorMemoryAllocation);
+          fail_as_out_of_memory(function, nth);
           bool failed = false;
           try {
             m.to(path.to);
@@ -425,9 +436,7 @@ TEST(ModuleEmulated, ToIsATransactionWhereverItFails) {
           EXPECT_TRUE(std::equal(memory.begin(), memory.end(), std::begin(after))) << where;
           EXPECT_TRUE(snapshot(m) == before) << where;
           gpusel::release_cached_resources();
-          const std::size_t used_after[] = {gpusel_emulated::bytes_in_use(0), gpusel_emulated::bytes_in_use(1),
-                                            gpusel_emulated::pinned_host_bytes_in_use()};
-          EXPECT_TRUE(std::equal(std::begin(used_before), std::end(used_before), std::begin(used_after))) << where;
+          EXPECT_EQ(memory_in_use(), used_before) << where;
           EXPECT_EQ(gpusel_emulated::live_streams(), 0) << where;
           EXPECT_EQ(gpusel_emulated::live_events(), 0) << where;
           EXPECT_EQ(gpusel_emulated::operations_left_to_stream_destroy(), 0)
@@ -709,10 +718,9 @@ TEST(ModuleBatched, ToIsATransactionWhereverABatchedMoveFails) {
           const auto before = m.contents();
           const auto memory = m.memory();
           gpusel::release_cached_resources();
-          const std::size_t used_before[] = {gpusel_emulated::bytes_in_use(0), gpusel_emulated::bytes_in_use(1),
-                                             gpusel_emulated::pinned_host_bytes_in_use()};
+          const std::array<std::size_t, 3> used_before = memory_in_use();
           if (!batch_calls) gpusel_emulated::fail_calls_from("cudaMemcpyBatchAsync", 1, cudaErrorNotSupported);
-          gpusel_emulated::fail_call(function, nth, cudaErrorMemoryAllocation);
+          fail_as_out_of_memory(function, nth);
           bool failed = false;
           try {
             m.to(path.to);
@@ -737,9 +745,7 @@ TEST(ModuleBatched, ToIsATransactionWhereverABatchedMoveFails) {
           EXPECT_EQ(m.memory(), memory) << where;
           EXPECT_EQ(m.contents(), before) << where;
           gpusel::release_cached_resources();
-          const std::size_t used_after[] = {gpusel_emulated::bytes_in_use(0), gpusel_emulated::bytes_in_use(1),
-                                            gpusel_emulated::pinned_host_bytes_in_use()};
-          EXPECT_TRUE(std::equal(std::begin(used_before), std::end(used_before), std::begin(used_after))) << where;
+          EXPECT_EQ(memory_in_use(), used_before) << where;
           EXPECT_EQ(gpusel_emulated::live_streams(), 0) << where;
           EXPECT_EQ(gpusel_emulated::live_events(), 0) << where;
           EXPECT_EQ(gpusel_emulated::operations_left_to_stream_destroy(), 0)
