@@ -83,6 +83,18 @@ machine with no other load the spread is smaller and the margin errs towards
 passing. Measure again (the same 6 + 3 runs, the "most above" column) before
 changing MARGIN.
 
+Note [Confirming a missed budget]
+A ratio past its budget plus the margin is not failed on one set of runs: the
+two TUs of every such row are compiled --runs times more (interleaved, as
+before), and the row is judged again on all of their runs, so a TU whose every
+run landed on the machine's slow side fails CI only if it does so twice. What
+prompted it: a CI run read gpusel/device.hpp / gpusel/error.hpp as 1.46 with
+clang 14 (the minimum of device.hpp's 9 runs was 358 ms, its maximum 510),
+where the same tree reads 1.07-1.12 (261-279 ms) by hand and read 1.12 with
+g++ in the same CI run. A header that really grew stays past its budget on the
+second set as well, since more runs can only lower a minimum as far as the
+header's true cost; the table then shows the first reading beside the final.
+
 CI judges by the minimum of each TU's runs (--statistic min), not the median:
 load only ever adds CPU time, so the fastest run is the one it disturbed
 least, while a median moves whenever half of one TU's runs land on the slow
@@ -202,6 +214,26 @@ def compiler_version(cxx):
         return cxx
 
 
+def measure_rounds(tus, runs, commands, samples, order, cxx):
+    """Compiles every TU of `tus` once per round, `runs` rounds, each in a freshly shuffled order, adding each
+    run's CPU seconds to samples[tu]. False (after saying why on stderr) when the compiler cannot run or a TU
+    does not compile."""
+    for _ in range(runs):
+        round_order = list(tus)
+        order.shuffle(round_order)
+        for tu in round_order:
+            try:
+                seconds, result = cpu_seconds(commands[tu])
+            except OSError as error:
+                print(f"header cost: cannot run {cxx}: {error}", file=sys.stderr)
+                return False
+            if result.returncode != 0:
+                print(f"header cost: {tu} does not compile with {cxx}:\n{result.stderr}", file=sys.stderr)
+                return False
+            samples[tu].append(seconds)
+    return True
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cxx", default="g++", help="the compiler to measure (default g++)")
@@ -250,36 +282,38 @@ def main():
             commands[tu] = [options.cxx, "-std=c++17", "-fsyntax-only", "-I", INCLUDE,
                             "-isystem", options.cuda_include, path]
         order = random.Random(seed)
-        for _ in range(options.runs):
-            round_order = list(measured_tus)
-            order.shuffle(round_order)
-            for tu in round_order:
-                try:
-                    seconds, result = cpu_seconds(commands[tu])
-                except OSError as error:
-                    print(f"header cost: cannot run {options.cxx}: {error}", file=sys.stderr)
-                    return 2
-                if result.returncode != 0:
-                    print(f"header cost: {tu} does not compile with {options.cxx}:\n{result.stderr}",
-                          file=sys.stderr)
-                    return 2
-                samples[tu].append(seconds)
+        if not measure_rounds(measured_tus, options.runs, commands, samples, order, options.cxx):
+            return 2
+        # `median` is the statistic chosen (--statistic): the median, or the minimum, of each TU's runs.
+        pick = statistics.median if options.statistic == "median" else min
+        median = {tu: pick(values) for tu, values in samples.items()}
+        # Note [Confirming a missed budget]: a row past its budget plus the margin is measured again.
+        confirming = [tu for measured, baseline, budget in BUDGETS
+                      if measured in median and baseline in median
+                      and median[measured] / median[baseline] > budget * (1 + options.margin)
+                      for tu in (measured, baseline)]
+        confirming = list(dict.fromkeys(confirming))
+        first_ratios = {}
+        if confirming:
+            first_ratios = {(measured, baseline): median[measured] / median[baseline]
+                            for measured, baseline, _ in BUDGETS if measured in median and baseline in median}
+            if not measure_rounds(confirming, options.runs, commands, samples, order, options.cxx):
+                return 2
+            median = {tu: pick(values) for tu, values in samples.items()}
     elapsed = time.monotonic() - started
-    # `median` is the statistic chosen (--statistic): the median, or the minimum, of each TU's runs.
-    pick = statistics.median if options.statistic == "median" else min
-    median = {tu: pick(values) for tu, values in samples.items()}
 
     version = compiler_version(options.cxx)
     print(f"{version}: -std=c++17 -fsyntax-only, compiler CPU time (user+sys), "
-          f"{options.statistic} of {options.runs} interleaved runs (seed {seed})")
+          f"{options.statistic} of {options.runs} interleaved runs (seed {seed})" +
+          (f"; {2 * options.runs} for the TUs of a row measured again" if confirming else ""))
     width = max(len(tu) for tu in wanted)
-    print(f"  {'translation unit':<{width}}  {'CPU ms':>7}  {'min':>6}  {'max':>6}")
+    print(f"  {'translation unit':<{width}}  {'CPU ms':>7}  {'min':>6}  {'max':>6}  {'runs':>4}")
     for tu in wanted:
         if tu in skipped:
             print(f"  {tu:<{width}}  skipped: not in this tree ({', '.join(skipped[tu])})")
         else:
             print(f"  {tu:<{width}}  {median[tu] * 1000:7.0f}  {min(samples[tu]) * 1000:6.0f}  "
-                  f"{max(samples[tu]) * 1000:6.0f}")
+                  f"{max(samples[tu]) * 1000:6.0f}  {len(samples[tu]):4d}")
 
     rows, failed = [], False
     print(f"budgets (ratio of {options.statistic}s; fails past budget + margin, the margin {options.margin * 100:.0f}% "
@@ -302,7 +336,12 @@ def main():
             else:
                 status, failed = "MISSED", True
             row.update(ratio=ratio, status=status)
-            print(f"  {name:<{name_width}}  {ratio:5.2f}  budget {budget:4.2f}  margin {margin:.2f}  {status}")
+            again = ""
+            first = first_ratios.get((measured, baseline))
+            if measured in confirming and baseline in confirming and first is not None:
+                row["first_ratio"] = first
+                again = f"  (measured again: the first {options.runs} runs read {first:.2f})"
+            print(f"  {name:<{name_width}}  {ratio:5.2f}  budget {budget:4.2f}  margin {margin:.2f}  {status}{again}")
         rows.append(row)
     informational = []
     if INFORMATIONAL:
@@ -317,7 +356,8 @@ def main():
             ratio = median[measured] / median[baseline]
             informational.append({"measured": measured, "baseline": baseline, "ratio": ratio})
             print(f"  {name:<{name_width}}  {ratio:5.2f}")
-    print(f"({len(measured_tus)} TUs x {options.runs} runs in {elapsed:.0f} s)")
+    print(f"({len(measured_tus)} TUs x {options.runs} runs" +
+          (f", then {len(confirming)} TUs x {options.runs} more" if confirming else "") + f" in {elapsed:.0f} s)")
 
     if options.json:
         with open(options.json, "w", encoding="utf-8") as file:
@@ -329,7 +369,7 @@ def main():
                              {"defines": defines_of(tu), "includes": includes_of(tu), "median_ms": round(median[tu] * 1000, 1),
                               "runs_ms": [round(value * 1000, 1) for value in samples[tu]]})
                         for tu in wanted},
-                "budgets": rows, "informational": informational, "passed": not failed,
+                "measured_again": confirming, "budgets": rows, "informational": informational, "passed": not failed,
             }, file, indent=2)
             file.write("\n")
     if failed:
