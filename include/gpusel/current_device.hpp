@@ -12,10 +12,9 @@
 #include <optional>
 #include <string>
 
+#include "gpusel/detail/compile_once.hpp"
 #include "gpusel/detail/cuda_status.hpp"
 #include "gpusel/detail/device_switch.hpp"
-#include "gpusel/detail/environment.hpp"
-#include "gpusel/detail/visible_tokens.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 
@@ -24,24 +23,7 @@ namespace gpusel {
 namespace detail {
 
 // Why no CUDA device is usable, in words, from the status cudaGetDeviceCount gave.
-inline std::string no_device_reason(cudaError_t status) {
-  switch (status) {
-    case cudaErrorInsufficientDriver:
-      return "no CUDA device is usable: no NVIDIA driver was found, or it is older than this CUDA runtime "
-             "(in a container, check that the driver is exposed to it)";
-    case cudaErrorNoDevice:
-      if (environment_variable("CUDA_VISIBLE_DEVICES"))
-        return "no CUDA device is usable: " + describe_variable("CUDA_VISIBLE_DEVICES") +
-               " hides every GPU on this machine";
-      return "no CUDA device is usable: the driver found no CUDA-capable GPU";
-    case cudaErrorInvalidDevice:
-      return "no CUDA device is usable: the CUDA runtime rejected the device list (" +
-             describe_variable("CUDA_VISIBLE_DEVICES") + ", " + describe_variable("CUDA_DEVICE_ORDER") +
-             "); a device named twice or an unknown CUDA_DEVICE_ORDER does this";
-    default:
-      return "no CUDA device is usable: cudaGetDeviceCount failed with " + describe_status(status);
-  }
-}
+GPUSEL_API std::string no_device_reason(cudaError_t status);
 
 // The number of visible devices and the status the runtime gave when asked.
 struct DeviceCountResult {
@@ -60,21 +42,10 @@ inline DeviceCountResult query_device_count() noexcept {
 }
 
 // What to add to an error about a device index: how many devices there are, and why.
-inline std::string describe_visible_devices() {
-  const DeviceCountResult result = query_device_count();
-  if (result.status != cudaSuccess) return no_device_reason(result.status);
-  const std::string devices = visible_count_text(result.count);
-  // The map read from the variable alone: no NVML, nothing slow (see describe_runtime_map).
-  const std::string map = describe_runtime_map(environment_variable("CUDA_VISIBLE_DEVICES"), result.count);
-  return devices + "; " + describe_variable("CUDA_VISIBLE_DEVICES") + (map.empty() ? "" : ": " + map);
-}
+GPUSEL_API std::string describe_visible_devices();
 
-static_assert(kCudaErrorNoDevice == cudaErrorNoDevice && kCudaErrorInvalidDevice == cudaErrorInvalidDevice,
-              "detail/visible_tokens.hpp spells these cudaError_t values without a CUDA header");
-
-[[noreturn]] inline void throw_not_cuda(const char* function, const Device& device) {
-  throw Error(std::string(function) + "(" + device.str() + "): expected a cuda device, got " + device.str());
-}
+// Throws the Error for a cpu device given to `function`, which needs a cuda one.
+[[noreturn]] GPUSEL_API void throw_not_cuda(const char* function, const Device& device);
 
 }  // namespace detail
 
@@ -136,7 +107,58 @@ inline void synchronize() {
 // it was. Creates no context, on `device` either, current or not: a device
 // without one has no work to wait for, and switching back is lazy (Note [Restoring a device without creating its
 // context] in detail/device_switch.hpp). A cpu device has nothing to wait for.
-inline void synchronize(const Device& device) {
+GPUSEL_API void synchronize(const Device& device);
+
+}  // namespace gpusel
+
+// --- definitions (Note [Compile-once mode]) ---------------------------------
+#if GPUSEL_DEFINITIONS
+
+#include "gpusel/detail/environment.hpp"
+#include "gpusel/detail/visible_tokens.hpp"
+
+namespace gpusel::detail {
+
+static_assert(kCudaErrorNoDevice == cudaErrorNoDevice && kCudaErrorInvalidDevice == cudaErrorInvalidDevice,
+              "detail/visible_tokens.hpp spells these cudaError_t values without a CUDA header");
+
+GPUSEL_API std::string no_device_reason(cudaError_t status) {
+  switch (status) {
+    case cudaErrorInsufficientDriver:
+      return "no CUDA device is usable: no NVIDIA driver was found, or it is older than this CUDA runtime "
+             "(in a container, check that the driver is exposed to it)";
+    case cudaErrorNoDevice:
+      if (environment_variable("CUDA_VISIBLE_DEVICES"))
+        return "no CUDA device is usable: " + describe_variable("CUDA_VISIBLE_DEVICES") +
+               " hides every GPU on this machine";
+      return "no CUDA device is usable: the driver found no CUDA-capable GPU";
+    case cudaErrorInvalidDevice:
+      return "no CUDA device is usable: the CUDA runtime rejected the device list (" +
+             describe_variable("CUDA_VISIBLE_DEVICES") + ", " + describe_variable("CUDA_DEVICE_ORDER") +
+             "); a device named twice or an unknown CUDA_DEVICE_ORDER does this";
+    default:
+      return "no CUDA device is usable: cudaGetDeviceCount failed with " + describe_status(status);
+  }
+}
+
+GPUSEL_API std::string describe_visible_devices() {
+  const DeviceCountResult result = query_device_count();
+  if (result.status != cudaSuccess) return no_device_reason(result.status);
+  const std::string devices = visible_count_text(result.count);
+  // The map read from the variable alone: no NVML, nothing slow (see describe_runtime_map).
+  const std::string map = describe_runtime_map(environment_variable("CUDA_VISIBLE_DEVICES"), result.count);
+  return devices + "; " + describe_variable("CUDA_VISIBLE_DEVICES") + (map.empty() ? "" : ": " + map);
+}
+
+[[noreturn]] GPUSEL_API void throw_not_cuda(const char* function, const Device& device) {
+  throw Error(std::string(function) + "(" + device.str() + "): expected a cuda device, got " + device.str());
+}
+
+}  // namespace gpusel::detail
+
+namespace gpusel {
+
+GPUSEL_API void synchronize(const Device& device) {
   if (device.is_cpu()) return;
   if (!device.has_index()) return synchronize();
   const int index = device.index();
@@ -166,3 +188,5 @@ inline void synchronize(const Device& device) {
 }
 
 }  // namespace gpusel
+
+#endif  // GPUSEL_DEFINITIONS

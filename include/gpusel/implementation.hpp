@@ -8,9 +8,10 @@
 // program. It defines GPUSEL_IMPLEMENTATION and includes every header whose
 // functions the mode compiles once: the machine layer (inventory, explain(),
 // pick, leases, local ranks; <gpusel/machine_implementation.hpp>, which a
-// program without the CUDA runtime includes instead) and the data layer's
-// engine (allocation, the copy engine, its options and caches, and Module's
-// functions).
+// program without the CUDA runtime includes instead), the cuda layer's error
+// paths (the messages that explain a failed CUDA call or device switch, and
+// synchronize(device)), and the data layer's engine (allocation, the copy
+// engine, its options and caches, and Module's functions).
 #pragma once
 
 #if defined(GPUSEL_API)
@@ -18,6 +19,11 @@
 #endif
 
 #include "gpusel/machine_implementation.hpp"
+// The cuda layer's error paths.
+#include "gpusel/current_device.hpp"
+#include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/detail/device_switch.hpp"
+// The data layer's engine.
 
 #include "gpusel/cached_resources.hpp"
 #include "gpusel/copy_engine_options.hpp"

@@ -1,7 +1,8 @@
 // A compile-once program (Note [Compile-once mode]) of three files, all compiled
 // with GPUSEL_COMPILE_ONCE: this one includes the umbrella header, machine.cpp
 // the machine layer alone, implementation.cpp defines what the mode compiles
-// once (the machine layer and the data layer's engine). Run by check.sh on a
+// once (the machine layer, the cuda layer's error paths and the data layer's
+// engine). Run by check.sh on a
 // machine described to the fake NVML; it prints what it found.
 #include <gpusel/gpusel.hpp>
 
@@ -26,6 +27,7 @@ struct Layer : gpusel::Module {
 std::string move_data() {
   Layer layer;
   layer.to(gpusel::cuda(1));
+  gpusel::synchronize(gpusel::cuda(1));
   std::string text = "module on " + layer.device().str() + "\n";
   const std::vector<float> weights = layer.weight.to(gpusel::cpu()).to_vector();
   bool same = weights.size() == std::size_t{3} << 20;
@@ -34,6 +36,16 @@ std::string move_data() {
   same = same && layer.steps.to_vector() == std::vector<int>{1, 2, 3};
   gpusel::release_cached_resources();
   return text + "round trip: " + (same ? "same bytes" : "different bytes") + "\n";
+}
+
+// The cuda layer's error paths, compiled once too: a guard on a device that is not there.
+std::string missing_device_error() {
+  try {
+    const gpusel::DeviceGuard guard(7);
+  } catch (const gpusel::Error& error) {
+    return std::string("missing device: ") + error.what() + "\n";
+  }
+  return "missing device: no error\n";
 }
 
 }  // namespace
@@ -57,6 +69,7 @@ int main() {
     std::cout << "local_rank_device: " << gpusel::local_rank_device() << "\n";
     std::cout << "escaped: " << gpusel::escape_for_terminal("\x1b]0;owned\x07") << "\n";
     std::cout << move_data();
+    std::cout << missing_device_error();
     return 0;
   } catch (const std::exception& error) {
     std::cerr << "compile_once_program: " << error.what() << "\n";

@@ -11,18 +11,14 @@
 #include <string>
 #include <string_view>
 
+#include "gpusel/detail/compile_once.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel::detail {
 
 // "invalid device ordinal (cudaErrorInvalidDevice)"
-inline std::string describe_status(cudaError_t status) {
-  const char* description = cudaGetErrorString(status);
-  const char* name = cudaGetErrorName(status);
-  return std::string(description != nullptr ? description : "unknown error") + " (" +
-         (name != nullptr ? name : "cudaError " + std::to_string(static_cast<int>(status))) + ")";
-}
+GPUSEL_API std::string describe_status(cudaError_t status);
 
 // Builds "call(device): description (name); context".
 //
@@ -30,8 +26,27 @@ inline std::string describe_status(cudaError_t status) {
 // sets: the failure is reported through the exception, and a later unrelated
 // cudaGetLastError() in the user's code must not see it again. Sticky errors
 // (a corrupted context) cannot be cleared and stay visible, as they should.
-inline Error cuda_error(cudaError_t status, std::string_view call, const std::string& target,
-                        const std::string& context = {}) {
+GPUSEL_API Error cuda_error(cudaError_t status, std::string_view call, const std::string& target,
+                            const std::string& context = {});
+GPUSEL_API Error cuda_error(cudaError_t status, std::string_view call, const Device& device,
+                            const std::string& context = {});
+
+}  // namespace gpusel::detail
+
+// --- definitions (Note [Compile-once mode]) ---------------------------------
+#if GPUSEL_DEFINITIONS
+
+namespace gpusel::detail {
+
+GPUSEL_API std::string describe_status(cudaError_t status) {
+  const char* description = cudaGetErrorString(status);
+  const char* name = cudaGetErrorName(status);
+  return std::string(description != nullptr ? description : "unknown error") + " (" +
+         (name != nullptr ? name : "cudaError " + std::to_string(static_cast<int>(status))) + ")";
+}
+
+GPUSEL_API Error cuda_error(cudaError_t status, std::string_view call, const std::string& target,
+                            const std::string& context) {
   (void)cudaGetLastError();
   std::string message = std::string(call) + "(" + target + "): " + describe_status(status);
   if (!context.empty()) message += "; " + context;
@@ -39,9 +54,11 @@ inline Error cuda_error(cudaError_t status, std::string_view call, const std::st
   return Error(static_cast<int>(status), name != nullptr ? name : "", message);
 }
 
-inline Error cuda_error(cudaError_t status, std::string_view call, const Device& device,
-                        const std::string& context = {}) {
+GPUSEL_API Error cuda_error(cudaError_t status, std::string_view call, const Device& device,
+                            const std::string& context) {
   return cuda_error(status, call, device.str(), context);
 }
 
 }  // namespace gpusel::detail
+
+#endif  // GPUSEL_DEFINITIONS

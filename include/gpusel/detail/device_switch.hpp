@@ -6,9 +6,9 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
-#include <cstdio>
 #include <string>
 
+#include "gpusel/detail/compile_once.hpp"
 #include "gpusel/detail/cuda_status.hpp"
 #include "gpusel/detail/primary_context.hpp"
 #include "gpusel/detail/process_state.hpp"
@@ -166,6 +166,36 @@ inline std::atomic<RestoreErrorHandler>& restore_error_handler() noexcept {
   return process_state().restore_error_handler;
 }
 
+// The Error for a failed restore of `device` by `who`.
+GPUSEL_API Error restore_error(const RestoreResult& result, const char* who, int device);
+
+// Note [Failed switches at exit]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Once the CUDA runtime has begun to unload at process exit, every call
+// answers cudaErrorCudartUnloading; a Buffer or Stream with static storage
+// that dies after that cannot switch devices or free anything, and needs not:
+// the process is ending and takes its GPU memory with it. Such a failure is
+// not reported (no handler call, nothing on stderr): it says nothing a
+// program could act on, and a handler may itself be gone by then.
+
+// Reports that `who` could not restore `device`: to the restore-error handler,
+// or by default to stderr, once per process. Never throws.
+GPUSEL_API void report_restore_failure(const RestoreResult& result, const char* who, int device) noexcept;
+
+// Reports that `who` could not make `device` current to release something
+// there (entering failed as `entered` says) and released it from the current
+// device instead. Never throws.
+GPUSEL_API void report_release_failure(const EnterResult& entered, const char* who, int device) noexcept;
+
+}  // namespace gpusel::detail
+
+// --- definitions (Note [Compile-once mode]) ---------------------------------
+#if GPUSEL_DEFINITIONS
+
+#include <cstdio>
+
+namespace gpusel::detail {
+
 // The default report: the first failed restore of the process goes to stderr
 // (a program that wants every one sets a handler).
 inline void print_restore_error_once(const char* message) noexcept {
@@ -176,22 +206,12 @@ inline void print_restore_error_once(const char* message) noexcept {
                message);
 }
 
-// The Error for a failed restore of `device` by `who`.
-inline Error restore_error(const RestoreResult& result, const char* who, int device) {
+GPUSEL_API Error restore_error(const RestoreResult& result, const char* who, int device) {
   return cuda_error(
       result.status,
       std::string(who) + " could not switch the thread back to " + cuda(device).str() + ": " + result.call,
       cuda(device));
 }
-
-// Note [Failed switches at exit]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Once the CUDA runtime has begun to unload at process exit, every call
-// answers cudaErrorCudartUnloading; a Buffer or Stream with static storage
-// that dies after that cannot switch devices or free anything, and needs not:
-// the process is ending and takes its GPU memory with it. Such a failure is
-// not reported (no handler call, nothing on stderr): it says nothing a
-// program could act on, and a handler may itself be gone by then.
 
 // Hands the Error `make_error()` builds for a failed switch (`status`) to the
 // restore-error handler, or by default to stderr, once per process; says
@@ -220,17 +240,13 @@ void report_switch_failure(cudaError_t status, const MakeError& make_error, cons
   }
 }
 
-// Reports that `who` could not restore `device`. Never throws.
-inline void report_restore_failure(const RestoreResult& result, const char* who, int device) noexcept {
+GPUSEL_API void report_restore_failure(const RestoreResult& result, const char* who, int device) noexcept {
   report_switch_failure(
       result.status, [&] { return restore_error(result, who, device); },
       "a device guard could not restore the device on exit (no memory to say more)");
 }
 
-// Reports that `who` could not make `device` current to release something
-// there (entering failed as `entered` says) and released it from the current
-// device instead. Never throws.
-inline void report_release_failure(const EnterResult& entered, const char* who, int device) noexcept {
+GPUSEL_API void report_release_failure(const EnterResult& entered, const char* who, int device) noexcept {
   report_switch_failure(
       entered.status,
       [&] {
@@ -243,3 +259,5 @@ inline void report_release_failure(const EnterResult& entered, const char* who, 
 }
 
 }  // namespace gpusel::detail
+
+#endif  // GPUSEL_DEFINITIONS
