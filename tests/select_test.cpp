@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fake_nvml_machine.hpp"
+#include "gpusel/detail/connected_sets.hpp"
 #include "gpusel_test.hpp"
 #include "lease_directory.hpp"
 #include "text_checks.hpp"
@@ -333,6 +334,20 @@ TEST(PickConnected, CountsMigInstancesAsJoinedByNothing) {
   const auto picked = gpusel::pick(connected(2), machine(whole_and_mig()), "alice");
   EXPECT_EQ(gpusel::weakest_link(picked), gpusel::GpuLink::unknown);
   EXPECT_TRUE(contains(gpusel::describe_connection(picked, connected(2)), "MIG instances have no peer-to-peer path"));
+}
+
+// The search beneath PickPlacement::connected, which knows the GPUs by rank only
+// (gpusel/detail/connected_sets.hpp).
+TEST(ConnectedSet, TakesTheNearestSetByRankAndEveryGpuWhenThereAreTooFew) {
+  using gpusel::GpuLink;
+  // Ranked 0 (best) to 3: 1 and 3 joined by NVLink, every other pair across NUMA nodes.
+  std::vector<std::vector<GpuLink>> links(4, std::vector<GpuLink>(4, GpuLink::system));
+  links[1][3] = links[3][1] = GpuLink::nvlink;
+  EXPECT_EQ(gpusel::detail::connected_set(links, 2), (std::vector<std::size_t>{1, 3}));
+  EXPECT_EQ(gpusel::detail::connected_set(links, 3), (std::vector<std::size_t>{0, 1, 2}))
+      << "no three are nearer than across nodes: the best three";
+  EXPECT_EQ(gpusel::detail::connected_set(links, 5), (std::vector<std::size_t>{0, 1, 2, 3}));
+  EXPECT_TRUE(gpusel::detail::connected_set({}, 2).empty());
 }
 
 TEST(Pick, ExcludesGpusByNvidiaSmiNumberOrUuidPrefix) {

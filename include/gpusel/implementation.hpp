@@ -6,9 +6,9 @@
 //
 // Include it first, before any other gpusel header, in exactly one file of the
 // program. It defines GPUSEL_IMPLEMENTATION and includes every header whose
-// functions the mode compiles once: the machine layer (inventory, explain(),
-// pick, leases, local ranks; <gpusel/machine_implementation.hpp>, which a
-// program without the CUDA runtime includes instead), the cuda layer's error
+// functions the mode compiles once: the machine layer (inventory, topology,
+// explain(), pick, leases, local ranks; <gpusel/machine_implementation.hpp>,
+// which a program without the CUDA runtime includes instead), the cuda layer's error
 // paths (the messages that explain a failed CUDA call or device switch, and
 // synchronize(device)), and the data layer's engine (allocation, the copy
 // engine, its options and caches, and Module's functions).

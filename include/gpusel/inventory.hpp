@@ -10,6 +10,8 @@
 // option, else the environment variable GPUSEL_NVML_LIBRARY (a path, or "none"
 // to act as if there were no NVML; ignored by a setuid program, read with
 // secure_getenv), else libnvidia-ml.so.1.
+// How the GPUs reach each other and the CPUs (GpuLink, describe, format_cpu_list)
+// is gpusel/topology.hpp, which this header includes.
 // This header includes no CUDA header and makes no CUDA call.
 #pragma once
 
@@ -22,6 +24,7 @@
 #include "gpusel/detail/compile_once.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/memory_size.hpp"
+#include "gpusel/topology.hpp"
 #include "gpusel/visible_devices.hpp"
 
 namespace gpusel {
@@ -49,21 +52,6 @@ struct MigInstance {
   std::optional<std::vector<GpuProcess>> processes;  // on this instance; nullopt when NVML could not list them
 };
 
-// How two GPUs reach each other, nearest first, from NVML's topology calls
-// (Note [GPU topology]).
-enum class GpuLink {
-  nvlink,       // joined by NVLink
-  pcie_switch,  // under one PCIe switch (or on one board)
-  host_bridge,  // through one PCIe host bridge
-  numa_node,    // on one NUMA node (CPU socket), across host bridges
-  system,       // across NUMA nodes: through the link between CPU sockets
-  unknown,      // NVML could not tell
-};
-
-// "joined by NVLink", "under one PCIe switch", "through one PCIe host bridge", "on one NUMA node",
-// "across NUMA nodes", "connected in a way NVML could not tell".
-GPUSEL_API std::string describe(GpuLink link);
-
 // One physical GPU: the one record gpusel keeps of it (CUDA's physical order
 // and the visible map refer to it by position, never copy it).
 struct Gpu {
@@ -86,7 +74,7 @@ struct Gpu {
   std::optional<int> utilization_percent;            // of time a kernel ran, over NVML's last sample period
   std::optional<int> memory_utilization_percent;     // of time memory was read or written
   std::optional<std::vector<GpuProcess>> processes;  // compute processes; nullopt when NVML could not list them
-  // Where it sits, read with usage (Note [GPU topology]):
+  // Where it sits, read with usage (Note [GPU topology] in gpusel/topology.hpp):
   std::optional<int> numa_node;   // its NUMA node (nvmlDeviceGetNumaNodeId); nullopt when NVML cannot tell
   std::vector<int> cpu_affinity;  // the CPUs near it, ascending (nvmlDeviceGetCpuAffinity); empty: unknown
   std::vector<GpuLink> links;     // links[i]: how it reaches the GPU nvidia-smi numbers i; empty: not read
@@ -145,11 +133,10 @@ struct Inventory {
 [[nodiscard]] GPUSEL_API Inventory query_inventory(const InventoryOptions& options = {});
 
 // How `a` reaches `b` (two GPUs of one inventory read with usage): GpuLink::unknown
-// when NVML could not tell, or for a GPU and itself.
+// when NVML could not tell, or for a GPU and itself. Part of the topology
+// (gpusel/topology.hpp), but declared here, with the Gpu whose links it reads:
+// topology.hpp sits beneath this header.
 GPUSEL_API GpuLink link_between(const Gpu& a, const Gpu& b) noexcept;
-
-// CPU numbers as ranges, the form taskset, numactl and /sys use: {0,1,2,3,8} is "0-3,8"; "" for none.
-GPUSEL_API std::string format_cpu_list(const std::vector<int>& cpus);
 
 // Note [MIG instances]
 // ~~~~~~~~~~~~~~~~~~~~
@@ -166,18 +153,6 @@ GPUSEL_API std::string format_cpu_list(const std::vector<int>& cpus);
 // ends up on is CUDA's to decide. gpusel reads no utilization per instance: NVML
 // does not measure it. No peer-to-peer path joins MIG instances (the guide: no
 // P2P, NVLink or PCIe, in MIG mode), so topology leaves them out.
-//
-// Note [GPU topology]
-// ~~~~~~~~~~~~~~~~~~~
-// For each pair of GPUs: nvmlDeviceGetP2PStatus(NVML_P2P_CAPS_INDEX_NVLINK) OK
-// means NVLink; otherwise nvmlDeviceGetTopologyCommonAncestor gives their nearest
-// common point on the PCIe tree: INTERNAL (one board), SINGLE and MULTIPLE (PCIe
-// switches) are GpuLink::pcie_switch, HOSTBRIDGE host_bridge, NODE numa_node,
-// SYSTEM system. What nvidia-smi topo -m shows as NV#, PIX/PXB, PHB, NODE and SYS.
-// A GPU's NUMA node is nvmlDeviceGetNumaNodeId's (drivers from 545 on), its CPUs
-// nvmlDeviceGetCpuAffinity's (the CPUs of its socket or node, for pinning host
-// threads: taskset -c, numactl --physcpubind); an NVML that lacks either leaves the
-// field unknown rather than guess.
 
 // Note [CUDA's physical order]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -231,7 +206,6 @@ struct CudaPhysicalOrder {
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -357,46 +331,6 @@ inline std::optional<std::vector<GpuProcess>> read_processes(const nvml::Library
   return processes;
 }
 
-// The GPU's NUMA node and CPUs (Note [GPU topology]).
-inline void read_placement(const nvml::Library& library, nvml::Device device, Gpu& gpu) {
-  unsigned int node = 0;
-  if (library.numa_node_id != nullptr && library.numa_node_id(device, &node) == nvml::kSuccess &&
-      node <= static_cast<unsigned int>(INT_MAX))
-    gpu.numa_node = static_cast<int>(node);
-  constexpr unsigned int kWords = 64;  // 4096 CPUs
-  unsigned long mask[kWords] = {};
-  if (library.cpu_affinity != nullptr && library.cpu_affinity(device, kWords, mask) == nvml::kSuccess) {
-    constexpr int kBits = static_cast<int>(sizeof(unsigned long) * CHAR_BIT);
-    for (int cpu = 0; cpu < static_cast<int>(kWords) * kBits; ++cpu)
-      if ((mask[cpu / kBits] >> (cpu % kBits)) & 1UL) gpu.cpu_affinity.push_back(cpu);
-  }
-}
-
-// How the GPUs of two handles reach each other (Note [GPU topology]).
-inline GpuLink read_link(const nvml::Library& library, nvml::Device a, nvml::Device b) {
-  int p2p = -1;
-  if (library.p2p_status != nullptr && library.p2p_status(a, b, nvml::kP2pCapsIndexNvlink, &p2p) == nvml::kSuccess &&
-      p2p == nvml::kP2pStatusOk)
-    return GpuLink::nvlink;
-  int level = -1;
-  if (library.topology_common_ancestor == nullptr || library.topology_common_ancestor(a, b, &level) != nvml::kSuccess)
-    return GpuLink::unknown;
-  switch (level) {
-    case nvml::kTopologyInternal:
-    case nvml::kTopologySingle:
-    case nvml::kTopologyMultiple:
-      return GpuLink::pcie_switch;
-    case nvml::kTopologyHostBridge:
-      return GpuLink::host_bridge;
-    case nvml::kTopologyNode:
-      return GpuLink::numa_node;
-    case nvml::kTopologySystem:
-      return GpuLink::system;
-    default:
-      return GpuLink::unknown;
-  }
-}
-
 inline void read_usage(const nvml::Library& library, nvml::Device device, Gpu& gpu) {
   nvml::MemoryV2 memory_v2{};
   memory_v2.version = nvml::kMemoryV2Version;
@@ -485,40 +419,10 @@ GPUSEL_API const Gpu* Inventory::find_pci_bus_id(std::string_view pci_bus_id) co
   return nullptr;
 }
 
-GPUSEL_API std::string describe(GpuLink link) {
-  switch (link) {
-    case GpuLink::nvlink:
-      return "joined by NVLink";
-    case GpuLink::pcie_switch:
-      return "under one PCIe switch";
-    case GpuLink::host_bridge:
-      return "through one PCIe host bridge";
-    case GpuLink::numa_node:
-      return "on one NUMA node";
-    case GpuLink::system:
-      return "across NUMA nodes";
-    case GpuLink::unknown:
-      break;
-  }
-  return "connected in a way NVML could not tell";
-}
-
 GPUSEL_API GpuLink link_between(const Gpu& a, const Gpu& b) noexcept {
   if (b.nvml_index < 0 || static_cast<std::size_t>(b.nvml_index) >= a.links.size() || a.nvml_index == b.nvml_index)
     return GpuLink::unknown;
   return a.links[static_cast<std::size_t>(b.nvml_index)];
-}
-
-GPUSEL_API std::string format_cpu_list(const std::vector<int>& cpus) {
-  std::string text;
-  for (std::size_t i = 0; i < cpus.size();) {
-    std::size_t last = i;
-    while (last + 1 < cpus.size() && cpus[last + 1] == cpus[last] + 1) ++last;
-    text += (text.empty() ? "" : ",") + std::to_string(cpus[i]);
-    if (last > i) text += "-" + std::to_string(cpus[last]);
-    i = last + 1;
-  }
-  return text;
 }
 
 GPUSEL_API Inventory query_inventory(const InventoryOptions& options) {
@@ -588,7 +492,8 @@ GPUSEL_API Inventory query_inventory(const InventoryOptions& options) {
       gpu.mig_enabled = current == 1;
     if (options.usage) {
       detail::read_usage(nvml, device, gpu);
-      detail::read_placement(nvml, device, gpu);
+      gpu.numa_node = detail::read_numa_node(nvml, device);  // where it sits (topology.hpp)
+      gpu.cpu_affinity = detail::read_cpu_affinity(nvml, device);
     }
     if (gpu.mig_enabled) gpu.mig_instances = detail::read_mig_instances(nvml, device, gpu, options.usage);
     inventory.gpus.push_back(std::move(gpu));

@@ -37,7 +37,8 @@ enum class PickOrder {
   index,             // CUDA's physical index
 };
 
-// Whether the GPUs picked should be near each other (Note [Connected GPUs]).
+// Whether the GPUs picked should be near each other (Note [Connected GPUs] in
+// gpusel/detail/connected_sets.hpp).
 enum class PickPlacement {
   any,        // wherever they are
   connected,  // prefer GPUs joined by NVLink, else under one PCIe switch, else one host bridge, else one
@@ -117,20 +118,6 @@ struct Candidate {
     return mig_instance ? mig_instance->memory_free_bytes : gpu.memory_free_bytes;
   }
 };
-
-// Note [Connected GPUs]
-// ~~~~~~~~~~~~~~~~~~~~~
-// PickPlacement::connected chooses, among the GPUs that fit, the set of the wanted
-// size whose farthest pair is nearest (GpuLink's order: NVLink, one PCIe switch, one
-// host bridge, one NUMA node, across nodes; Note [GPU topology]), and among sets as
-// near, the one holding the best GPUs by criteria.order. The search is greedy (a set is
-// started from each fitting GPU, best first, and takes every other GPU near all it holds),
-// which is exact for the PCIe and NUMA levels and for all-to-all NVLink. It prefers
-// and does not require: when no connected set fits, it picks the best-connected set
-// that does rather than fail, and says so (describe_connection); a job that needs
-// NVLink checks weakest_link(). MIG instances have no peer path, so a set holding
-// one is as far as `unknown`. With at_most above what fits (PickCriteria::all) every
-// fitting GPU is picked, and the placement changes nothing but the order.
 
 // This process's real user, named as GpuProcess::user names processes' owners
 // (so the two compare alike; see Note [Whose process is it]).
@@ -221,6 +208,7 @@ struct [[nodiscard]] LeasedGpus {
 #include <algorithm>
 #include <cstdint>
 
+#include "gpusel/detail/connected_sets.hpp"
 #include "gpusel/detail/decimal.hpp"
 
 namespace gpusel {
@@ -329,29 +317,6 @@ inline void check_processes(const std::optional<std::vector<GpuProcess>>& proces
 inline GpuLink candidate_link(const Candidate& a, const Candidate& b) {
   if (a.mig_instance || b.mig_instance) return GpuLink::unknown;  // no peer path (Note [MIG instances])
   return link_between(a.gpu, b.gpu);
-}
-
-// The `size` of `ranked` (positions in `all`, best first) whose farthest pair is nearest,
-// in `ranked`'s order (Note [Connected GPUs]).
-inline std::vector<std::size_t> connected_set(const std::vector<Candidate>& all, const std::vector<std::size_t>& ranked,
-                                              std::size_t size) {
-  for (int level = static_cast<int>(GpuLink::nvlink); level <= static_cast<int>(GpuLink::unknown); ++level) {
-    for (std::size_t first = 0; first < ranked.size(); ++first) {
-      std::vector<std::size_t> ranks{first};  // ranks in `ranked`, the set started from `first`
-      for (std::size_t other = 0; other < ranked.size() && ranks.size() < size; ++other) {
-        if (other == first) continue;
-        bool near_all = true;
-        for (const std::size_t member : ranks)
-          near_all = near_all && static_cast<int>(candidate_link(all[ranked[member]], all[ranked[other]])) <= level;
-        if (near_all) ranks.push_back(other);
-      }
-      if (ranks.size() < size) continue;
-      std::sort(ranks.begin(), ranks.end());
-      for (std::size_t& rank : ranks) rank = ranked[rank];  // ranks in `ranked` to positions in `all`
-      return ranks;
-    }
-  }
-  return {ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(std::min(size, ranked.size()))};
 }
 
 inline int wanted_at_most(const PickCriteria& criteria) {
@@ -530,8 +495,16 @@ GPUSEL_API std::vector<Candidate> choose(const PickCriteria& criteria, std::vect
   }
   const auto keep = static_cast<std::size_t>(
       std::min<long long>(detail::wanted_at_most(criteria), static_cast<long long>(fitting.size())));
-  if (criteria.placement == PickPlacement::connected && keep >= 2 && keep < fitting.size())
-    fitting = detail::connected_set(all, fitting, keep);
+  if (criteria.placement == PickPlacement::connected && keep >= 2 && keep < fitting.size()) {
+    // The `keep` of `fitting` whose farthest pair is nearest, in `fitting`'s order (Note [Connected GPUs]).
+    std::vector<std::vector<GpuLink>> links(fitting.size(), std::vector<GpuLink>(fitting.size(), GpuLink::unknown));
+    for (std::size_t a = 0; a < fitting.size(); ++a)
+      for (std::size_t b = 0; b < fitting.size(); ++b)
+        if (a != b) links[a][b] = detail::candidate_link(all[fitting[a]], all[fitting[b]]);
+    std::vector<std::size_t> ranks = detail::connected_set(links, keep);
+    for (std::size_t& rank : ranks) rank = fitting[rank];  // ranks in `fitting` to positions in `all`
+    fitting = std::move(ranks);
+  }
   std::vector<Candidate> picked;
   picked.reserve(keep);
   for (std::size_t i = 0; i < keep; ++i) picked.push_back(std::move(all[fitting[i]]));

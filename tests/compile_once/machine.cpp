@@ -1,6 +1,7 @@
-// The machine layer alone, in compile-once mode: pick and assess, declared here,
-// defined in implementation.cpp.
+// The machine layer alone, in compile-once mode: pick and assess, and the
+// topology's words, declared here, defined in implementation.cpp.
 #include <gpusel/select.hpp>
+#include <gpusel/topology.hpp>
 
 #include <string>
 #include <vector>
@@ -11,6 +12,8 @@ std::string describe_picks() {
   gpusel::PickCriteria criteria;
   criteria.allow_other_users = true;
   std::string text = "criteria: " + gpusel::describe(criteria) + "\n";
+  text += "topology: " + gpusel::describe(gpusel::GpuLink::nvlink) + ", CPUs " +
+          gpusel::format_cpu_list({0, 1, 2, 3, 8}) + "\n";
   const gpusel::DeviceMap map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
   for (const gpusel::Candidate& candidate : gpusel::assess(criteria, map, gpusel::current_user()))
     text += "assessed: " + gpusel::describe(candidate) + (candidate.fits() ? ": fits\n" : ": rejected\n");

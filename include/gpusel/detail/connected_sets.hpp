@@ -1,0 +1,68 @@
+// The search beneath PickPlacement::connected (select.hpp): among GPUs ranked
+// best first, the set of a given size whose GPUs are nearest one another
+// (Note [Connected GPUs]). It knows GPUs only by rank and the GpuLink between
+// each two, so it reads no Candidate: select.hpp's choose() gives it those links.
+// This header includes no CUDA header and makes no CUDA call.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/topology.hpp"
+
+namespace gpusel::detail {
+
+// Note [Connected GPUs]
+// ~~~~~~~~~~~~~~~~~~~~~
+// PickPlacement::connected chooses, among the GPUs that fit, the set of the wanted
+// size whose farthest pair is nearest (GpuLink's order: NVLink, one PCIe switch, one
+// host bridge, one NUMA node, across nodes; Note [GPU topology] in gpusel/topology.hpp),
+// and among sets as near, the one holding the best GPUs by criteria.order. The search is
+// greedy (a set is started from each fitting GPU, best first, and takes every other GPU
+// near all it holds), which is exact for the PCIe and NUMA levels and for all-to-all
+// NVLink. It prefers and does not require: when no connected set fits, it picks the
+// best-connected set that does rather than fail, and says so (describe_connection); a
+// job that needs NVLink checks weakest_link(). MIG instances have no peer path, so a set
+// holding one is as far as `unknown`. With at_most above what fits (PickCriteria::all)
+// every fitting GPU is picked, and the placement changes nothing but the order.
+
+// The `size` of the GPUs ranked 0, 1, ... (best first) whose farthest pair is nearest,
+// as their ranks, ascending (Note [Connected GPUs]). links[a][b]: how the GPU ranked
+// `a` reaches the one ranked `b`, for every a != b (a square matrix, one row per GPU).
+// Fewer than `size` GPUs: all of them.
+GPUSEL_API std::vector<std::size_t> connected_set(const std::vector<std::vector<GpuLink>>& links, std::size_t size);
+
+}  // namespace gpusel::detail
+
+// --- definitions (Note [Compile-once mode]) ---------------------------------
+#if GPUSEL_DEFINITIONS
+
+#include <algorithm>
+
+namespace gpusel::detail {
+
+GPUSEL_API std::vector<std::size_t> connected_set(const std::vector<std::vector<GpuLink>>& links, std::size_t size) {
+  const std::size_t count = links.size();
+  for (int level = static_cast<int>(GpuLink::nvlink); level <= static_cast<int>(GpuLink::unknown); ++level) {
+    for (std::size_t first = 0; first < count; ++first) {
+      std::vector<std::size_t> ranks{first};  // the set started from `first`
+      for (std::size_t other = 0; other < count && ranks.size() < size; ++other) {
+        if (other == first) continue;
+        bool near_all = true;
+        for (const std::size_t member : ranks) near_all = near_all && static_cast<int>(links[member][other]) <= level;
+        if (near_all) ranks.push_back(other);
+      }
+      if (ranks.size() < size) continue;
+      std::sort(ranks.begin(), ranks.end());
+      return ranks;
+    }
+  }
+  std::vector<std::size_t> ranks(std::min(size, count));
+  for (std::size_t rank = 0; rank < ranks.size(); ++rank) ranks[rank] = rank;
+  return ranks;
+}
+
+}  // namespace gpusel::detail
+
+#endif  // GPUSEL_DEFINITIONS
