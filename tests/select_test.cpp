@@ -16,6 +16,7 @@
 
 #include "fake_nvml_machine.hpp"
 #include "gpusel/detail/connected_sets.hpp"
+#include "gpusel/physical_order.hpp"
 #include "gpusel_test.hpp"
 #include "lease_directory.hpp"
 #include "text_checks.hpp"

@@ -25,6 +25,7 @@
 #include "gpusel/inventory.hpp"
 #include "gpusel/lease.hpp"
 #include "gpusel/memory_size.hpp"
+#include "gpusel/physical_order.hpp"
 #include "gpusel/text.hpp"
 #include "gpusel/visibility.hpp"
 
