@@ -24,4 +24,5 @@
 #include "gpusel/launcher.hpp"
 #include "gpusel/local_rank.hpp"
 #include "gpusel/memory_size.hpp"
+#include "gpusel/pick_criteria.hpp"
 #include "gpusel/select.hpp"
