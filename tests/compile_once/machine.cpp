@@ -1,7 +1,8 @@
-// The machine layer alone, in compile-once mode: pick and assess, the
-// topology's words and CUDA's physical order, declared here, defined in
-// implementation.cpp.
+// The machine layer alone, in compile-once mode: pick and assess, the criteria
+// and the topology in words, and CUDA's physical order, declared here, defined
+// in implementation.cpp.
 #include <gpusel/physical_order.hpp>
+#include <gpusel/pick_criteria.hpp>
 #include <gpusel/select.hpp>
 #include <gpusel/topology.hpp>
 
