@@ -16,6 +16,7 @@
 
 #include "fake_nvml_machine.hpp"
 #include "gpusel/detail/connected_sets.hpp"
+#include "gpusel/physical_order.hpp"
 #include "gpusel_test.hpp"
 #include "lease_directory.hpp"
 #include "text_checks.hpp"
@@ -594,24 +595,6 @@ TEST(CurrentUser, IsNamedAsTheInventoryNamesProcessOwners) {
   const std::string user = gpusel::current_user();
   EXPECT_FALSE(user.empty());
   EXPECT_EQ(user, gpusel::detail::process_user(static_cast<unsigned>(getpid())));
-}
-
-TEST(DescribeCriteria, SaysConnectedGpusArePreferred) {
-  EXPECT_TRUE(contains(gpusel::describe(connected(2)),
-                       "; connected GPUs preferred (NVLink, else one PCIe switch, else one host bridge, else one NUMA "
-                       "node)"))
-      << gpusel::describe(connected(2));
-}
-
-TEST(DescribeCriteria, SaysEverythingThatWasAsked) {
-  gpusel::PickCriteria criteria = count(1, gpusel::PickCriteria::all);
-  criteria.exclude = {"3", "GPU-8d2a"};
-  criteria.allow_other_users = true;
-  criteria.only_visible = false;
-  criteria.order = gpusel::PickOrder::index;
-  EXPECT_EQ(gpusel::describe(criteria),
-            "at least 1 GPU (all that fit); excluding 3 GPU-8d2a; any GPU of the machine, CUDA_VISIBLE_DEVICES aside; "
-            "in CUDA's order");
 }
 
 // --- end to end, through NVML ---------------------------------------------------------

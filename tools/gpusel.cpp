@@ -7,6 +7,7 @@
 #include <gpusel/lease.hpp>
 #include <gpusel/local_rank.hpp>
 #include <gpusel/memory_size.hpp>
+#include <gpusel/physical_order.hpp>
 #include <gpusel/select.hpp>
 #include <gpusel/version.hpp>
 #include <gpusel/visibility.hpp>

@@ -9,6 +9,7 @@
 #include "gpusel/version.hpp"
 // Which GPUs this process sees, and why
 #include "gpusel/inventory.hpp"
+#include "gpusel/physical_order.hpp"
 #include "gpusel/topology.hpp"
 #include "gpusel/visibility.hpp"
 #include "gpusel/visible_devices.hpp"
@@ -23,4 +24,5 @@
 #include "gpusel/launcher.hpp"
 #include "gpusel/local_rank.hpp"
 #include "gpusel/memory_size.hpp"
+#include "gpusel/pick_criteria.hpp"
 #include "gpusel/select.hpp"

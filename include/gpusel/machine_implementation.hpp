@@ -7,9 +7,10 @@
 //
 // Include it first, before any other gpusel header, in exactly one file of the
 // program. It defines GPUSEL_IMPLEMENTATION and includes the machine layer, so
-// that file compiles the inventory and its topology, explain(), pick (with its
-// connected-set search), leases, local ranks, the CUDA_VISIBLE_DEVICES parser
-// and text escaping, once, for the whole program.
+// that file compiles the inventory, its topology and CUDA's physical order,
+// explain(), pick (with its criteria and connected-set search), leases, local
+// ranks, the CUDA_VISIBLE_DEVICES parser and text escaping, once, for the whole
+// program.
 // Like them it includes no CUDA header. A program that uses the CUDA runtime
 // includes <gpusel/implementation.hpp> instead, which defines every layer.
 #pragma once
@@ -26,6 +27,8 @@
 #include "gpusel/inventory.hpp"
 #include "gpusel/lease.hpp"
 #include "gpusel/local_rank.hpp"
+#include "gpusel/physical_order.hpp"
+#include "gpusel/pick_criteria.hpp"
 #include "gpusel/select.hpp"
 #include "gpusel/text.hpp"
 #include "gpusel/topology.hpp"

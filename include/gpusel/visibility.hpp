@@ -23,6 +23,7 @@
 #include "gpusel/detail/compile_once.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/inventory.hpp"
+#include "gpusel/physical_order.hpp"
 #include "gpusel/text.hpp"
 #include "gpusel/visible_devices.hpp"
 

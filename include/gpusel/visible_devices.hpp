@@ -27,7 +27,7 @@ namespace gpusel {
 
 // The physical GPUs as parse_visible_devices reads them: one UUID per GPU, in
 // CUDA's physical order (CUDA_DEVICE_ORDER; see Note [CUDA's physical order] in
-// inventory.hpp), so uuids[i] is physical GPU i's ("GPU-f9ee9551-5061-...";
+// physical_order.hpp), so uuids[i] is physical GPU i's ("GPU-f9ee9551-5061-...";
 // an empty one matches no token). The parser needs nothing else of a GPU, so
 // this is a view of the caller's strings: it owns nothing, and is meant to be
 // passed straight to parse_visible_devices, which keeps no part of it.

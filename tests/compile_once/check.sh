@@ -35,6 +35,7 @@ for expected in \
   "  cuda:1  physical 1  nvidia-smi 1  NVIDIA H200  GPU-1b2c3d4e-0000-4000-8000-000000000001  00000000:18:00.0" \
   "criteria: at least 1 GPU (at most 1); most free memory first" \
   "topology: joined by NVLink, CPUs 0-3,8" \
+  "physical order: 2 GPUs, exact, nvidia-smi 0 GPU-0a1b2c3d-0000-4000-8000-000000000000, nvidia-smi 1 GPU-1b2c3d4e-0000-4000-8000-000000000001" \
   "assessed: GPU 0 (nvidia-smi 0, NVIDIA H200, GPU-0a1b2c3d-0000-4000-8000-000000000000)" \
   "% utilized: fits" \
   "picked: GPU 1" \

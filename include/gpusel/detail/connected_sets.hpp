@@ -1,5 +1,5 @@
-// The search beneath PickPlacement::connected (select.hpp): among GPUs ranked
-// best first, the set of a given size whose GPUs are nearest one another
+// The search beneath PickPlacement::connected (pick_criteria.hpp): among GPUs
+// ranked best first, the set of a given size whose GPUs are nearest one another
 // (Note [Connected GPUs]). It knows GPUs only by rank and the GpuLink between
 // each two, so it reads no Candidate: select.hpp's choose() gives it those links.
 // This header includes no CUDA header and makes no CUDA call.

@@ -1,0 +1,197 @@
+// What a GPU must be to be picked (select.hpp's pick, assess, choose): PickCriteria,
+// its order and placement, the criteria in words, and what the names in its
+// `exclude` list mean against a DeviceMap.
+//
+//   gpusel::PickCriteria criteria;
+//   criteria.at_least = 2;                     // Error when fewer fit
+//   criteria.min_free_memory = "8GiB";
+//   criteria.exclude = {"3", "smi:0", "GPU-8d2a"};  // CUDA's index, nvidia-smi's, a UUID prefix
+//   gpusel::describe(criteria);  // "at least 2 GPUs (at most 2); at least 8.0 GiB free; ..."
+//
+// select.hpp, which judges GPUs by these criteria, includes this header.
+// This header includes no CUDA header and makes no CUDA call.
+#pragma once
+
+#include <climits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/memory_size.hpp"
+
+namespace gpusel {
+
+// Which fitting GPUs come first.
+enum class PickOrder {
+  most_free_memory,  // then least utilized, then CUDA's physical index
+  least_utilized,    // then most free memory, then CUDA's physical index
+  index,             // CUDA's physical index
+};
+
+// Whether the GPUs picked should be near each other (Note [Connected GPUs] in
+// gpusel/detail/connected_sets.hpp).
+enum class PickPlacement {
+  any,        // wherever they are
+  connected,  // prefer GPUs joined by NVLink, else under one PCIe switch, else one host bridge, else one
+              // NUMA node; when no such set fits, the best-connected set that does, saying so
+};
+
+// What a GPU must be to be picked. The defaults pick one GPU that runs no
+// other user's compute process, among those this process may see.
+struct PickCriteria {
+  // Fewer fitting GPUs than this is an Error.
+  int at_least = 1;
+  // At most this many are picked; nullopt: as many as at_least. PickCriteria::all: every one that fits.
+  std::optional<int> at_most;
+  static constexpr int all = INT_MAX;
+  // Free memory the GPU must have: bytes, or text such as "8GiB" (Note [Memory size grammar]).
+  MemorySize min_free_memory;
+  // Highest utilization (percent of time a kernel ran, NVML's last sample) allowed; nullopt: any.
+  std::optional<int> max_utilization;
+  // Whether a GPU where another user runs a compute process may be picked.
+  // See Note [Whose process is it] in select.hpp.
+  bool allow_other_users = false;
+  // GPUs never to pick, named as pick names them: CUDA's physical index ("3",
+  // what Candidate::physical_index and `gpusel pick` give), nvidia-smi's number
+  // written "smi:3", or a UUID, a unique prefix being enough ("GPU-8d2a"); a
+  // MIG instance by its MIG- UUID or prefix (a GPU's name excludes its instances
+  // too). One that names nothing is an Error (a typo would otherwise exclude nothing).
+  std::vector<std::string> exclude;
+  PickOrder order = PickOrder::most_free_memory;
+  PickPlacement placement = PickPlacement::any;
+  // Choose only among the GPUs this process may see already: when
+  // CUDA_VISIBLE_DEVICES is set (Slurm sets it to the job's GPUs), GPUs it
+  // hides are not candidates. false: every GPU of the machine is.
+  bool only_visible = true;
+};
+
+// "at least 2 GPUs (at most 2); at least 8.0 GiB free; at most 10% utilized;
+// no other user's compute process; most free memory first"
+GPUSEL_API std::string describe(const PickCriteria& criteria);
+
+}  // namespace gpusel
+
+// --- definitions (Note [Compile-once mode]) ---------------------------------
+#if GPUSEL_DEFINITIONS
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gpusel/detail/decimal.hpp"
+#include "gpusel/error.hpp"
+#include "gpusel/inventory.hpp"
+#include "gpusel/physical_order.hpp"
+#include "gpusel/text.hpp"
+#include "gpusel/visibility.hpp"
+#include "gpusel/visible_devices.hpp"
+
+namespace gpusel {
+
+// The criteria's checks and the exclusion list's parser, which select.hpp's
+// definitions (assess, choose) call.
+namespace detail {
+
+// What `exclude` names: GPUs of `map` (by position in its inventory) and MIG instances (by UUID).
+struct Excluded {
+  std::vector<bool> gpus;
+  std::vector<std::string> mig_instances;
+};
+
+// Which GPUs of `map` `exclude` names: CUDA physical indices as pick prints them
+// ("2"), nvidia-smi numbers written "smi:2", UUIDs or a unique prefix ("GPU-8d2a",
+// "MIG-4a5b"). Throws Error for a name that matches none or several.
+inline Excluded excluded_gpus(const std::vector<std::string>& exclude, const DeviceMap& map) {
+  const std::vector<Gpu>& gpus = map.inventory.gpus;
+  Excluded result{std::vector<bool>(gpus.size(), false), {}};
+  std::vector<bool>& excluded = result.gpus;
+  for (const std::string& name : exclude) {
+    const auto reject = [&](const std::string& why) {
+      std::string message = "gpusel::pick: cannot exclude \"" + escape_for_terminal(name) + "\": ";
+      message += why;
+      message +=
+          "; name a GPU as pick prints it: CUDA's physical index (0, 1, ...) or its UUID or a unique prefix "
+          "(GPU-8d2a); nvidia-smi's numbers are written smi:0, smi:1, ...";
+      return Error(message);
+    };
+    const bool smi = name.rfind("smi:", 0) == 0;
+    const DecimalRead number = read_decimal(smi ? name.substr(4) : name, DecimalGrammar::whole_text);
+    std::vector<std::size_t> matches;  // positions in gpus
+    if (number.ok && !number.overflow) {
+      if (smi) {
+        for (std::size_t position = 0; position < gpus.size(); ++position)
+          if (gpus[position].nvml_index >= 0 && static_cast<std::uint64_t>(gpus[position].nvml_index) == number.value)
+            matches.push_back(position);
+        if (matches.empty()) throw reject("nvidia-smi numbers no GPU so (" + std::to_string(gpus.size()) + " GPUs)");
+      } else {
+        if (number.value >= static_cast<std::uint64_t>(map.order.count()))
+          throw reject("there is no GPU with that number (" + std::to_string(map.order.count()) +
+                       " GPUs): a bare number is CUDA's physical index, as pick prints it");
+        matches.push_back(map.order.positions[static_cast<std::size_t>(number.value)]);
+      }
+    } else if (number.ok || smi) {
+      throw reject(smi ? "smi: is followed by no nvidia-smi number" : "there is no GPU with that physical index");
+    } else if (name.rfind("GPU-", 0) == 0 && name.size() > 4) {
+      for (std::size_t position = 0; position < gpus.size(); ++position)
+        if (starts_with_ignoring_case(gpus[position].uuid, name)) matches.push_back(position);
+      if (matches.empty()) throw reject("no GPU has that UUID");
+      if (matches.size() > 1) throw reject("the prefix matches " + std::to_string(matches.size()) + " GPUs");
+    } else if (name.rfind("MIG-", 0) == 0 && name.size() > 4) {
+      std::vector<std::string> instances;
+      for (const Gpu& gpu : gpus)
+        for (const MigInstance& instance : gpu.mig_instances)
+          if (starts_with_ignoring_case(instance.uuid, name)) instances.push_back(instance.uuid);
+      if (instances.empty()) throw reject("no MIG instance has that UUID");
+      if (instances.size() > 1)
+        throw reject("the prefix matches " + std::to_string(instances.size()) + " MIG instances");
+      result.mig_instances.push_back(instances.front());
+      continue;
+    } else {
+      throw reject("it is neither a number nor a GPU UUID");
+    }
+    excluded[matches.front()] = true;
+  }
+  return result;
+}
+
+inline int wanted_at_most(const PickCriteria& criteria) {
+  return criteria.at_most ? *criteria.at_most : criteria.at_least;
+}
+
+inline void check_criteria(const PickCriteria& criteria) {
+  if (criteria.at_least < 0)
+    throw Error("gpusel::pick: at_least cannot be negative, got " + std::to_string(criteria.at_least));
+  if (wanted_at_most(criteria) < criteria.at_least)
+    throw Error("gpusel::pick: at_most (" + std::to_string(wanted_at_most(criteria)) + ") is below at_least (" +
+                std::to_string(criteria.at_least) + ")");
+  if (criteria.max_utilization && (*criteria.max_utilization < 0 || *criteria.max_utilization > 100))
+    throw Error("gpusel::pick: max_utilization is a percentage from 0 to 100, got " +
+                std::to_string(*criteria.max_utilization));
+}
+
+}  // namespace detail
+
+GPUSEL_API std::string describe(const PickCriteria& criteria) {
+  const int at_most = detail::wanted_at_most(criteria);
+  std::string text = "at least " + std::to_string(criteria.at_least) + (criteria.at_least == 1 ? " GPU" : " GPUs");
+  text += at_most == PickCriteria::all ? " (all that fit)" : " (at most " + std::to_string(at_most) + ")";
+  if (criteria.min_free_memory.bytes > 0)
+    text += "; at least " + format_memory_size(criteria.min_free_memory.bytes) + " free";
+  if (criteria.max_utilization) text += "; at most " + std::to_string(*criteria.max_utilization) + "% utilized";
+  if (!criteria.allow_other_users) text += "; no other user's compute process";
+  if (!criteria.exclude.empty()) {
+    text += "; excluding";
+    for (const std::string& name : criteria.exclude) text += " " + escape_for_terminal(name);
+  }
+  if (!criteria.only_visible) text += "; any GPU of the machine, CUDA_VISIBLE_DEVICES aside";
+  if (criteria.placement == PickPlacement::connected)
+    text += "; connected GPUs preferred (NVLink, else one PCIe switch, else one host bridge, else one NUMA node)";
+  text += criteria.order == PickOrder::most_free_memory ? "; most free memory first"
+          : criteria.order == PickOrder::least_utilized ? "; least utilized first"
+                                                        : "; in CUDA's order";
+  return text;
+}
+
+}  // namespace gpusel
+
+#endif  // GPUSEL_DEFINITIONS

@@ -1,0 +1,49 @@
+// Specification of the picking criteria (include/gpusel/pick_criteria.hpp):
+// PickCriteria in words. What the criteria pick, and the errors for criteria that
+// make no sense or an exclusion that names no GPU, are select_test's, which
+// judges GPUs by them. A pure test: no CUDA runtime is linked.
+#include "gpusel/pick_criteria.hpp"
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+
+#include "text_checks.hpp"
+
+namespace {
+
+using gpusel_test::contains;
+
+gpusel::PickCriteria count(int at_least, std::optional<int> at_most = std::nullopt) {
+  gpusel::PickCriteria criteria;
+  criteria.at_least = at_least;
+  criteria.at_most = at_most;
+  return criteria;
+}
+
+gpusel::PickCriteria connected(int n) {
+  gpusel::PickCriteria criteria = count(n);
+  criteria.placement = gpusel::PickPlacement::connected;
+  return criteria;
+}
+
+TEST(DescribeCriteria, SaysConnectedGpusArePreferred) {
+  EXPECT_TRUE(contains(gpusel::describe(connected(2)),
+                       "; connected GPUs preferred (NVLink, else one PCIe switch, else one host bridge, else one NUMA "
+                       "node)"))
+      << gpusel::describe(connected(2));
+}
+
+TEST(DescribeCriteria, SaysEverythingThatWasAsked) {
+  gpusel::PickCriteria criteria = count(1, gpusel::PickCriteria::all);
+  criteria.exclude = {"3", "GPU-8d2a"};
+  criteria.allow_other_users = true;
+  criteria.only_visible = false;
+  criteria.order = gpusel::PickOrder::index;
+  EXPECT_EQ(gpusel::describe(criteria),
+            "at least 1 GPU (all that fit); excluding 3 GPU-8d2a; any GPU of the machine, CUDA_VISIBLE_DEVICES aside; "
+            "in CUDA's order");
+}
+
+}  // namespace
