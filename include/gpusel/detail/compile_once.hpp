@@ -9,8 +9,9 @@
 // Two parts of gpusel are most of what <gpusel/gpusel.hpp> costs a file, though
 // a file only calls into them: the discovery and start-up code (the machine
 // layer: the inventory, explain(), pick, leases, local ranks; and beneath it
-// the CUDA_VISIBLE_DEVICES parser, visible_devices.hpp, and text.hpp's
-// escaping), which a program runs once, and the data layer's engine (memory
+// the CUDA_VISIBLE_DEVICES parser, visible_devices.hpp, with the token
+// helpers beneath it, text.hpp's escaping, and local_rank_device() on top),
+// which a program runs once, and the data layer's engine (memory
 // allocation, the copy engine with its threads, staging and caches, its
 // options, and the untyped buffer beneath Buffer<T>). So a program may compile
 // them once instead, as stb's single-file libraries do:
