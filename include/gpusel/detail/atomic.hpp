@@ -21,8 +21,10 @@ namespace gpusel::detail {
 //   guard.hpp, compile-once mode, on std::atomic   248 M
 //   guard.hpp, compile-once mode, on this Atomic   154 M
 //   gpusel.hpp, compile-once mode: 608 M -> 516 M
-// With CPU time the umbrella's ratio to T, which has a budget of 1.40, fell
-// from about 1.42 to 1.3x (docs/benchmarks.md has CI's figures). So the state
+// In CPU time (header_cost.py, fastest of 9 interleaved runs, 2-core machine)
+// the compile-once umbrella's ratio to T, whose budget is 1.40, went from
+// 1.42-1.53 to 1.32 with g++ 12 and 1.27 with clang 14 (with the other cuts
+// of that change), and T + guard.hpp from 1.17 to 1.09 and 1.16. So the state
 // uses this: the operations gpusel needs, with std::atomic's names and
 // meaning, on the builtins that libstdc++'s and libc++'s std::atomic are
 // themselves written on (GCC and clang; nvcc hands host code to one of them).
