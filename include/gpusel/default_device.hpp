@@ -8,8 +8,7 @@
 // Buffer uses it.
 #pragma once
 
-#include <atomic>
-
+#include "gpusel/detail/atomic.hpp"
 #include "gpusel/detail/process_state.hpp"
 #include "gpusel/device.hpp"
 
@@ -45,7 +44,7 @@ namespace gpusel {
 namespace detail {
 
 // kDefaultIsCpu, kDefaultIsCurrentCuda (detail/process_state.hpp), or a cuda index >= 0.
-inline std::atomic<int>& default_device_code() noexcept { return process_state().default_device; }
+inline detail::Atomic<int>& default_device_code() noexcept { return process_state().default_device; }
 
 }  // namespace detail
 
@@ -55,12 +54,12 @@ inline std::atomic<int>& default_device_code() noexcept { return process_state()
 inline void set_default_device(const Device& device) noexcept {
   const int code =
       device.is_cpu() ? detail::kDefaultIsCpu : (device.has_index() ? device.index() : detail::kDefaultIsCurrentCuda);
-  detail::default_device_code().store(code, std::memory_order_relaxed);
+  detail::default_device_code().store(code, detail::MemoryOrder::relaxed);
 }
 
 // The device of Buffers created without one: cpu until set_default_device.
 inline Device default_device() noexcept {
-  const int code = detail::default_device_code().load(std::memory_order_relaxed);
+  const int code = detail::default_device_code().load(detail::MemoryOrder::relaxed);
   if (code == detail::kDefaultIsCpu) return cpu();
   if (code == detail::kDefaultIsCurrentCuda) return cuda();
   return detail::checked_device(DeviceType::CUDA, code);  // an index >= 0, stored by set_default_device

@@ -11,7 +11,8 @@
 // which a program without the CUDA runtime includes instead), the cuda layer's error
 // paths (the messages that explain a failed CUDA call or device switch, and
 // synchronize(device)), and the data layer's engine (allocation, the copy
-// engine, its options and caches, and Module's functions).
+// engine, its options and caches, and Module's functions), and
+// local_rank_device() (launcher.hpp), which joins the two.
 #pragma once
 
 #if defined(GPUSEL_API)
@@ -37,3 +38,5 @@
 #include "gpusel/detail/streaming_copy.hpp"
 #include "gpusel/detail/untyped_buffer.hpp"
 #include "gpusel/module.hpp"
+// The top layer's start-up: local_rank_device().
+#include "gpusel/launcher.hpp"

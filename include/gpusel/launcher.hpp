@@ -6,6 +6,7 @@
 // local_rank_device() applies them to the devices this process sees.
 #pragma once
 
+#include "gpusel/detail/compile_once.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/local_rank.hpp"
 #include "gpusel/runtime.hpp"
@@ -17,7 +18,16 @@ namespace gpusel {
 // and a rank beyond the visible devices is an Error (Placement). Call it
 // before any other device is made current; it creates no CUDA context
 // (set_device does).
-inline Device local_rank_device(Placement placement = Placement::rank_or_cpu) {
+GPUSEL_API Device local_rank_device(Placement placement = Placement::rank_or_cpu);
+
+}  // namespace gpusel
+
+// --- definitions (Note [Compile-once mode]) ---------------------------------
+#if GPUSEL_DEFINITIONS
+
+namespace gpusel {
+
+GPUSEL_API Device local_rank_device(Placement placement) {
   const std::optional<LocalRank> rank = local_rank();
   const int visible = device_count();  // from NVML before CUDA starts: starts nothing
   try {
@@ -30,3 +40,5 @@ inline Device local_rank_device(Placement placement = Placement::rank_or_cpu) {
 }
 
 }  // namespace gpusel
+
+#endif  // GPUSEL_DEFINITIONS

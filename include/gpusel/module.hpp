@@ -13,7 +13,6 @@
 //   layer.weight.device()                // cuda:0
 #pragma once
 
-#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -155,15 +154,7 @@ class Module {
     static_assert(std::is_base_of_v<Module, M>,
                   "gpusel::Module::register_module: the child must derive from gpusel::Module");
     Module& base = child;
-    if (&base == this)
-      throw Error("gpusel::Module::register_module(\"" + name + "\"): a module cannot be its own child");
-    check_new_name(name, &base, "register_module");
-    std::vector<const Module*> walked;
-    if (std::optional<std::string> back = base.path_to(this, walked)) {
-      throw Error("gpusel::Module::register_module(\"" + name + "\"): the module to register as \"" + name +
-                  "\" contains this module already, as \"" + name + "." + *back +
-                  "\", so the two would contain each other without end; a module graph cannot have cycles");
-    }
+    check_new_child(name, base);
     children_.push_back(Child{std::move(name), &base});
     return child;
   }
@@ -185,42 +176,21 @@ class Module {
   // Calls visit(name, entry) for every distinct buffer of this module and its
   // children, in registration order, own buffers first, under its first path;
   // with SharedBuffers::every_path, once per path (Note [A module graph is a
-  // tree with shared nodes]).
+  // tree with shared nodes]). Defined, with the walk beneath it, where the
+  // functions that call it are: a file that only declares modules compiles none of it.
   template <class Visit>
-  void for_each_buffer(const Visit& visit, SharedBuffers listing = SharedBuffers::once) const {
-    Walked walked;
-    walk(visit, std::string(), listing == SharedBuffers::once ? &walked : nullptr);
-  }
-
-  // What a walk has met already, each list sorted by address.
-  struct Walked {
-    std::vector<const void*> buffers;
-    std::vector<const Module*> modules;
-  };
-
-  // Adds `item` to the sorted `seen`; false when it was there already.
-  template <class P>
-  static bool first_meeting(std::vector<P>& seen, P item) {
-    const auto at = std::lower_bound(seen.begin(), seen.end(), item);
-    if (at != seen.end() && *at == item) return false;
-    seen.insert(at, item);
-    return true;
-  }
-
-  // for_each_buffer's walk below `prefix`; `walked` is null when every path counts.
+  void for_each_buffer(const Visit& visit, SharedBuffers listing = SharedBuffers::once) const;
+  struct Walked;
   template <class Visit>
-  void walk(const Visit& visit, const std::string& prefix, Walked* walked) const {
-    for (const Entry& entry : buffers_)
-      if (walked == nullptr || first_meeting(walked->buffers, entry.entry->address()))
-        visit(prefix + entry.name, *entry.entry);
-    for (const Child& child : children_)
-      if (walked == nullptr || first_meeting(walked->modules, static_cast<const Module*>(child.module)))
-        child.module->walk(visit, prefix + child.name + ".", walked);
-  }
+  void walk(const Visit& visit, const std::string& prefix, Walked* walked) const;
+
+  // register_module's checks: `name` is new in this module, and `child` is not
+  // this module and does not contain it (that would close a cycle).
+  void check_new_child(const std::string& name, const Module& child) const;
 
   // The path from this module to `target` ("b.c"), if this module contains it;
   // `walked` keeps the modules searched already, so a shared child is searched once.
-  std::optional<std::string> path_to(const Module* target, std::vector<const Module*>& walked) const;
+  std::optional<std::string> path_to(const Module* target, Walked& walked) const;
 
   // The entry at the path `name` ("child.weight"), or nullptr.
   detail::BufferEntry* find_entry(std::string_view name) const;
@@ -243,10 +213,48 @@ class Module {
 
 #if GPUSEL_DEFINITIONS
 
+#include <algorithm>
+
 #include "gpusel/detail/batched_copy.hpp"
 #include "gpusel/detail/resolve_device.hpp"
 
 namespace gpusel {
+
+// What a walk has met already, each list sorted by address.
+struct Module::Walked {
+  std::vector<const void*> buffers;
+  std::vector<const Module*> modules;
+};
+
+namespace detail {
+
+// Adds `item` to the sorted `seen`; false when it was there already.
+template <class P>
+bool first_meeting(std::vector<P>& seen, P item) {
+  const auto at = std::lower_bound(seen.begin(), seen.end(), item);
+  if (at != seen.end() && *at == item) return false;
+  seen.insert(at, item);
+  return true;
+}
+
+}  // namespace detail
+
+template <class Visit>
+void Module::for_each_buffer(const Visit& visit, SharedBuffers listing) const {
+  Walked walked;
+  walk(visit, std::string(), listing == SharedBuffers::once ? &walked : nullptr);
+}
+
+// for_each_buffer's walk below `prefix`; `walked` is null when every path counts.
+template <class Visit>
+void Module::walk(const Visit& visit, const std::string& prefix, Walked* walked) const {
+  for (const Entry& entry : buffers_)
+    if (walked == nullptr || detail::first_meeting(walked->buffers, entry.entry->address()))
+      visit(prefix + entry.name, *entry.entry);
+  for (const Child& child : children_)
+    if (walked == nullptr || detail::first_meeting(walked->modules, static_cast<const Module*>(child.module)))
+      child.module->walk(visit, prefix + child.name + ".", walked);
+}
 
 GPUSEL_API Module& Module::to(const Device& device) {
   const Device target = device.is_cpu() ? gpusel::cpu() : gpusel::cuda(detail::resolve_cuda_index(device, [&] {
@@ -315,13 +323,25 @@ GPUSEL_API std::vector<Module::BufferInfo> Module::named_buffers(SharedBuffers l
   return infos;
 }
 
-GPUSEL_API std::optional<std::string> Module::path_to(const Module* target, std::vector<const Module*>& walked) const {
+GPUSEL_API std::optional<std::string> Module::path_to(const Module* target, Walked& walked) const {
   for (const Child& child : children_) {
     if (child.module == target) return child.name;
-    if (!first_meeting(walked, static_cast<const Module*>(child.module))) continue;
+    if (!detail::first_meeting(walked.modules, static_cast<const Module*>(child.module))) continue;
     if (std::optional<std::string> below = child.module->path_to(target, walked)) return child.name + "." + *below;
   }
   return std::nullopt;
+}
+
+GPUSEL_API void Module::check_new_child(const std::string& name, const Module& child) const {
+  if (&child == this)
+    throw Error("gpusel::Module::register_module(\"" + name + "\"): a module cannot be its own child");
+  check_new_name(name, &child, "register_module");
+  Walked walked;
+  if (std::optional<std::string> back = child.path_to(this, walked)) {
+    throw Error("gpusel::Module::register_module(\"" + name + "\"): the module to register as \"" + name +
+                "\" contains this module already, as \"" + name + "." + *back +
+                "\", so the two would contain each other without end; a module graph cannot have cycles");
+  }
 }
 
 GPUSEL_API detail::BufferEntry* Module::find_entry(std::string_view name) const {

@@ -58,7 +58,10 @@ def ast_objects(clang, cuda_include):
 
 
 def skipped(node):
-    return node.get("isImplicit") or node.get("explicitlyDeleted") or not node.get("name")
+    # parentDeclContextId: a member defined outside its class (`struct Module::Walked {...}`), which its
+    # class's own listing has already judged, private or public.
+    return (node.get("isImplicit") or node.get("explicitlyDeleted") or not node.get("name")
+            or "parentDeclContextId" in node)
 
 
 def members(record, qualified, names):

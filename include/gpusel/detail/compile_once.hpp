@@ -9,8 +9,9 @@
 // Two parts of gpusel are most of what <gpusel/gpusel.hpp> costs a file, though
 // a file only calls into them: the discovery and start-up code (the machine
 // layer: the inventory, explain(), pick, leases, local ranks; and beneath it
-// the CUDA_VISIBLE_DEVICES parser, visible_devices.hpp, and text.hpp's
-// escaping), which a program runs once, and the data layer's engine (memory
+// the CUDA_VISIBLE_DEVICES parser, visible_devices.hpp, with the token
+// helpers beneath it, text.hpp's escaping, and local_rank_device() on top),
+// which a program runs once, and the data layer's engine (memory
 // allocation, the copy engine with its threads, staging and caches, its
 // options, and the untyped buffer beneath Buffer<T>). So a program may compile
 // them once instead, as stb's single-file libraries do:
@@ -35,10 +36,10 @@
 // the message of a failed CUDA call or device switch (detail/cuda_status.hpp,
 // current_device.hpp, detail/device_switch.hpp) and synchronize(device). They
 // run only when something failed, and building their text is much of what
-// those headers cost a file: in compile-once mode guard.hpp adds 107 ms rather
-// than 148 to a typical training file with g++ 12, and 69 rather than 103
-// with clang 14 (compiler CPU time, the fastest of 9-11 interleaved runs, on a
-// 2-core machine; tests/hardening/header_cost.py's T).
+// those headers cost a file: in compile-once mode guard.hpp adds 157 M compiler
+// instructions rather than 206 to a typical training file (1788 M alone) with
+// g++ 12 (callgrind; tests/hardening/header_cost.py's T). When the error paths
+// moved, on std::atomic, it added 107 ms of CPU time rather than 148.
 //
 // What stays in the headers in both modes: types, templates (Buffer<T> is
 // one), constexpr functions, small member functions defined in their class,

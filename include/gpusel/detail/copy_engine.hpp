@@ -4,6 +4,7 @@
 
 #include <cstddef>
 
+#include "gpusel/detail/atomic.hpp"
 #include "gpusel/detail/compile_once.hpp"
 #include "gpusel/detail/memory.hpp"
 #include "gpusel/stream.hpp"
@@ -37,7 +38,6 @@ GPUSEL_API void fill(void* destination, const MemoryPlace& to, std::size_t bytes
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -83,7 +83,7 @@ inline void host_copy(void* destination, const void* source, std::size_t bytes) 
   }
   const EngineLease lease;
   run_in_parts(bytes, workers, std::size_t{1} << 20, lease.get() != nullptr ? &lease.get()->workers() : nullptr,
-               [&](std::size_t, std::size_t begin, std::size_t end, const std::atomic<bool>&) {
+               [&](std::size_t, std::size_t begin, std::size_t end, const detail::Atomic<bool>&) {
                  std::memcpy(static_cast<char*>(destination) + begin, static_cast<const char*>(source) + begin,
                              end - begin);
                });

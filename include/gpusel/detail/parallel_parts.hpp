@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -13,6 +12,7 @@
 #include <mutex>
 #include <string>
 
+#include "gpusel/detail/atomic.hpp"
 #include "gpusel/detail/process_state.hpp"
 #include "gpusel/error.hpp"
 
@@ -31,13 +31,13 @@ inline std::size_t worker_count(std::size_t bytes, std::size_t bytes_per_worker,
 // The work of one part, type-erased: `work` is the callable run_in_parts was
 // given, `index` the part's number (0 for the first, done by the caller).
 using PartFunction = void (*)(const void* work, std::size_t index, std::size_t begin, std::size_t end,
-                              const std::atomic<bool>& stop);
+                              const detail::Atomic<bool>& stop);
 
 // What the threads of one run_in_parts share.
 struct PartsRun {
   const void* work = nullptr;
   PartFunction function = nullptr;
-  std::atomic<bool> stop{false};
+  detail::Atomic<bool> stop{false};
   std::mutex failure_mutex;
   std::exception_ptr failure;  // the first exception a part threw
 
@@ -247,7 +247,7 @@ void run_in_parts(std::size_t bytes, std::size_t count, std::size_t granularity,
                   const Work& work) {
   run_erased_parts(
       bytes, count, granularity, &work,
-      [](const void* erased, std::size_t index, std::size_t begin, std::size_t end, const std::atomic<bool>& stop) {
+      [](const void* erased, std::size_t index, std::size_t begin, std::size_t end, const detail::Atomic<bool>& stop) {
         (*static_cast<const Work*>(erased))(index, begin, end, stop);
       },
       workers);

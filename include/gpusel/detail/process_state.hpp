@@ -5,8 +5,9 @@
 
 #include <pthread.h>
 
-#include <atomic>
 #include <type_traits>
+
+#include "gpusel/detail/atomic.hpp"
 
 namespace gpusel {
 class Error;
@@ -113,9 +114,9 @@ struct DriverEntryPoints {
   using PrimaryContextGetState = int (*)(int device, unsigned int* flags, int* active);
   enum Lookup : int { NotYet = 0, Found = 1, Absent = 2 };
 
-  std::atomic<DeviceGet> device_get{nullptr};
-  std::atomic<PrimaryContextGetState> primary_context_get_state{nullptr};
-  std::atomic<int> lookup{NotYet};
+  detail::Atomic<DeviceGet> device_get{nullptr};
+  detail::Atomic<PrimaryContextGetState> primary_context_get_state{nullptr};
+  detail::Atomic<int> lookup{NotYet};
 };
 
 // What gpusel knows about a thread's device in one runtime beyond what
@@ -156,9 +157,9 @@ enum class ProcessObject : int { copy_engine_options = 1, fork_state = 2, host_p
 // One CUDA runtime of the process (Note [One state per runtime]).
 struct Runtime {
   // Which runtime: the address of its cudaGetDevice. Null while the entry is free.
-  std::atomic<const void*> identity{nullptr};
+  detail::Atomic<const void*> identity{nullptr};
   // The runtime's objects, by RuntimeObject; null until first used.
-  std::atomic<void*> objects[kObjectSlots]{};
+  detail::Atomic<void*> objects[kObjectSlots]{};
 };
 
 // The calling thread's records, one per runtime, indexed like
@@ -171,21 +172,21 @@ inline ThreadDevice* thread_devices() noexcept {
 }
 
 struct ProcessState {
-  std::atomic<int> default_device{kDefaultIsCpu};
-  std::atomic<RestoreErrorHandler> restore_error_handler{nullptr};
-  std::atomic<bool> restore_error_printed{false};
+  detail::Atomic<int> default_device{kDefaultIsCpu};
+  detail::Atomic<RestoreErrorHandler> restore_error_handler{nullptr};
+  detail::Atomic<bool> restore_error_printed{false};
   DriverEntryPoints driver{};
   // The loaded NVML libraries, newest first (detail/nvml.hpp), published with
   // a compare-exchange and never removed: no lock is held across dlopen and
   // nvmlInit (Note [Loading NVML without a lock]).
-  std::atomic<const nvml::Library*> nvml_libraries{nullptr};
+  detail::Atomic<const nvml::Library*> nvml_libraries{nullptr};
   // Taken to add a runtime and to fill an object slot.
   pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
   // runtimes[0, runtime_count) are in use, in the order the runtimes were first seen.
-  std::atomic<int> runtime_count{0};
+  detail::Atomic<int> runtime_count{0};
   Runtime runtimes[kMaxRuntimes]{};
   // The process's objects (GPU leases, later); all free.
-  std::atomic<void*> objects[kObjectSlots]{};
+  detail::Atomic<void*> objects[kObjectSlots]{};
   // The calling thread's records: thread_devices() of the copy that owns this state.
   ThreadDevice* (*thread_devices)() noexcept = &GPUSEL_DETAIL_STATE::thread_devices;
 };
@@ -229,12 +230,12 @@ class StateLock {
 // The object in `slot`, made by `make()` (noexcept, returns a void* to it) if
 // the slot is empty. Every copy of gpusel that asks gets the one object.
 template <typename Make>
-void* shared_object(std::atomic<void*>& slot, Make&& make) noexcept {
-  if (void* object = slot.load(std::memory_order_acquire)) return object;
+void* shared_object(detail::Atomic<void*>& slot, Make&& make) noexcept {
+  if (void* object = slot.load(detail::MemoryOrder::acquire)) return object;
   const StateLock lock(process_state().mutex);
-  if (void* object = slot.load(std::memory_order_relaxed)) return object;
+  if (void* object = slot.load(detail::MemoryOrder::relaxed)) return object;
   void* object = make();
-  slot.store(object, std::memory_order_release);
+  slot.store(object, detail::MemoryOrder::release);
   return object;
 }
 

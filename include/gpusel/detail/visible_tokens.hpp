@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "gpusel/detail/decimal.hpp"
+#include "gpusel/detail/compile_once.hpp"
 
 namespace gpusel::detail {
 
@@ -18,13 +18,37 @@ namespace gpusel::detail {
 inline constexpr int kCudaErrorNoDevice = 100;
 inline constexpr int kCudaErrorInvalidDevice = 101;
 
-inline bool is_uuid_token(std::string_view token) noexcept {
-  return token.substr(0, 4) == "GPU-" || token.substr(0, 4) == "MIG-";
-}
+// Whether `token` is a UUID token ("GPU-..." or "MIG-...").
+GPUSEL_API bool is_uuid_token(std::string_view token) noexcept;
 
 // An index token as the driver reads it (Note [How the driver reads CUDA_VISIBLE_DEVICES]):
 // nullopt when it has no digit, else the 32-bit signed value.
-inline std::optional<int> read_index_token(std::string_view token) noexcept {
+GPUSEL_API std::optional<int> read_index_token(std::string_view token) noexcept;
+
+// "1 CUDA device is visible (cuda:0)", "2 CUDA devices are visible (cuda:0..cuda:1)".
+GPUSEL_API std::string visible_count_text(int count);
+
+// The map as far as it can be told from the value alone once the runtime has
+// said it shows `runtime_count` devices: the kept tokens are then exactly the
+// first runtime_count tokens (the list ends at the first token not kept, and a
+// value naming a device twice makes the runtime fail). For errors, where asking
+// NVML would be slow: "cuda:0 is physical GPU 1" or "cuda:0 is GPU-948e02bd".
+GPUSEL_API std::string describe_runtime_map(const std::optional<std::string>& value, int runtime_count);
+
+}  // namespace gpusel::detail
+
+// --- definitions (Note [Compile-once mode]) ---------------------------------
+#if GPUSEL_DEFINITIONS
+
+#include "gpusel/detail/decimal.hpp"
+
+namespace gpusel::detail {
+
+GPUSEL_API bool is_uuid_token(std::string_view token) noexcept {
+  return token.substr(0, 4) == "GPU-" || token.substr(0, 4) == "MIG-";
+}
+
+GPUSEL_API std::optional<int> read_index_token(std::string_view token) noexcept {
   const DecimalRead read = read_decimal(token, DecimalGrammar::strtoul);
   if (!read.ok) return std::nullopt;
   const auto low = static_cast<std::uint32_t>(read.value);
@@ -32,17 +56,12 @@ inline std::optional<int> read_index_token(std::string_view token) noexcept {
   return low <= 0x7fffffffu ? static_cast<int>(low) : -static_cast<int>(~low) - 1;
 }
 
-inline std::string visible_count_text(int count) {
+GPUSEL_API std::string visible_count_text(int count) {
   if (count == 1) return "1 CUDA device is visible (cuda:0)";
   return std::to_string(count) + " CUDA devices are visible (cuda:0..cuda:" + std::to_string(count - 1) + ")";
 }
 
-// The map as far as it can be told from the value alone once the runtime has
-// said it shows `runtime_count` devices: the kept tokens are then exactly the
-// first runtime_count tokens (the list ends at the first token not kept, and a
-// value naming a device twice makes the runtime fail). For errors, where asking
-// NVML would be slow: "cuda:0 is physical GPU 1" or "cuda:0 is GPU-948e02bd".
-inline std::string describe_runtime_map(const std::optional<std::string>& value, int runtime_count) {
+GPUSEL_API std::string describe_runtime_map(const std::optional<std::string>& value, int runtime_count) {
   if (!value || runtime_count <= 0) return {};
   std::string text;
   std::size_t start = 0;
@@ -66,3 +85,5 @@ inline std::string describe_runtime_map(const std::optional<std::string>& value,
 }
 
 }  // namespace gpusel::detail
+
+#endif  // GPUSEL_DEFINITIONS
