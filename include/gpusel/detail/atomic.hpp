@@ -19,8 +19,8 @@ namespace gpusel::detail {
 // (callgrind, which, unlike CPU time, does not move from run to run):
 //   <atomic> alone                                  68 M  (T is 1788 M)
 //   guard.hpp, compile-once mode, on std::atomic   248 M
-//   guard.hpp, compile-once mode, on this Atomic   154 M
-//   gpusel.hpp, compile-once mode: 608 M -> 516 M
+//   guard.hpp, compile-once mode, on this Atomic   157 M
+//   gpusel.hpp, compile-once mode: 608 M -> 520 M
 // In CPU time (header_cost.py, fastest of 9 interleaved runs, 2-core machine)
 // the compile-once umbrella's ratio to T, whose budget is 1.40, went from
 // 1.42-1.53 to 1.32 with g++ 12 and 1.27 with clang 14 (with the other cuts
