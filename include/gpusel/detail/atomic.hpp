@@ -26,8 +26,8 @@ namespace gpusel::detail {
 // 1.42-1.53 to 1.32 with g++ 12 and 1.27 with clang 14 (with the other cuts
 // of that change), and T + guard.hpp from 1.17 to 1.09 and 1.16. So the state
 // uses this: the operations gpusel needs, with std::atomic's names and
-// meaning, on the builtins that libstdc++'s and libc++'s std::atomic are
-// themselves written on (GCC and clang; nvcc hands host code to one of them).
+// meaning, on the __atomic builtins that libstdc++'s std::atomic is itself
+// written on (GCC and clang have them; nvcc hands host code to one of them).
 // The layout is T's, which is std::atomic<T>'s for these lock-free types
 // (checked below), so state shared with another gpusel build that still uses
 // std::atomic reads the same bytes. Code that needs more of <atomic> (fences,
