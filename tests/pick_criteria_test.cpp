@@ -9,24 +9,14 @@
 #include <optional>
 #include <string>
 
+#include "pick_criteria_builders.hpp"
 #include "text_checks.hpp"
 
 namespace {
 
+using gpusel_test::connected;
 using gpusel_test::contains;
-
-gpusel::PickCriteria count(int at_least, std::optional<int> at_most = std::nullopt) {
-  gpusel::PickCriteria criteria;
-  criteria.at_least = at_least;
-  criteria.at_most = at_most;
-  return criteria;
-}
-
-gpusel::PickCriteria connected(int n) {
-  gpusel::PickCriteria criteria = count(n);
-  criteria.placement = gpusel::PickPlacement::connected;
-  return criteria;
-}
+using gpusel_test::count;
 
 TEST(DescribeCriteria, SaysConnectedGpusArePreferred) {
   EXPECT_TRUE(contains(gpusel::describe(connected(2)),

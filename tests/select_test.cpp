@@ -19,6 +19,7 @@
 #include "gpusel/physical_order.hpp"
 #include "gpusel_test.hpp"
 #include "lease_directory.hpp"
+#include "pick_criteria_builders.hpp"
 #include "text_checks.hpp"
 
 namespace {
@@ -29,7 +30,9 @@ using gpusel_test::ScopedLeaseDirectory;
 
 constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 
+using gpusel_test::connected;
 using gpusel_test::contains;
+using gpusel_test::count;
 
 using gpusel_test::error_from;
 
@@ -75,13 +78,6 @@ std::vector<int> indices(const std::vector<gpusel::Candidate>& candidates) {
   std::vector<int> result;
   for (const gpusel::Candidate& candidate : candidates) result.push_back(candidate.physical_index);
   return result;
-}
-
-gpusel::PickCriteria count(int at_least, std::optional<int> at_most = std::nullopt) {
-  gpusel::PickCriteria criteria;
-  criteria.at_least = at_least;
-  criteria.at_most = at_most;
-  return criteria;
 }
 
 // --- choosing among the GPUs that fit ----------------------------------------------
@@ -286,12 +282,6 @@ std::vector<gpusel::Gpu> two_nvlink_pairs() {
   gpus[0].links[1] = gpus[1].links[0] = gpusel::GpuLink::nvlink;
   gpus[2].links[3] = gpus[3].links[2] = gpusel::GpuLink::nvlink;
   return gpus;
-}
-
-gpusel::PickCriteria connected(int n) {
-  gpusel::PickCriteria criteria = count(n);
-  criteria.placement = gpusel::PickPlacement::connected;
-  return criteria;
 }
 
 TEST(PickConnected, PrefersGpusJoinedByNvlinkOverTheMostFreeMemory) {
