@@ -23,6 +23,21 @@
 #include "gpusel/visibility.hpp"
 #include "text_checks.hpp"
 
+// InventoryFork.ChildrenForkedWhileAnotherThreadQueriesNeverHang forks while
+// another thread allocates. GCC 12's AddressSanitizer takes no lock of its
+// allocator around fork(), so such a child can hang inside ASan's own malloc:
+// seen in CI, the child blocked in SizeClassAllocator64::GetFromAllocator on a
+// lock the parent's other thread held, in 3 of 5 and then every run, once the
+// tests before it changed. Glibc's malloc and TSan's allocator lock around
+// fork(); the test runs in those builds.
+#if defined(__SANITIZE_ADDRESS__)
+#define GPUSEL_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GPUSEL_TEST_ASAN 1
+#endif
+#endif
+
 // A setuid program cannot be run by a test, so this binary stands in for glibc's
 // secure_getenv (which answers nullptr for every variable when the process runs
 // with AT_SECURE, as a setuid one does): while `simulate_secure_execution`, it
@@ -360,6 +375,10 @@ TEST(InventoryFork, AChildForkedDuringTheFirstLoadStillReadsTheGpus) {
 // inherit a lock held, neither gpusel's nor the fake NVML's own (the fake takes
 // its lock in a pthread_atfork handler, so fork() waits until it is free).
 TEST(InventoryFork, ChildrenForkedWhileAnotherThreadQueriesNeverHang) {
+#if defined(GPUSEL_TEST_ASAN)
+  GTEST_SKIP()
+      << "AddressSanitizer's allocator is not fork-safe: a child can hang in its malloc (see the top of this file)";
+#endif
   FakeNvmlMachine machine("gpu\ngpu\ngpu\n");
   ASSERT_TRUE(gpusel::query_inventory().ok());
   std::atomic<bool> stop{false};
