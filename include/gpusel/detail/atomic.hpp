@@ -55,6 +55,9 @@ class Atomic {
   // As std::atomic: copying would be two reads and a write, not one atomic step.
   Atomic(const Atomic&) = delete;
   Atomic& operator=(const Atomic&) = delete;
+  Atomic(Atomic&&) = delete;
+  Atomic& operator=(Atomic&&) = delete;
+  ~Atomic() = default;
 
   T load(MemoryOrder order = MemoryOrder::seq_cst) const noexcept {
     return __atomic_load_n(&value_, static_cast<int>(order));
@@ -87,7 +90,7 @@ class Atomic {
  private:
   // Aligned to its size, as std::atomic aligns it, so that every access is one
   // lock-free instruction (a 64-bit value in 32-bit code included).
-  alignas(sizeof(T)) T value_{};
+  alignas(sizeof(T)) T value_{};  // NOLINT(bugprone-sizeof-expression): a pointer's own size is meant
 };
 
 static_assert(sizeof(Atomic<void*>) == sizeof(void*) && alignof(Atomic<void*>) == alignof(void*) &&
