@@ -73,18 +73,10 @@ class Atomic {
     return __atomic_compare_exchange_n(&value_, &expected, desired, true, static_cast<int>(success),
                                        static_cast<int>(failure));
   }
-  bool compare_exchange_strong(T& expected, T desired, MemoryOrder success, MemoryOrder failure) noexcept {
-    return __atomic_compare_exchange_n(&value_, &expected, desired, false, static_cast<int>(success),
-                                       static_cast<int>(failure));
-  }
   // Integers only; returns the value before.
   T fetch_add(T delta, MemoryOrder order = MemoryOrder::seq_cst) noexcept {
     static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>, "fetch_add needs an integer");
     return __atomic_fetch_add(&value_, delta, static_cast<int>(order));
-  }
-  T fetch_sub(T delta, MemoryOrder order = MemoryOrder::seq_cst) noexcept {
-    static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>, "fetch_sub needs an integer");
-    return __atomic_fetch_sub(&value_, delta, static_cast<int>(order));
   }
 
  private:
