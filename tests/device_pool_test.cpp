@@ -1,7 +1,7 @@
 // Specification of device memory from CUDA's stream-ordered allocator
-// (include/gpusel/detail/device_pool.hpp, Note [Device memory from a pool])
+// (include/gpusel/detail/data/device_pool.hpp, Note [Device memory from a pool])
 // and of the rule that keeps freed memory from being reused under running work
-// (detail/stream_uses.hpp, Note [When freed device memory is reused]), seen
+// (detail/data/stream_uses.hpp, Note [When freed device memory is reused]), seen
 // through Buffer. Built against the emulated and the real runtime (gpusel_test.hpp).
 #include <gtest/gtest.h>
 #include <sys/wait.h>

@@ -5,7 +5,7 @@
 // runtime's counters, that parsing calls nothing).
 #include "gpusel/visible_devices.hpp"
 
-#include "gpusel/detail/decimal.hpp"
+#include "gpusel/detail/core/decimal.hpp"
 
 #include <gtest/gtest.h>
 
@@ -303,7 +303,7 @@ TEST(VisibleDevices, MapsThousandsOfGpusByUuidAndByIndex) {
   EXPECT_EQ(twice.tokens().back().outcome, TokenOutcome::duplicate);
 }
 
-// --- the decimal reader the parsers share (gpusel/detail/decimal.hpp) ----------
+// --- the decimal reader the parsers share (gpusel/detail/core/decimal.hpp) ----------
 
 using gpusel::detail::DecimalGrammar;
 using gpusel::detail::read_decimal;

@@ -8,7 +8,7 @@
 // <gpusel/buffer.hpp> includes this header.
 #pragma once
 
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel {
 
@@ -31,12 +31,12 @@ GPUSEL_API void release_cached_resources() noexcept;
 
 #if GPUSEL_DEFINITIONS
 
-#include "gpusel/detail/device_pool.hpp"
-#include "gpusel/detail/engine_cache.hpp"
-#include "gpusel/detail/fork_state.hpp"
-#include "gpusel/detail/host_block_cache.hpp"
-#include "gpusel/detail/peer_access.hpp"
-#include "gpusel/detail/staging_pool.hpp"
+#include "gpusel/detail/core/fork_state.hpp"
+#include "gpusel/detail/data/device_pool.hpp"
+#include "gpusel/detail/data/engine_cache.hpp"
+#include "gpusel/detail/data/host_block_cache.hpp"
+#include "gpusel/detail/data/peer_access.hpp"
+#include "gpusel/detail/data/staging_pool.hpp"
 
 namespace gpusel {
 

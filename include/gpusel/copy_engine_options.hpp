@@ -14,13 +14,13 @@
 
 #include <cstddef>
 
-#include "gpusel/detail/atomic.hpp"
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/atomic.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel {
 
 // The bounds of each option. The staging pool's fixed array of idle chunks
-// holds kMaxCopyWorkers * kMaxCopySlots of them (detail/staging_pool.hpp).
+// holds kMaxCopyWorkers * kMaxCopySlots of them (detail/data/staging_pool.hpp).
 inline constexpr std::size_t kMaxCopyWorkers = 16;
 inline constexpr std::size_t kMaxCopySlots = 4;
 inline constexpr std::size_t kMinCopyChunkBytes = std::size_t{64} << 10;
@@ -94,7 +94,7 @@ GPUSEL_API void set_copy_engine_options(const CopyEngineOptions& options);
 #include <string>
 #include <thread>
 
-#include "gpusel/detail/process_state.hpp"
+#include "gpusel/detail/core/process_state.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel {

@@ -12,9 +12,9 @@
 #include <optional>
 #include <string>
 
-#include "gpusel/detail/compile_once.hpp"
-#include "gpusel/detail/cuda_status.hpp"
-#include "gpusel/detail/device_switch.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
+#include "gpusel/detail/cuda/cuda_status.hpp"
+#include "gpusel/detail/cuda/device_switch.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 
@@ -67,7 +67,7 @@ inline std::optional<std::string> no_cuda_device_reason() {
 // The calling thread's current device index, like torch.cuda.current_device().
 // After a guard's deferred restore this is the restored device, which raw
 // cudaGetDevice does not show yet (Note [Restoring a device without creating
-// its context] in detail/device_switch.hpp). Throws Error when no device is usable, saying why.
+// its context] in detail/cuda/device_switch.hpp). Throws Error when no device is usable, saying why.
 inline int current_device() {
   int index = 0;
   const cudaError_t status = detail::get_current_device(&index);
@@ -106,7 +106,7 @@ inline void synchronize() {
 // Waits until all work on `device` has finished; the current device stays as
 // it was. Creates no context, on `device` either, current or not: a device
 // without one has no work to wait for, and switching back is lazy (Note [Restoring a device without creating its
-// context] in detail/device_switch.hpp). A cpu device has nothing to wait for.
+// context] in detail/cuda/device_switch.hpp). A cpu device has nothing to wait for.
 GPUSEL_API void synchronize(const Device& device);
 
 }  // namespace gpusel
@@ -114,13 +114,13 @@ GPUSEL_API void synchronize(const Device& device);
 // --- definitions (Note [Compile-once mode]) ---------------------------------
 #if GPUSEL_DEFINITIONS
 
-#include "gpusel/detail/environment.hpp"
-#include "gpusel/detail/visible_tokens.hpp"
+#include "gpusel/detail/core/environment.hpp"
+#include "gpusel/detail/core/visible_tokens.hpp"
 
 namespace gpusel::detail {
 
 static_assert(kCudaErrorNoDevice == cudaErrorNoDevice && kCudaErrorInvalidDevice == cudaErrorInvalidDevice,
-              "detail/visible_tokens.hpp spells these cudaError_t values without a CUDA header");
+              "detail/core/visible_tokens.hpp spells these cudaError_t values without a CUDA header");
 
 GPUSEL_API std::string no_device_reason(cudaError_t status) {
   switch (status) {

@@ -8,8 +8,8 @@
 // Buffer uses it.
 #pragma once
 
-#include "gpusel/detail/atomic.hpp"
-#include "gpusel/detail/process_state.hpp"
+#include "gpusel/detail/core/atomic.hpp"
+#include "gpusel/detail/core/process_state.hpp"
 #include "gpusel/device.hpp"
 
 namespace gpusel {
@@ -34,7 +34,7 @@ namespace gpusel {
 // Per process means also across shared objects: every copy of gpusel in the
 // process (two Python extensions, each built with hidden visibility) reads and
 // sets the one default in the process state (Note [One state per process],
-// detail/process_state.hpp; clang with RTLD_LOCAL is the exception it names).
+// detail/core/process_state.hpp; clang with RTLD_LOCAL is the exception it names).
 //
 // The device is stored in one atomic int, so reading and setting it from
 // several threads is safe and costs a relaxed load. It is not checked against
@@ -43,7 +43,7 @@ namespace gpusel {
 
 namespace detail {
 
-// kDefaultIsCpu, kDefaultIsCurrentCuda (detail/process_state.hpp), or a cuda index >= 0.
+// kDefaultIsCpu, kDefaultIsCurrentCuda (detail/core/process_state.hpp), or a cuda index >= 0.
 inline detail::Atomic<int>& default_device_code() noexcept { return process_state().default_device; }
 
 }  // namespace detail

@@ -13,7 +13,7 @@
 #include <string>  // also declares std::hash, specialized below
 #include <string_view>
 
-#include "gpusel/detail/decimal.hpp"
+#include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel {

@@ -13,14 +13,14 @@
 //
 // Guards make no CUDA call they can avoid, and never create a CUDA context on a
 // device the program does not otherwise use: see Note [Restoring a device
-// without creating its context] in detail/device_switch.hpp.
+// without creating its context] in detail/cuda/device_switch.hpp.
 #pragma once
 
 #include <optional>
 #include <string>
 
 #include "gpusel/current_device.hpp"
-#include "gpusel/detail/device_switch.hpp"
+#include "gpusel/detail/cuda/device_switch.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 
@@ -32,7 +32,7 @@ namespace gpusel {
 // device instead). A destructor cannot throw, so this is where those failures
 // go; the handler must not throw either (if it does, the failure goes to
 // stderr). Failures while the CUDA runtime unloads at exit are not reported
-// (Note [Failed switches at exit] in detail/device_switch.hpp).
+// (Note [Failed switches at exit] in detail/cuda/device_switch.hpp).
 using RestoreErrorHandler = detail::RestoreErrorHandler;
 
 // Sets who hears about a failed restore; nullptr brings back the default, one

@@ -1,5 +1,5 @@
 // The one translation unit of a compile-once program that defines gpusel
-// (Note [Compile-once mode] in gpusel/detail/compile_once.hpp):
+// (Note [Compile-once mode] in gpusel/detail/core/compile_once.hpp):
 //
 //   // gpusel_implementation.cpp, compiled with -DGPUSEL_COMPILE_ONCE like every other file
 //   #include <gpusel/implementation.hpp>
@@ -22,21 +22,21 @@
 #include "gpusel/machine_implementation.hpp"
 // The cuda layer's error paths.
 #include "gpusel/current_device.hpp"
-#include "gpusel/detail/cuda_status.hpp"
-#include "gpusel/detail/device_switch.hpp"
+#include "gpusel/detail/cuda/cuda_status.hpp"
+#include "gpusel/detail/cuda/device_switch.hpp"
 // The data layer's engine.
 
 #include "gpusel/cached_resources.hpp"
 #include "gpusel/copy_engine_options.hpp"
-#include "gpusel/detail/batched_copy.hpp"
-#include "gpusel/detail/copy_engine.hpp"
-#include "gpusel/detail/device_pool.hpp"
-#include "gpusel/detail/host_block_cache.hpp"
-#include "gpusel/detail/host_prefault.hpp"
-#include "gpusel/detail/memory.hpp"
-#include "gpusel/detail/stream_uses.hpp"
-#include "gpusel/detail/streaming_copy.hpp"
-#include "gpusel/detail/untyped_buffer.hpp"
+#include "gpusel/detail/data/batched_copy.hpp"
+#include "gpusel/detail/data/copy_engine.hpp"
+#include "gpusel/detail/data/device_pool.hpp"
+#include "gpusel/detail/data/host_block_cache.hpp"
+#include "gpusel/detail/data/host_prefault.hpp"
+#include "gpusel/detail/data/memory.hpp"
+#include "gpusel/detail/data/stream_uses.hpp"
+#include "gpusel/detail/data/streaming_copy.hpp"
+#include "gpusel/detail/data/untyped_buffer.hpp"
 #include "gpusel/module.hpp"
 // The top layer's start-up: local_rank_device().
 #include "gpusel/launcher.hpp"

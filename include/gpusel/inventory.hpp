@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/memory_size.hpp"
 #include "gpusel/topology.hpp"
@@ -168,8 +168,8 @@ GPUSEL_API GpuLink link_between(const Gpu& a, const Gpu& b) noexcept;
 #include <cstring>
 #include <fstream>
 
-#include "gpusel/detail/environment.hpp"
-#include "gpusel/detail/nvml.hpp"
+#include "gpusel/detail/core/environment.hpp"
+#include "gpusel/detail/machine/nvml.hpp"
 
 namespace gpusel {
 

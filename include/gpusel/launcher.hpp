@@ -6,7 +6,7 @@
 // local_rank_device() applies them to the devices this process sees.
 #pragma once
 
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/local_rank.hpp"
 #include "gpusel/runtime.hpp"

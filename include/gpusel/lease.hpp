@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel {

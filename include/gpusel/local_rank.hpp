@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 
@@ -122,8 +122,8 @@ GPUSEL_API Device device_for_local_rank(const std::optional<LocalRank>& rank, in
 // --- definitions (Note [Compile-once mode]) ---------------------------------
 #if GPUSEL_DEFINITIONS
 
-#include "gpusel/detail/decimal.hpp"
-#include "gpusel/detail/environment.hpp"
+#include "gpusel/detail/core/decimal.hpp"
+#include "gpusel/detail/core/environment.hpp"
 
 namespace gpusel {
 

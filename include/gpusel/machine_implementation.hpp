@@ -1,6 +1,6 @@
 // The one translation unit that defines the machine layer, in a compile-once
 // program that links no CUDA runtime (Note [Compile-once mode] in
-// gpusel/detail/compile_once.hpp), as the gpusel command does:
+// gpusel/detail/core/compile_once.hpp), as the gpusel command does:
 //
 //   // gpusel_implementation.cpp, compiled with -DGPUSEL_COMPILE_ONCE like every other file
 //   #include <gpusel/machine_implementation.hpp>
@@ -22,8 +22,8 @@
 
 #define GPUSEL_IMPLEMENTATION
 
-#include "gpusel/detail/connected_sets.hpp"
-#include "gpusel/detail/nvml.hpp"
+#include "gpusel/detail/machine/connected_sets.hpp"
+#include "gpusel/detail/machine/nvml.hpp"
 #include "gpusel/inventory.hpp"
 #include "gpusel/lease.hpp"
 #include "gpusel/local_rank.hpp"

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "gpusel/detail/decimal.hpp"
+#include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel {

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "gpusel/buffer.hpp"
-#include "gpusel/detail/compile_once.hpp"
-#include "gpusel/detail/module_entries.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
+#include "gpusel/detail/data/module_entries.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 
@@ -39,7 +39,7 @@ namespace gpusel {
 //     not yet on `device`, on `device` — the only step that can fail: every
 //     copy is allocated first, then the bytes are copied, the small buffers
 //     together in batches (Note [Moving many buffers at once] in
-//     detail/batched_copy.hpp);
+//     detail/data/batched_copy.hpp);
 //  2. then, only if every copy succeeded, swaps each copy into its Buffer
 //     (a swap cannot fail), and frees the old memory.
 // If step 1 fails, the copies made so far are freed and every Buffer is
@@ -51,7 +51,7 @@ namespace gpusel {
 // swapped, not replaced, so a reference to `layer.weight` taken before to()
 // sees the moved data after it. Between the two steps the copies wait in a
 // list of moves (detail::BufferMove), beside their buffers' entries
-// (detail/module_entries.hpp).
+// (detail/data/module_entries.hpp).
 
 // Note [A module graph is a tree with shared nodes]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -215,8 +215,8 @@ class Module {
 
 #include <algorithm>
 
-#include "gpusel/detail/batched_copy.hpp"
-#include "gpusel/detail/resolve_device.hpp"
+#include "gpusel/detail/cuda/resolve_device.hpp"
+#include "gpusel/detail/data/batched_copy.hpp"
 
 namespace gpusel {
 

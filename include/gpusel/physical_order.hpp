@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/inventory.hpp"
 
 namespace gpusel {

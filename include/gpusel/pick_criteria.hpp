@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/memory_size.hpp"
 
 namespace gpusel {
@@ -30,7 +30,7 @@ enum class PickOrder {
 };
 
 // Whether the GPUs picked should be near each other (Note [Connected GPUs] in
-// gpusel/detail/connected_sets.hpp).
+// gpusel/detail/machine/connected_sets.hpp).
 enum class PickPlacement {
   any,        // wherever they are
   connected,  // prefer GPUs joined by NVLink, else under one PCIe switch, else one host bridge, else one
@@ -78,7 +78,7 @@ GPUSEL_API std::string describe(const PickCriteria& criteria);
 #include <cstddef>
 #include <cstdint>
 
-#include "gpusel/detail/decimal.hpp"
+#include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/inventory.hpp"
 #include "gpusel/physical_order.hpp"

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/inventory.hpp"
 #include "gpusel/lease.hpp"
@@ -161,8 +161,8 @@ struct [[nodiscard]] LeasedGpus {
 #include <algorithm>
 #include <cstdint>
 
-#include "gpusel/detail/connected_sets.hpp"
-#include "gpusel/detail/decimal.hpp"
+#include "gpusel/detail/core/decimal.hpp"
+#include "gpusel/detail/machine/connected_sets.hpp"
 
 namespace gpusel {
 

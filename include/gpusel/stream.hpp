@@ -13,8 +13,8 @@
 #include <string>
 #include <utility>
 
-#include "gpusel/detail/cuda_status.hpp"
-#include "gpusel/detail/resolve_device.hpp"
+#include "gpusel/detail/cuda/cuda_status.hpp"
+#include "gpusel/detail/cuda/resolve_device.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/guard.hpp"

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel {
 
@@ -57,7 +57,7 @@ GPUSEL_API std::string format_cpu_list(const std::vector<int>& cpus);
 #include <climits>
 #include <optional>
 
-#include "gpusel/detail/nvml.hpp"
+#include "gpusel/detail/machine/nvml.hpp"
 
 namespace gpusel {
 

@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/inventory.hpp"
 #include "gpusel/physical_order.hpp"
@@ -137,7 +137,7 @@ GPUSEL_API void keep_visible_devices(std::initializer_list<int> logical_indices)
 #include <cstdlib>
 #include <utility>
 
-#include "gpusel/detail/environment.hpp"
+#include "gpusel/detail/core/environment.hpp"
 
 namespace gpusel {
 

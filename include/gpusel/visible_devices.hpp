@@ -18,9 +18,9 @@
 #include <string_view>
 #include <vector>
 
-#include "gpusel/detail/compile_once.hpp"
-#include "gpusel/detail/decimal.hpp"
-#include "gpusel/detail/visible_tokens.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
+#include "gpusel/detail/core/decimal.hpp"
+#include "gpusel/detail/core/visible_tokens.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel {

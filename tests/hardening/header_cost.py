@@ -25,7 +25,7 @@ including x adds to a file that already has the usual headers. A TU name may
 also name the mode the headers are compiled in: "compile-once" as one of its
 parts ("T + compile-once + gpusel/gpusel.hpp") puts `#define GPUSEL_COMPILE_ONCE`
 before the includes, so the machine layer's and the data layer engine's
-headers declare their functions and define none (Note [Compile-once mode] in gpusel/detail/compile_once.hpp);
+headers declare their functions and define none (Note [Compile-once mode] in gpusel/detail/core/compile_once.hpp);
 without it the TU is header-only, gpusel's default.
 
 The budgets are the BUDGETS table below: one row per ratio, "measured TU" over

@@ -22,7 +22,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 CUDA_HEADER_RE = re.compile(r"^(cuda[^/]*\.h|cuda/.*|nv[^/]*\.h|cub/.*|thrust/.*)$")
-NVML_HEADER = "nvml.h"  # gpusel declares what it needs of NVML (detail/nvml.hpp); the header has no place here
+NVML_HEADER = "nvml.h"  # gpusel declares what it needs of NVML (detail/machine/nvml.hpp); the header has no place here
 
 
 def table_rows(text, first_column):
@@ -92,7 +92,7 @@ def main():
                     elif allowed.get(layer) is not None and target[0] not in allowed[layer]:
                         problems.append(f"{where} {included} ({target[0]} layer), which {layer} may not use")
                 elif included == NVML_HEADER:
-                    problems.append(f"{where} <{included}>: NVML is loaded with dlopen, through detail/nvml.hpp")
+                    problems.append(f"{where} <{included}>: NVML is loaded with dlopen, through detail/machine/nvml.hpp")
                 elif CUDA_HEADER_RE.match(included):
                     if not cuda_ok.get(layer, False):
                         problems.append(f"{where} <{included}>, but the {layer} layer has no CUDA")

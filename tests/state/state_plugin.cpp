@@ -8,10 +8,10 @@
 
 #include "emulated_runtime.hpp"
 #include "gpusel/default_device.hpp"
-#include "gpusel/detail/nvml.hpp"
-#include "gpusel/detail/peer_access.hpp"
-#include "gpusel/detail/primary_context.hpp"
-#include "gpusel/detail/staging_pool.hpp"
+#include "gpusel/detail/cuda/primary_context.hpp"
+#include "gpusel/detail/data/peer_access.hpp"
+#include "gpusel/detail/data/staging_pool.hpp"
+#include "gpusel/detail/machine/nvml.hpp"
 #include "gpusel/guard.hpp"
 
 #define GPUSEL_STATE_CAT2(a, b) a##_##b

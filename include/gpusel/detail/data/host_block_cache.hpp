@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <string>
 
-#include "gpusel/detail/atomic.hpp"
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/atomic.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel::detail {
 
@@ -19,7 +19,7 @@ namespace gpusel::detail {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // `buffer.to(gpusel::cpu())` in a loop allocates a new host array each time,
 // and draining a GPU's data into fresh pages is limited by their page faults
-// (Note [Fresh host memory], detail/memory.hpp), where a drain into pages that
+// (Note [Fresh host memory], detail/data/memory.hpp), where a drain into pages that
 // are already there runs at memory speed (and faster still with streaming
 // stores, Note [Streaming stores]). So freed pageable blocks of
 // kHostBlockCacheMinBytes or more (the 2 MiB-aligned ones, advised
@@ -180,10 +180,10 @@ GPUSEL_API void drain_chunk(const HostDrain& drain, void* destination, const voi
 #include <exception>
 #include <new>
 
-#include "gpusel/detail/fork_state.hpp"
-#include "gpusel/detail/host_prefault.hpp"
-#include "gpusel/detail/process_state.hpp"
-#include "gpusel/detail/streaming_copy.hpp"
+#include "gpusel/detail/core/fork_state.hpp"
+#include "gpusel/detail/core/process_state.hpp"
+#include "gpusel/detail/data/host_prefault.hpp"
+#include "gpusel/detail/data/streaming_copy.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/memory_size.hpp"
 

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "gpusel/detail/process_state.hpp"
+#include "gpusel/detail/core/process_state.hpp"
 
 // What must stay one per shared object: a cache of what this object's code
 // found, which another object (calling another runtime) must not share, also
@@ -74,7 +74,7 @@ GPUSEL_DETAIL_PER_OBJECT inline RuntimeEntry this_runtime() noexcept {
 
 // The calling thread's record of its device in this code's runtime, once
 // looked up a thread-local read (Note [Restoring a device without creating its
-// context], detail/device_switch.hpp).
+// context], detail/cuda/device_switch.hpp).
 GPUSEL_DETAIL_PER_OBJECT inline ThreadDevice& find_thread_device() noexcept {
   const int index = this_runtime().index;
   if (index >= 0) return process_state().thread_devices()[index];

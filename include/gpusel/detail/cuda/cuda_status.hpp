@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel::detail {
 
@@ -40,7 +40,7 @@ GPUSEL_API std::string describe_runtime_map(const std::optional<std::string>& va
 // --- definitions (Note [Compile-once mode]) ---------------------------------
 #if GPUSEL_DEFINITIONS
 
-#include "gpusel/detail/decimal.hpp"
+#include "gpusel/detail/core/decimal.hpp"
 
 namespace gpusel::detail {
 

@@ -9,10 +9,10 @@
 #include <thread>
 
 #include "gpusel/copy_engine_options.hpp"
-#include "gpusel/detail/atomic.hpp"
-#include "gpusel/detail/fork_state.hpp"
-#include "gpusel/detail/parallel_parts.hpp"
-#include "gpusel/detail/runtime_state.hpp"
+#include "gpusel/detail/core/atomic.hpp"
+#include "gpusel/detail/core/fork_state.hpp"
+#include "gpusel/detail/cuda/runtime_state.hpp"
+#include "gpusel/detail/data/parallel_parts.hpp"
 
 namespace gpusel::detail {
 

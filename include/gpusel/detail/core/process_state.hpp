@@ -7,7 +7,7 @@
 
 #include <type_traits>
 
-#include "gpusel/detail/atomic.hpp"
+#include "gpusel/detail/core/atomic.hpp"
 
 namespace gpusel {
 class Error;
@@ -47,9 +47,9 @@ class Error;
 //    driver, libcuda, per process), the loaded NVML libraries, the copy
 //    engine's options, the fork record, the prefault decision and the cache
 //    of large host blocks; later also the GPU leases (`objects`, free slots).
-//  - per CUDA runtime (Note [One state per runtime], detail/runtime_state.hpp):
+//  - per CUDA runtime (Note [One state per runtime], detail/cuda/runtime_state.hpp):
 //    the staging pool, the peer-access table, the copy engine's cache, the
-//    device memory pools (detail/device_pool.hpp), and per thread the deferred
+//    device memory pools (detail/data/device_pool.hpp), and per thread the deferred
 //    restore (ThreadDevice); later also cached streams (free slots of
 //    Runtime::objects). Two shared objects that link libcudart.so call
 //    one runtime and share these; two that each link the static runtime have
@@ -106,7 +106,7 @@ inline constexpr int kDefaultIsCurrentCuda = -1;
 using RestoreErrorHandler = void (*)(const Error& error);
 
 // Two driver functions, looked up through the runtime (Note [Reaching the
-// driver through the runtime], detail/primary_context.hpp). The driver
+// driver through the runtime], detail/cuda/primary_context.hpp). The driver
 // API types are spelled without cuda.h: CUresult is an int-sized enum whose
 // CUDA_SUCCESS is 0, CUdevice an int.
 struct DriverEntryPoints {
@@ -121,7 +121,7 @@ struct DriverEntryPoints {
 
 // What gpusel knows about a thread's device in one runtime beyond what
 // cudaGetDevice says (Note [Restoring a device without creating its context],
-// detail/device_switch.hpp).
+// detail/cuda/device_switch.hpp).
 struct ThreadDevice {
   // The device gpusel reports while a restore is deferred, else -1.
   int deferred_device = -1;
@@ -176,7 +176,7 @@ struct ProcessState {
   detail::Atomic<RestoreErrorHandler> restore_error_handler{nullptr};
   detail::Atomic<bool> restore_error_printed{false};
   DriverEntryPoints driver{};
-  // The loaded NVML libraries, newest first (detail/nvml.hpp), published with
+  // The loaded NVML libraries, newest first (detail/machine/nvml.hpp), published with
   // a compare-exchange and never removed: no lock is held across dlopen and
   // nvmlInit (Note [Loading NVML without a lock]).
   detail::Atomic<const nvml::Library*> nvml_libraries{nullptr};

@@ -8,15 +8,15 @@
 #include <cstdint>
 #include <string>
 
-#include "gpusel/detail/atomic.hpp"
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/atomic.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel::detail {
 
 // Note [Prefaulting fresh host memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A copy from a GPU into a new host buffer is limited by the page faults of
-// the fresh destination (Note [Fresh host memory], detail/memory.hpp). How
+// the fresh destination (Note [Fresh host memory], detail/data/memory.hpp). How
 // to take them best depends on whether the kernel gives the buffer's
 // madvise(MADV_HUGEPAGE) huge pages, which the system's setting says
 // (/sys/kernel/mm/transparent_hugepage/enabled, e.g. "always [madvise] never"):
@@ -41,7 +41,7 @@ namespace gpusel::detail {
 // keeps it (same system, same answer), and there is nothing to forget.
 // Drains into host memory gpusel did not just allocate (a reused block, a
 // user's pointer) are not prefaulted: their pages are already there, or
-// gpusel cannot know (detail/host_block_cache.hpp).
+// gpusel cannot know (detail/data/host_block_cache.hpp).
 
 // The word in brackets of /sys/kernel/mm/transparent_hugepage/enabled.
 enum class TransparentHugePages : std::uint8_t { always, madvise, never, unknown };
@@ -117,7 +117,7 @@ GPUSEL_API void prefault_pages(void* begin, std::size_t bytes) noexcept;
 #include <new>
 #include <string_view>
 
-#include "gpusel/detail/process_state.hpp"
+#include "gpusel/detail/core/process_state.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel::detail {

@@ -8,7 +8,7 @@ namespace gpusel::detail {
 
 // Note [Why not <atomic>]
 // ~~~~~~~~~~~~~~~~~~~~~~~
-// gpusel's process-wide and per-runtime state (detail/process_state.hpp,
+// gpusel's process-wide and per-runtime state (detail/core/process_state.hpp,
 // fork_state.hpp, the default device, the restore-error handler, the copy
 // engine's options) is a few atomic integers and pointers, and the cuda
 // layer's headers hold it, so every file that includes guard.hpp compiled

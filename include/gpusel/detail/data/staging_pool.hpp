@@ -14,10 +14,10 @@
 
 #include "gpusel/copy_engine_options.hpp"
 #include "gpusel/current_device.hpp"
-#include "gpusel/detail/cuda_status.hpp"
-#include "gpusel/detail/fork_state.hpp"
-#include "gpusel/detail/memory.hpp"
-#include "gpusel/detail/runtime_state.hpp"
+#include "gpusel/detail/core/fork_state.hpp"
+#include "gpusel/detail/cuda/cuda_status.hpp"
+#include "gpusel/detail/cuda/runtime_state.hpp"
+#include "gpusel/detail/data/memory.hpp"
 
 namespace gpusel::detail {
 

@@ -6,8 +6,8 @@
 #include <mutex>
 #include <vector>
 
-#include "gpusel/detail/device_pool.hpp"
-#include "gpusel/detail/runtime_state.hpp"
+#include "gpusel/detail/cuda/runtime_state.hpp"
+#include "gpusel/detail/data/device_pool.hpp"
 #include "gpusel/guard.hpp"
 
 namespace gpusel::detail {
@@ -26,7 +26,7 @@ namespace gpusel::detail {
 // topology, too many peers) is not an error: the copy is staged instead.
 // Peer access does not reach memory-pool memory: an enabled pair also grants
 // the destination access to the source's pool (Note [Device memory from a
-// pool], detail/device_pool.hpp).
+// pool], detail/data/device_pool.hpp).
 // release_cached_resources() forgets the table, for use before cudaDeviceReset.
 class PeerAccess {
  public:

@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "gpusel/detail/atomic.hpp"
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/atomic.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel::detail::nvml {
 
@@ -164,7 +164,7 @@ GPUSEL_API LoadResult load(const std::string& path);
 
 #include <memory>
 
-#include "gpusel/detail/process_state.hpp"
+#include "gpusel/detail/core/process_state.hpp"
 
 namespace gpusel::detail::nvml {
 

@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel::detail {
 

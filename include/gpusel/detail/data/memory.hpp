@@ -1,6 +1,6 @@
 // Memory of the three kinds a Buffer can hold: ordinary (pageable) host
 // memory, pinned host memory, and device memory, each allocated and freed
-// where it belongs. Who owns it and how it is copied: detail/untyped_buffer.hpp.
+// where it belongs. Who owns it and how it is copied: detail/data/untyped_buffer.hpp.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -9,14 +9,14 @@
 #include <cstdint>
 #include <limits>
 
-#include "gpusel/detail/compile_once.hpp"
-#include "gpusel/detail/error_context.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
+#include "gpusel/detail/core/error_context.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel::detail {
 
-class StreamUses;  // detail/stream_uses.hpp
+class StreamUses;  // detail/data/stream_uses.hpp
 
 enum class MemoryKind : std::uint8_t { pageable_host, pinned_host, device };
 
@@ -84,7 +84,7 @@ inline bool round_up(std::size_t value, std::size_t multiple, std::size_t& round
 // errors ("gpusel::Buffer(1024 elements, 4096 bytes, cuda:1)"); `involved` is
 // the GPU the bytes are copied from or to, or -1, for pinned memory (Note
 // [Which device pins host memory]); `stream` is the stream device memory is
-// ordered on (Note [When freed device memory is reused], detail/stream_uses.hpp).
+// ordered on (Note [When freed device memory is reused], detail/data/stream_uses.hpp).
 // Throws OutOfMemory when the memory ran out, Error for any other failure.
 [[nodiscard]] GPUSEL_API void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorContext what,
                                                int involved = -1, cudaStream_t stream = cudaStreamLegacy);
@@ -110,10 +110,10 @@ GPUSEL_API void free_memory(void* pointer, const MemoryPlace& place, StreamUses*
 #endif
 
 #include "gpusel/current_device.hpp"
-#include "gpusel/detail/cuda_status.hpp"
-#include "gpusel/detail/device_pool.hpp"
-#include "gpusel/detail/fork_state.hpp"
-#include "gpusel/detail/host_block_cache.hpp"
+#include "gpusel/detail/core/fork_state.hpp"
+#include "gpusel/detail/cuda/cuda_status.hpp"
+#include "gpusel/detail/data/device_pool.hpp"
+#include "gpusel/detail/data/host_block_cache.hpp"
 #include "gpusel/guard.hpp"
 
 namespace gpusel::detail {
@@ -179,7 +179,7 @@ inline void* allocate_pageable(std::size_t bytes, ErrorContext what) {
 // The switch is a guard's, so it creates nothing and the thread's device is
 // what it was afterwards (Note [Restoring a device without creating its
 // context]). The copy engine's staging chunks are pinned inside a guard on
-// the copy's GPU (detail/staged_copy.hpp), which is rule 1.
+// the copy's GPU (detail/data/staged_copy.hpp), which is rule 1.
 
 // The device to pin host memory under (Note [Which device pins host memory]);
 // `involved` is the device the copy involves, or -1. -1 when the runtime
@@ -221,7 +221,7 @@ inline void* allocate_pinned_for(std::size_t bytes, int involved, ErrorContext w
 }
 
 // `bytes` on `device` from its memory pool (Note [Device memory from a pool],
-// detail/device_pool.hpp), ordered on `stream`.
+// detail/data/device_pool.hpp), ordered on `stream`.
 inline void* allocate_device(std::size_t bytes, int device, ErrorContext what, cudaStream_t stream) {
   if (forked_after_cuda()) throw_forked_after_cuda(what().c_str());
   enter_cuda_work("gpusel::Buffer");

@@ -12,8 +12,8 @@
 #include <mutex>
 #include <string>
 
-#include "gpusel/detail/atomic.hpp"
-#include "gpusel/detail/process_state.hpp"
+#include "gpusel/detail/core/atomic.hpp"
+#include "gpusel/detail/core/process_state.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel::detail {
@@ -76,13 +76,13 @@ struct PartThread {
 // Starting a thread costs about 7 us on a 2-core host, and a 10 ms copy on 12
 // threads started 11. PartWorkers keeps the threads: thread i does part i of
 // every job, so what a part keeps per thread (a stream, its events: the engine
-// cache, detail/engine_cache.hpp) is used by one thread at a time. One job
+// cache, detail/data/engine_cache.hpp) is used by one thread at a time. One job
 // runs at a time; its owner (the engine cache's lease) makes sure of that, and
 // a copy that finds the workers busy starts threads of its own, as before.
 // The threads wait on a condition variable between jobs, and are joined by
 // stop() (release_cached_resources(), process exit). In a child made by
 // fork() they do not exist: forget() drops them without a join and makes the
-// locks anew (Note [Caches across fork()], detail/fork_state.hpp). Locks and
+// locks anew (Note [Caches across fork()], detail/core/fork_state.hpp). Locks and
 // threads are POSIX, not the standard library's, for compile time (below).
 class PartWorkers {
  public:

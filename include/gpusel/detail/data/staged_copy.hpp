@@ -11,13 +11,13 @@
 #include <string>
 
 #include "gpusel/copy_engine_options.hpp"
-#include "gpusel/detail/atomic.hpp"
-#include "gpusel/detail/cuda_status.hpp"
-#include "gpusel/detail/engine_cache.hpp"
-#include "gpusel/detail/host_block_cache.hpp"
-#include "gpusel/detail/host_prefault.hpp"
-#include "gpusel/detail/parallel_parts.hpp"
-#include "gpusel/detail/staging_pool.hpp"
+#include "gpusel/detail/core/atomic.hpp"
+#include "gpusel/detail/cuda/cuda_status.hpp"
+#include "gpusel/detail/data/engine_cache.hpp"
+#include "gpusel/detail/data/host_block_cache.hpp"
+#include "gpusel/detail/data/host_prefault.hpp"
+#include "gpusel/detail/data/parallel_parts.hpp"
+#include "gpusel/detail/data/staging_pool.hpp"
 #include "gpusel/guard.hpp"
 
 namespace gpusel::detail {

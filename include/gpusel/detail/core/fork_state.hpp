@@ -7,8 +7,8 @@
 #include <new>
 #include <string>
 
-#include "gpusel/detail/atomic.hpp"
-#include "gpusel/detail/process_state.hpp"
+#include "gpusel/detail/core/atomic.hpp"
+#include "gpusel/detail/core/process_state.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel::detail {

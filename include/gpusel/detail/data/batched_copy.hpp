@@ -5,9 +5,9 @@
 
 #include <cstddef>
 
-#include "gpusel/detail/compile_once.hpp"
-#include "gpusel/detail/memory.hpp"
-#include "gpusel/detail/untyped_buffer.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
+#include "gpusel/detail/data/memory.hpp"
+#include "gpusel/detail/data/untyped_buffer.hpp"
 
 namespace gpusel::detail {
 
@@ -99,12 +99,12 @@ GPUSEL_API void move_buffers(BufferMove* moves, std::size_t count, MoveFailure& 
 #include <vector>
 
 #include "gpusel/copy_engine_options.hpp"
-#include "gpusel/detail/copy_engine.hpp"
-#include "gpusel/detail/cuda_status.hpp"
-#include "gpusel/detail/engine_cache.hpp"
-#include "gpusel/detail/peer_access.hpp"
-#include "gpusel/detail/staged_copy.hpp"
-#include "gpusel/detail/staging_pool.hpp"
+#include "gpusel/detail/cuda/cuda_status.hpp"
+#include "gpusel/detail/data/copy_engine.hpp"
+#include "gpusel/detail/data/engine_cache.hpp"
+#include "gpusel/detail/data/peer_access.hpp"
+#include "gpusel/detail/data/staged_copy.hpp"
+#include "gpusel/detail/data/staging_pool.hpp"
 #include "gpusel/guard.hpp"
 
 namespace gpusel::detail {

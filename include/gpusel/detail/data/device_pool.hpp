@@ -10,12 +10,12 @@
 #include <mutex>
 #include <new>
 
-#include "gpusel/detail/atomic.hpp"
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/atomic.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel::detail {
 
-class StreamUses;  // detail/stream_uses.hpp
+class StreamUses;  // detail/data/stream_uses.hpp
 
 // Note [Device memory from a pool]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -34,7 +34,7 @@ class StreamUses;  // detail/stream_uses.hpp
 //    virtualized GPUs, WSL's older drivers) gets cudaMalloc and cudaFree, as
 //    before. The answer is asked once per device and runtime.
 //  - The free is queued on the legacy default stream after the waits that
-//    Note [When freed device memory is reused] (detail/stream_uses.hpp)
+//    Note [When freed device memory is reused] (detail/data/stream_uses.hpp)
 //    requires. A free that cannot be queued is done by cudaFree, which
 //    waits for the device and frees pool memory too.
 //  - Memory running out (cudaErrorMemoryAllocation): frees still queued may
@@ -42,7 +42,7 @@ class StreamUses;  // detail/stream_uses.hpp
 //    tries once more before it throws OutOfMemory, as cudaFree's waiting
 //    made memory come back at once before.
 //  - A device that reads this device's memory directly (peer access, Note
-//    [Peer copies] in detail/peer_access.hpp) is granted access to the pool
+//    [Peer copies] in detail/data/peer_access.hpp) is granted access to the pool
 //    (cudaMemPoolSetAccess): cudaDeviceEnablePeerAccess does not reach pool
 //    memory. Pairs enabled before the pool was made are granted when it is.
 //  - release_cached_resources() waits for each pooled device, trims its pool
@@ -152,9 +152,9 @@ class DevicePools {
 #include <cstdlib>
 #include <string>
 
-#include "gpusel/detail/fork_state.hpp"
-#include "gpusel/detail/runtime_state.hpp"
-#include "gpusel/detail/stream_uses.hpp"
+#include "gpusel/detail/core/fork_state.hpp"
+#include "gpusel/detail/cuda/runtime_state.hpp"
+#include "gpusel/detail/data/stream_uses.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/guard.hpp"
 #include "gpusel/memory_size.hpp"

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "gpusel/detail/compile_once.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/topology.hpp"
 
 namespace gpusel::detail {

@@ -3,13 +3,13 @@
 //
 // Used by the guards and synchronize(device) to restore a device without
 // creating its context (Note [Restoring a device without creating its context]
-// in detail/device_switch.hpp).
+// in detail/cuda/device_switch.hpp).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include "gpusel/detail/atomic.hpp"
-#include "gpusel/detail/process_state.hpp"
+#include "gpusel/detail/core/atomic.hpp"
+#include "gpusel/detail/core/process_state.hpp"
 
 namespace gpusel::detail {
 
@@ -34,7 +34,7 @@ enum class PrimaryContextState { Active, Inactive, Unknown };
 // before 12 did without cost.
 //
 // The pointers live in the process state (DriverEntryPoints, in
-// detail/process_state.hpp): a process has one driver, so one lookup serves
+// detail/core/process_state.hpp): a process has one driver, so one lookup serves
 // every runtime and every shared object in it (Note [One state per process]).
 inline DriverEntryPoints& driver_entry_points() noexcept { return process_state().driver; }
 

@@ -33,8 +33,8 @@
 // GPUSEL_IMPLEMENTATION implies GPUSEL_COMPILE_ONCE in its unit.
 //
 // The cuda layer's error paths are compiled once too: the functions that build
-// the message of a failed CUDA call or device switch (detail/cuda_status.hpp,
-// current_device.hpp, detail/device_switch.hpp) and synchronize(device). They
+// the message of a failed CUDA call or device switch (detail/cuda/cuda_status.hpp,
+// current_device.hpp, detail/cuda/device_switch.hpp) and synchronize(device). They
 // run only when something failed, and building their text is much of what
 // those headers cost a file: in compile-once mode guard.hpp adds 157 M compiler
 // instructions rather than 206 to a typical training file (1788 M alone) with
@@ -47,7 +47,7 @@
 // (guards, streams, the current device), whose small functions are cheap to
 // compile and worth inlining where they are called.
 //
-// The engine's own headers (detail/staged_copy.hpp, staging_pool.hpp,
+// The engine's own headers (detail/data/staged_copy.hpp, staging_pool.hpp,
 // engine_cache.hpp, parallel_parts.hpp, peer_access.hpp) stay header-only:
 // only definitions include them, so in compile-once mode only the one unit
 // with GPUSEL_IMPLEMENTATION compiles them.

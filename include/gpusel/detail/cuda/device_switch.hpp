@@ -7,12 +7,12 @@
 
 #include <string>
 
-#include "gpusel/detail/atomic.hpp"
-#include "gpusel/detail/compile_once.hpp"
-#include "gpusel/detail/cuda_status.hpp"
-#include "gpusel/detail/primary_context.hpp"
-#include "gpusel/detail/process_state.hpp"
-#include "gpusel/detail/runtime_state.hpp"
+#include "gpusel/detail/core/atomic.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
+#include "gpusel/detail/core/process_state.hpp"
+#include "gpusel/detail/cuda/cuda_status.hpp"
+#include "gpusel/detail/cuda/primary_context.hpp"
+#include "gpusel/detail/cuda/runtime_state.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 
@@ -63,7 +63,7 @@ namespace gpusel::detail {
 
 // The calling thread's record (ThreadDevice) is kept per runtime, shared by
 // every copy of gpusel that calls the runtime: thread_device(),
-// detail/runtime_state.hpp (Note [One state per runtime]).
+// detail/cuda/runtime_state.hpp (Note [One state per runtime]).
 
 // The device the runtime has current for this thread and the one gpusel reports.
 struct CurrentDevice {

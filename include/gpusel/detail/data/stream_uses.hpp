@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "gpusel/detail/compile_once.hpp"
-#include "gpusel/detail/error_context.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
+#include "gpusel/detail/core/error_context.hpp"
 
 namespace gpusel::detail {
 
@@ -17,7 +17,7 @@ namespace gpusel::detail {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // cudaFree waited for the whole device, so a Buffer could be dropped while a
 // kernel still used it. Device Buffers now come from a memory pool (Note
-// [Device memory from a pool], detail/device_pool.hpp), and cudaFreeAsync is
+// [Device memory from a pool], detail/data/device_pool.hpp), and cudaFreeAsync is
 // ordered on one stream only: the pool may hand the memory to the next
 // allocation as soon as that stream reaches the free. The rule, after
 // PyTorch's record_stream:
@@ -86,7 +86,7 @@ class StreamUses {
 
 #if GPUSEL_DEFINITIONS
 
-#include "gpusel/detail/cuda_status.hpp"
+#include "gpusel/detail/cuda/cuda_status.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/guard.hpp"
 

@@ -4,9 +4,9 @@
 
 #include <cstddef>
 
-#include "gpusel/detail/atomic.hpp"
-#include "gpusel/detail/compile_once.hpp"
-#include "gpusel/detail/memory.hpp"
+#include "gpusel/detail/core/atomic.hpp"
+#include "gpusel/detail/core/compile_once.hpp"
+#include "gpusel/detail/data/memory.hpp"
 #include "gpusel/stream.hpp"
 
 namespace gpusel::detail {
@@ -44,12 +44,12 @@ GPUSEL_API void fill(void* destination, const MemoryPlace& to, std::size_t bytes
 #include <vector>
 
 #include "gpusel/copy_engine_options.hpp"
-#include "gpusel/detail/cuda_status.hpp"
-#include "gpusel/detail/engine_cache.hpp"
-#include "gpusel/detail/fork_state.hpp"
-#include "gpusel/detail/parallel_parts.hpp"
-#include "gpusel/detail/peer_access.hpp"
-#include "gpusel/detail/staged_copy.hpp"
+#include "gpusel/detail/core/fork_state.hpp"
+#include "gpusel/detail/cuda/cuda_status.hpp"
+#include "gpusel/detail/data/engine_cache.hpp"
+#include "gpusel/detail/data/parallel_parts.hpp"
+#include "gpusel/detail/data/peer_access.hpp"
+#include "gpusel/detail/data/staged_copy.hpp"
 #include "gpusel/guard.hpp"
 
 namespace gpusel::detail {
