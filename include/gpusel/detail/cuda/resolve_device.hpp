@@ -6,11 +6,12 @@
 
 #include <string>
 
-#include "gpusel/current_device.hpp"
 #include "gpusel/detail/core/error_context.hpp"
 #include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/cuda/cuda_status.hpp"
+#include "gpusel/detail/cuda/device_count.hpp"
 #include "gpusel/detail/cuda/device_switch.hpp"
+#include "gpusel/detail/cuda/forked_child.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 

@@ -100,6 +100,7 @@ GPUSEL_API void move_buffers(BufferMove* moves, std::size_t count, MoveFailure& 
 
 #include "gpusel/copy_engine_options.hpp"
 #include "gpusel/detail/cuda/cuda_status.hpp"
+#include "gpusel/detail/cuda/forked_child.hpp"
 #include "gpusel/detail/data/copy_engine.hpp"
 #include "gpusel/detail/data/engine_cache.hpp"
 #include "gpusel/detail/data/peer_access.hpp"

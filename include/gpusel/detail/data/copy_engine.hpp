@@ -44,8 +44,8 @@ GPUSEL_API void fill(void* destination, const MemoryPlace& to, std::size_t bytes
 #include <vector>
 
 #include "gpusel/copy_engine_options.hpp"
-#include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/cuda/cuda_status.hpp"
+#include "gpusel/detail/cuda/forked_child.hpp"
 #include "gpusel/detail/data/engine_cache.hpp"
 #include "gpusel/detail/data/parallel_parts.hpp"
 #include "gpusel/detail/data/peer_access.hpp"

@@ -112,6 +112,7 @@ GPUSEL_API void free_memory(void* pointer, const MemoryPlace& place, StreamUses*
 #include "gpusel/current_device.hpp"
 #include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/cuda/cuda_status.hpp"
+#include "gpusel/detail/cuda/forked_child.hpp"
 #include "gpusel/detail/data/device_pool.hpp"
 #include "gpusel/detail/data/host_block_cache.hpp"
 #include "gpusel/guard.hpp"

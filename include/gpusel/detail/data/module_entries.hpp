@@ -6,9 +6,13 @@
 #include <typeinfo>
 #include <utility>
 
-#include "gpusel/buffer.hpp"
 #include "gpusel/detail/data/untyped_buffer.hpp"
 #include "gpusel/device.hpp"
+
+namespace gpusel {
+template <class T>
+class Buffer;  // gpusel/buffer.hpp, which module.hpp includes before it instantiates an entry
+}  // namespace gpusel
 
 namespace gpusel::detail {
 

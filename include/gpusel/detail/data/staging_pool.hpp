@@ -16,6 +16,7 @@
 #include "gpusel/current_device.hpp"
 #include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/cuda/cuda_status.hpp"
+#include "gpusel/detail/cuda/forked_child.hpp"
 #include "gpusel/detail/cuda/runtime_state.hpp"
 #include "gpusel/detail/data/memory.hpp"
 

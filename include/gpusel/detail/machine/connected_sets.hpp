@@ -9,7 +9,10 @@
 #include <vector>
 
 #include "gpusel/detail/core/compile_once.hpp"
-#include "gpusel/topology.hpp"
+
+namespace gpusel {
+enum class GpuLink;  // gpusel/topology.hpp: nearer links compare lower
+}  // namespace gpusel
 
 namespace gpusel::detail {
 
@@ -44,13 +47,19 @@ namespace gpusel::detail {
 
 GPUSEL_API std::vector<std::size_t> connected_set(const std::vector<std::vector<GpuLink>>& links, std::size_t size) {
   const std::size_t count = links.size();
-  for (int level = static_cast<int>(GpuLink::nvlink); level <= static_cast<int>(GpuLink::unknown); ++level) {
+  std::vector<GpuLink> levels;  // every link the matrix holds, nearest first: the search widens level by level
+  for (std::size_t a = 0; a < count; ++a)
+    for (std::size_t b = 0; b < count; ++b)
+      if (a != b) levels.push_back(links[a][b]);
+  std::sort(levels.begin(), levels.end());
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  for (const GpuLink level : levels) {
     for (std::size_t first = 0; first < count; ++first) {
       std::vector<std::size_t> ranks{first};  // the set started from `first`
       for (std::size_t other = 0; other < count && ranks.size() < size; ++other) {
         if (other == first) continue;
         bool near_all = true;
-        for (const std::size_t member : ranks) near_all = near_all && static_cast<int>(links[member][other]) <= level;
+        for (const std::size_t member : ranks) near_all = near_all && links[member][other] <= level;
         if (near_all) ranks.push_back(other);
       }
       if (ranks.size() < size) continue;
