@@ -6,6 +6,7 @@
 //   x = std::move(x).to(gpusel::cuda(0));             // move it, no copy if already there
 //   std::vector<float> back = y.to_vector();          // y.tolist()
 //   auto pinned = gpusel::Buffer<float>::pinned(n);   // torch.empty(n, pin_memory=True)
+// Layer: data (docs/layers.md).
 #pragma once
 
 #include <cstddef>

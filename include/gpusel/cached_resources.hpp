@@ -6,6 +6,7 @@
 //   gpusel::release_cached_resources();   // torch.cuda.empty_cache(); before cudaDeviceReset
 //
 // <gpusel/buffer.hpp> includes this header.
+// Layer: data (docs/layers.md).
 #pragma once
 
 #include "gpusel/detail/core/compile_once.hpp"

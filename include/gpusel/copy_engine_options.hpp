@@ -10,6 +10,8 @@
 //   GPUSEL_COPY_WORKERS=10 GPUSEL_COPY_SLOTS=3 GPUSEL_COPY_CHUNK=2M ./app
 //
 // <gpusel/buffer.hpp> includes this header.
+// This header includes no CUDA header.
+// Layer: data (docs/layers.md).
 #pragma once
 
 #include <cstddef>

@@ -6,6 +6,7 @@
 //
 // This header includes no CUDA header: the default is only a name until a
 // Buffer uses it.
+// Layer: data (docs/layers.md).
 #pragma once
 
 #include "gpusel/detail/core/atomic.hpp"

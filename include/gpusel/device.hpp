@@ -4,6 +4,7 @@
 //
 // A Device is a value: two small integers, cheap to copy, compare and hash.
 // This header includes no CUDA header; a Device is only a name until it is used.
+// Layer: core (docs/layers.md).
 #pragma once
 
 #include <cstddef>

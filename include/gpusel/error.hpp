@@ -3,6 +3,7 @@
 //
 // This header includes no CUDA header, so that the CUDA-free parts of gpusel
 // (device.hpp, visible_devices.hpp) can throw it too.
+// Layer: core (docs/layers.md).
 #pragma once
 
 #include <stdexcept>

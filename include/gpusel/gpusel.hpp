@@ -1,5 +1,6 @@
 // The umbrella header: everything gpusel offers (docs/layers.md shows which
 // header to include for less; docs/reference.md lists every name).
+// Layer: top (docs/layers.md).
 #pragma once
 
 #include "gpusel/current_device.hpp"

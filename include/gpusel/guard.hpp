@@ -14,6 +14,7 @@
 // Guards make no CUDA call they can avoid, and never create a CUDA context on a
 // device the program does not otherwise use: see Note [Restoring a device
 // without creating its context] in detail/cuda/device_switch.hpp.
+// Layer: cuda (docs/layers.md).
 #pragma once
 
 #include <optional>

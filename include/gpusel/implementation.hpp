@@ -13,6 +13,7 @@
 // synchronize(device)), and the data layer's engine (allocation, the copy
 // engine, its options and caches, and Module's functions), and
 // local_rank_device() (launcher.hpp), which joins the two.
+// Layer: top (docs/layers.md).
 #pragma once
 
 #if defined(GPUSEL_API)

@@ -14,6 +14,7 @@
 // (CudaPhysicalOrder, cuda_physical_order) is gpusel/physical_order.hpp, above
 // this header.
 // This header includes no CUDA header and makes no CUDA call.
+// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,7 @@
 //
 // local_rank() and device_for_local_rank() (gpusel/local_rank.hpp) decide;
 // local_rank_device() applies them to the devices this process sees.
+// Layer: top (docs/layers.md).
 #pragma once
 
 #include "gpusel/detail/core/compile_once.hpp"

@@ -10,6 +10,7 @@
 // crashed job never keeps a GPU. Picking (select.hpp) counts a leased GPU as
 // busy; `gpusel run` and `gpusel::use_free_gpus` take leases on what they pick.
 // This header includes no CUDA header and makes no CUDA call.
+// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <unistd.h>

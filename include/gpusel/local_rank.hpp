@@ -8,6 +8,7 @@
 // (see Note [Which launcher variable wins]) and gpusel::local_rank_device()
 // turns it into a Device. The decision itself is a pure function,
 // device_for_local_rank(), so it can be checked without launching anything.
+// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <array>

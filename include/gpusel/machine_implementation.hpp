@@ -13,6 +13,7 @@
 // program.
 // Like them it includes no CUDA header. A program that uses the CUDA runtime
 // includes <gpusel/implementation.hpp> instead, which defines every layer.
+// Layer: machine (docs/layers.md).
 #pragma once
 
 #if defined(GPUSEL_API)

@@ -5,6 +5,7 @@
 //   gpusel::MemorySize size = "8GiB";        // a threshold: bytes or text
 //
 // This header includes no CUDA header.
+// Layer: core (docs/layers.md).
 #pragma once
 
 #include <cstdint>

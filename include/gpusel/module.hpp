@@ -11,6 +11,7 @@
 //   Linear layer(4, 2);
 //   layer.to(gpusel::cuda(0));           // layer.to("cuda:0"): the same object, returned
 //   layer.weight.device()                // cuda:0
+// Layer: data (docs/layers.md).
 #pragma once
 
 #include <memory>

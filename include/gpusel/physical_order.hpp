@@ -9,6 +9,7 @@
 // It orders the Gpus of inventory.hpp, which it includes; visibility.hpp (the
 // DeviceMap) includes this header.
 // This header includes no CUDA header and makes no CUDA call.
+// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <cstddef>

@@ -10,6 +10,7 @@
 //
 // select.hpp, which judges GPUs by these criteria, includes this header.
 // This header includes no CUDA header and makes no CUDA call.
+// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <climits>

@@ -12,6 +12,7 @@
 // the environment (gpusel/visibility.hpp) before CUDA starts, and the CUDA
 // runtime (gpusel/current_device.hpp) after. Code that only switches devices
 // includes gpusel/guard.hpp or gpusel/current_device.hpp and pays for no NVML.
+// Layer: top (docs/layers.md).
 #pragma once
 
 #include <cuda_runtime_api.h>

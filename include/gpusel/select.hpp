@@ -10,6 +10,7 @@
 // Picking reads NVML only (inventory.hpp): it creates no CUDA context and makes
 // no CUDA call, so it can run before CUDA starts, as use_free_gpus must.
 // This header includes no CUDA header.
+// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <cstdint>

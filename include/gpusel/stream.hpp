@@ -6,6 +6,7 @@
 //
 // A Stream remembers its device, so that work queued on it and its
 // destruction happen there whatever device is current.
+// Layer: cuda (docs/layers.md).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -5,6 +5,7 @@
 //
 //   gpusel::escape_for_terminal("\x1b]0;owned\x07")   "\x1b]0;owned\x07" as text, harmless to print
 //   gpusel::hex_bytes("\xff" "A")                     "ff41"
+// Layer: core (docs/layers.md).
 #pragma once
 
 #include <cstddef>

@@ -10,6 +10,7 @@
 // inventory.hpp, which includes this header; link_between reads two Gpus, so
 // it is declared there, with Gpu.
 // This header includes no CUDA header and makes no CUDA call.
+// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <string>

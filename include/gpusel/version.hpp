@@ -1,4 +1,5 @@
 // The version of gpusel, for code that must check it at compile time.
+// Layer: core (docs/layers.md).
 #pragma once
 
 #define GPUSEL_VERSION_MAJOR 0

@@ -12,6 +12,7 @@
 //                                       what is visible now
 //
 // This header includes no CUDA header and makes no CUDA call.
+// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <initializer_list>

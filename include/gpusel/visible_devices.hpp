@@ -10,6 +10,7 @@
 // This header includes no CUDA header and makes no CUDA call: it answers what
 // the runtime *would* do, so it can be asked before CUDA starts, from a parent
 // process, or with an inventory of another machine.
+// Layer: core (docs/layers.md).
 #pragma once
 
 #include <cstdint>

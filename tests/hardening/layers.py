@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
-"""The layer test: every include in include/gpusel is one docs/layers.md allows.
+"""The layer test: every include in include/gpusel follows docs/layers.md's rule.
 
-    tests/hardening/layers.py [--root DIR]
+    tests/hardening/layers.py [--root DIR] [--list]
 
-Reads the two tables of docs/layers.md (which layer may include which, and the
-layer of every header) and every `#include` of every header under
-include/gpusel. Fails, naming each one, for
-  - a header that is not in the table, or a table row whose header is gone;
-  - an include of a gpusel header from a layer the including layer may not use;
-  - a CUDA header (<cuda*.h>, <cuda_runtime*.h>, <cuda/...>) included by a
-    header of a layer without CUDA, or by a header marked CUDA-free;
+A header's layer is read from the header itself: a detail header's from its
+folder (gpusel/detail/<layer>/), a public header's from its `// Layer: <layer>`
+line. Fails, naming the line to change, for
+  - a header with no layer, or with a layer that does not exist;
+  - an include of a header from a layer the including layer may not use;
+  - an arrow back up: a detail header that includes a public header which
+    itself leads, directly or not, back into that detail folder (detail/ lies
+    beneath what it serves; a public header that leads nowhere into it, such
+    as copy_engine_options.hpp for the engine, is a leaf it may read);
+  - a CUDA header (<cuda*.h>, <cuda/...>, ...) included by a core or machine
+    header, or by one that says "This header includes no CUDA header";
   - <nvml.h> anywhere (NVML is declared by hand and loaded with dlopen).
-Includes are followed as written, not transitively: each edge is checked
-where it is made, so a failure names the line to change.
+Includes are checked where they are made, not transitively. --list prints each
+header with its layer and whether it is CUDA-free.
 """
 import argparse
 import os
@@ -20,87 +24,111 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# What each layer may include; the order is bottom to top.
+MAY_INCLUDE = {
+    "core": {"core"},
+    "machine": {"core", "machine"},
+    "cuda": {"core", "cuda"},
+    "data": {"core", "cuda", "data"},
+    "top": {"core", "machine", "cuda", "data", "top"},
+}
+CUDA_FREE_LAYERS = {"core", "machine"}
+
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
+LAYER_LINE_RE = re.compile(r"^// Layer: ([a-z]+)\b")
+DETAIL_RE = re.compile(r"^gpusel/detail/([a-z]+)/[^/]+\.hpp$")
+CUDA_FREE_PROMISE_RE = re.compile(r"^//.*[Ii]ncludes? no CUDA header")
 CUDA_HEADER_RE = re.compile(r"^(cuda[^/]*\.h|cuda/.*|nv[^/]*\.h|cub/.*|thrust/.*)$")
-NVML_HEADER = "nvml.h"  # gpusel declares what it needs of NVML (detail/machine/nvml.hpp); the header has no place here
 
 
-def table_rows(text, first_column):
-    """The rows of the markdown table whose header row starts with `first_column`."""
-    rows, inside = [], False
-    for line in text.splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")] if line.startswith("|") else None
-        if cells is None:
-            inside = False
+class Header:
+    def __init__(self, include_dir, name):
+        self.name = name
+        with open(os.path.join(include_dir, name), encoding="utf-8") as f:
+            self.lines = f.read().splitlines()
+        detail = DETAIL_RE.match(name)
+        self.is_detail = detail is not None or name.startswith("gpusel/detail/")
+        if detail:
+            self.layer = detail.group(1)
+        else:
+            marks = [m.group(1) for m in map(LAYER_LINE_RE.match, self.lines) if m]
+            self.layer = marks[0] if len(marks) == 1 else None
+        promise = any(CUDA_FREE_PROMISE_RE.match(line) for line in self.lines)
+        self.cuda_free = promise or self.layer in CUDA_FREE_LAYERS
+
+    def where(self, number):
+        return f"include/{self.name}:{number}: {self.layer} header"
+
+
+def read_headers(include_dir):
+    names = []
+    for directory, _, files in os.walk(os.path.join(include_dir, "gpusel")):
+        names += [os.path.relpath(os.path.join(directory, f), include_dir) for f in files if f.endswith(".hpp")]
+    return {name: Header(include_dir, name) for name in sorted(names)}
+
+
+def folder_of(header):
+    return os.path.dirname(header.name)
+
+
+def includes_of(header):
+    return [m.group(2) for m in map(INCLUDE_RE.match, header.lines) if m and m.group(2).startswith("gpusel/")]
+
+
+def reach(start, headers):
+    """The folders of every gpusel header that `start` includes, directly or not."""
+    seen, todo = set(), [start.name]
+    while todo:
+        for name in includes_of(headers[todo.pop()]):
+            if name in headers and name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return {os.path.dirname(name) for name in seen}
+
+
+def problems_of(header, headers):
+    if header.layer not in MAY_INCLUDE:
+        place = "its folder, gpusel/detail/<layer>/," if header.is_detail else "a `// Layer: <layer>` line"
+        return [f"include/{header.name}: no layer; give it one with {place} one of {', '.join(MAY_INCLUDE)}"]
+    problems = []
+    for number, line in enumerate(header.lines, 1):
+        match = INCLUDE_RE.match(line)
+        if not match:
             continue
-        if cells[0] == first_column:
-            inside = True
-            continue
-        if inside and not set(cells[0]) <= set("-: "):
-            rows.append(cells)
-    return rows
-
-
-def read_layers(path):
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    allowed, cuda_ok = {}, {}
-    for layer, may_include, cuda in table_rows(text, "layer"):
-        allowed[layer] = {name.strip() for name in may_include.split(",")}
-        if "every layer" in allowed[layer]:
-            allowed[layer] = None  # the top layer may include anything
-        cuda_ok[layer] = cuda == "yes"
-    headers = {}
-    for header, layer, cuda_free in table_rows(text, "header"):
-        headers[header.strip("`")] = (layer, cuda_free == "yes")
-    return allowed, cuda_ok, headers
+        included, where = match.group(2), header.where(number)
+        if included.startswith("gpusel/"):
+            target = headers.get(included)
+            if target is None:
+                problems.append(f"{where} includes {included}, which does not exist")
+            elif target.layer not in MAY_INCLUDE[header.layer]:
+                problems.append(f"{where} includes {included} ({target.layer} layer), which {header.layer} may not use")
+            elif header.is_detail and not target.is_detail and folder_of(header) in reach(target, headers):
+                problems.append(f"{where} includes {included}, which leads back into {folder_of(header)}/: "
+                                f"detail/ lies beneath what it serves (forward-declare, or move what it needs "
+                                f"into {folder_of(header)}/)")
+        elif included == "nvml.h":
+            problems.append(f"{where} includes <nvml.h>: NVML is loaded with dlopen, through detail/machine/nvml.hpp")
+        elif CUDA_HEADER_RE.match(included) and header.cuda_free:
+            why = f"the {header.layer} layer has no CUDA" if header.layer in CUDA_FREE_LAYERS else "it says so"
+            problems.append(f"{where} includes <{included}>, but it includes no CUDA header ({why})")
+    return problems
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=ROOT)
+    parser.add_argument("--list", action="store_true", help="print each header's layer and CUDA-freedom")
     args = parser.parse_args()
-    include_dir = os.path.join(args.root, "include")
-    allowed, cuda_ok, headers = read_layers(os.path.join(args.root, "docs", "layers.md"))
-    problems = []
-    for layer in {layer for layer, _ in headers.values()}:
-        if layer not in allowed:
-            problems.append(f"docs/layers.md: layer {layer!r} is not in the table of layers")
-
-    on_disk = []
-    for directory, _, files in os.walk(os.path.join(include_dir, "gpusel")):
-        on_disk += [os.path.relpath(os.path.join(directory, f), include_dir) for f in files if f.endswith(".hpp")]
-    for header in sorted(set(headers) - set(on_disk)):
-        problems.append(f"docs/layers.md: {header} is in the table but not in include/")
-
-    for header in sorted(on_disk):
-        if header not in headers:
-            problems.append(f"include/{header}: not in docs/layers.md; give it a layer there")
-            continue
-        layer, cuda_free = headers[header]
-        with open(os.path.join(include_dir, header), encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                match = INCLUDE_RE.match(line)
-                if not match:
-                    continue
-                included = match.group(2)
-                where = f"include/{header}:{number}: {layer} header includes"
-                if included.startswith("gpusel/"):
-                    target = headers.get(included)
-                    if target is None:
-                        problems.append(f"{where} {included}, which is not in docs/layers.md")
-                    elif allowed.get(layer) is not None and target[0] not in allowed[layer]:
-                        problems.append(f"{where} {included} ({target[0]} layer), which {layer} may not use")
-                elif included == NVML_HEADER:
-                    problems.append(f"{where} <{included}>: NVML is loaded with dlopen, through detail/machine/nvml.hpp")
-                elif CUDA_HEADER_RE.match(included):
-                    if not cuda_ok.get(layer, False):
-                        problems.append(f"{where} <{included}>, but the {layer} layer has no CUDA")
-                    elif cuda_free:
-                        problems.append(f"{where} <{included}>, but docs/layers.md marks it CUDA-free")
+    headers = read_headers(os.path.join(args.root, "include"))
+    if args.list:
+        for header in headers.values():
+            print(f"{header.name} {header.layer} {'cuda-free' if header.cuda_free else 'cuda'}")
+        return 0
+    problems = [problem for header in headers.values() for problem in problems_of(header, headers)]
     for problem in problems:
         print(problem)
-    print(f"{len(on_disk)} headers checked against docs/layers.md: "
+    print(f"{len(headers)} headers checked against docs/layers.md's rule: "
           f"{len(problems)} problem{'s' if len(problems) != 1 else ''}")
     return 1 if problems else 0
 

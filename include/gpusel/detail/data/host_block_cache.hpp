@@ -2,6 +2,7 @@
 // gpusel has written them yet, and a small capped cache of freed ones that the
 // next allocations reuse (Note [The host block cache]); and how the copy
 // engine drains a GPU's data into one (plan_host_drain).
+// This header includes no CUDA header.
 #pragma once
 
 #include <pthread.h>

@@ -2,6 +2,7 @@
 // data into it, decided once per process from the system's transparent huge
 // page setting (or GPUSEL_PREFAULT), and the prefault itself: Note [Prefaulting
 // fresh host memory].
+// This header includes no CUDA header.
 #pragma once
 
 #include <cstddef>

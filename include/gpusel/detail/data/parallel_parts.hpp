@@ -1,4 +1,5 @@
 // Splitting a large copy into contiguous parts done by several host threads.
+// This header includes no CUDA header.
 #pragma once
 
 #include <pthread.h>

@@ -1,6 +1,7 @@
 // A memcpy whose stores bypass the CPU caches (non-temporal stores), for
 // draining a GPU's data into host memory whose pages are already there:
 // Note [Streaming stores].
+// This header includes no CUDA header.
 #pragma once
 
 #include <cstddef>
