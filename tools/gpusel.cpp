@@ -109,7 +109,8 @@ instances, each one GPU for -n, leased apart; it is never picked whole:
 
 Options of run only:
   --wait[=DURATION]      until enough GPUs fit: forever, or at most DURATION
-                         (30s, 5m, 1h; a bare number is seconds)
+                         (30s, 5m, 1h; a bare number is seconds); what no wait
+                         can fix (an unusable lease directory) fails at once
   --no-lease             take no lease (other jobs may then get the same GPUs)
   --local-rank           this process's GPU as a rank of a job (torchrun, mpirun,
                          srun): local rank i gets the i-th GPU CUDA_VISIBLE_DEVICES
@@ -1083,19 +1084,29 @@ Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& 
   return attempt;
 }
 
+// Criteria that name nothing here, and leases that cannot be read (the lease directory,
+// a lock file, a GPU without a UUID), throw Error: no wait can fix them, so run fails
+// at once. Too few GPUs that fit is the attempt's failure, which a wait may end.
 Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
   Attempt attempt;
+  std::vector<gpusel::Candidate> assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user());
+  gpusel::reject_leased_gpus(assessed);
   try {
-    if (arguments.lease) {
-      gpusel::LeasedGpus leased = gpusel::lease_free_gpus(arguments.criteria, map, gpusel::current_user());
-      attempt.chosen = std::move(leased.gpus);
-      attempt.lease = std::move(leased.lease);
-    } else {
-      std::vector<gpusel::Candidate> assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user());
-      gpusel::reject_leased_gpus(assessed);
-      attempt.chosen = gpusel::choose(arguments.criteria, std::move(assessed));
-    }
+    attempt.chosen = gpusel::choose(arguments.criteria, std::move(assessed));
   } catch (const gpusel::Error& error) {
+    attempt.failure = error.what();
+    return attempt;
+  }
+  if (!arguments.lease) return attempt;
+  for (const gpusel::Candidate& candidate : attempt.chosen)
+    if (candidate.uuid().empty())  // a lock file is named by the UUID
+      throw gpusel::Error("cannot lease " + gpusel::describe(candidate) + ": NVML reports no UUID for it");
+  try {  // leases as it chooses again, passing over a GPU another job leases first
+    gpusel::LeasedGpus leased = gpusel::lease_free_gpus(arguments.criteria, map, gpusel::current_user());
+    attempt.chosen = std::move(leased.gpus);
+    attempt.lease = std::move(leased.lease);
+  } catch (const gpusel::Error& error) {
+    attempt.chosen.clear();
     attempt.failure = error.what();
   }
   return attempt;
@@ -1115,8 +1126,11 @@ int run_run(const Arguments& arguments) {
     }
     try {
       attempt = arguments.local_rank ? attempt_local_rank(arguments, map) : attempt_pick(arguments, map);
-    } catch (const gpusel::Error& error) {
-      std::cerr << "gpusel: " << gpusel::escape_for_terminal(error.what()) << "\n";
+    } catch (const gpusel::Error& error) {  // no wait can fix it
+      const std::string_view message = error.what();
+      std::cerr << (message.substr(0, 8) == "gpusel: " ? "" : "gpusel: ") << gpusel::escape_for_terminal(message)
+                << "\n";
+      if (arguments.wait) std::cerr << "gpusel: not waiting: no wait can fix this\n";
       return kExitRunFailed;
     }
     if (attempt.failure.empty()) break;

@@ -3,8 +3,8 @@
 # fake NVML (tests/fake_nvml), checking its output and exit statuses.
 #   check_tool.sh <gpusel program> <fake NVML library> <scenario>
 # Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, odd_uuids, json, usage,
-# run, run_leases, run_wait, run_job, run_signals, run_local_rank, exclude_numbering, device_order, memory,
-# impossible_readings, hostile_text, output.
+# run, run_leases, run_wait, run_wait_unfixable, run_job, run_signals, run_local_rank, exclude_numbering,
+# device_order, memory, impossible_readings, hostile_text, output, mig, topology.
 set -uo pipefail
 gpusel=$1
 export GPUSEL_NVML_LIBRARY=$2
@@ -508,6 +508,34 @@ except subprocess.TimeoutExpired:
 print("loop:", loop.returncode, open(log).read().split())
 sys.exit(0 if loop.returncode == -signal.SIGINT and open(log).read().split() == ["started"] else 1)
 ' "$gpusel" "$work/loop" || { echo "FAILED: Ctrl-C must stop a shell loop of gpusel run"; failures=$((failures + 1)); }
+    ;;
+  run_wait_unfixable)
+    # run --wait fails at once (125, with the reason) where no wait can help; timeout(1) ends a run that waits.
+    printf 'gpu\ngpu\n' >"$work/idle2.txt"
+    export GPUSEL_FAKE_NVML_CONFIG="$work/idle2.txt"
+    launcher=(timeout 10)
+    mkdir -m 0777 "$work/open"
+    chmod 0777 "$work/open"  # past the umask
+    GPUSEL_LEASE_DIR="$work/open" run 125 run --wait -- true
+    expect stderr "gpusel: the lease directory $work/open is writable by other users but not sticky"
+    expect stderr "gpusel: not waiting: no wait can fix this"
+    mkdir -p "$GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.lock"
+    run 125 run --wait=1h -- true
+    expect stderr "GPU-fa4e0000-0000-0000-0000-000000000000.lock is not a regular file"
+    rmdir "$GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.lock"
+    printf 'gpu uuid=\n' >"$work/no_uuid.txt"
+    GPUSEL_FAKE_NVML_CONFIG="$work/no_uuid.txt" run 125 run --wait -- true
+    expect stderr "NVML reports no UUID for it"
+    run 125 run --wait --exclude 9 -- true
+    expect stderr "cannot exclude \"9\""
+    # What a wait can end, it waits for: a GPU another job holds.
+    "$gpusel" run --exclude 1 -- sh -c 'echo $$ >"$1"; exec sleep 2' sh "$work/holder" 2>/dev/null &
+    holder=$!
+    until_file "$work/holder"
+    run 0 run --wait=20s --exclude 1 -- true
+    expect stderr "gpusel: waiting for"
+    wait $holder
+    launcher=()
     ;;
   run_local_rank)
     # Each rank of a job gets the i-th GPU the job sees, leased; a GPU another job holds is that rank's error.
