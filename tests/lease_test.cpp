@@ -5,6 +5,7 @@
 // tests, tests/tool, check it across processes).
 #include "gpusel/lease.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "lease_directory.hpp"
 #include "text_checks.hpp"
@@ -98,6 +100,29 @@ TEST(Lease, MigInstancesOfOneGpuCoexistAndExcludeTheirWholeGpu) {
   const gpusel::GpuLease whole = gpusel::lease_gpu(kGpu);
   EXPECT_FALSE(gpusel::try_lease_gpu(kInstanceA, kGpu).has_value()) << "an instance, while its whole GPU is leased";
   EXPECT_TRUE(gpusel::lease_holder(kInstanceA, kGpu).has_value());
+}
+
+// What `gpusel run` hands its command (Note [The job holds the lease]): a copy of the
+// descriptors holds the lease on its own once the lease itself has ended.
+TEST(Lease, ACopyOfItsDescriptorsHoldsTheLeaseAfterTheLeaseEnds) {
+  ScopedLeaseDirectory directory;
+  std::optional<gpusel::GpuLease> lease = gpusel::try_lease_gpu(kInstanceA, kGpu);
+  ASSERT_TRUE(lease.has_value());
+  const std::vector<int> descriptors = lease->file_descriptors();
+  ASSERT_EQ(descriptors.size(), 2u) << "the instance's file and its GPU's";
+  std::vector<int> copies;
+  for (const int descriptor : descriptors) {
+    EXPECT_NE(fcntl(descriptor, F_GETFD) & FD_CLOEXEC, 0) << "a started command inherits none by accident";
+    copies.push_back(fcntl(descriptor, F_DUPFD_CLOEXEC, 0));
+    ASSERT_GE(copies.back(), 0);
+  }
+  lease->release();
+  EXPECT_TRUE(lease->file_descriptors().empty());
+  EXPECT_FALSE(gpusel::try_lease_gpu(kInstanceA, kGpu).has_value()) << "the copies hold the instance";
+  EXPECT_FALSE(gpusel::try_lease_gpu(kGpu).has_value()) << "and its GPU, shared";
+  EXPECT_TRUE(gpusel::try_lease_gpu(kInstanceB, kGpu).has_value()) << "shared: another instance is free";
+  for (const int copy : copies) close(copy);
+  EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value()) << "the last copy closed ends the lease";
 }
 
 }  // namespace

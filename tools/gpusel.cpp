@@ -12,8 +12,9 @@
 #include <gpusel/version.hpp>
 #include <gpusel/visibility.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <gpusel/text.hpp>
@@ -69,8 +70,9 @@ Commands (none of them starts CUDA or creates a context on any GPU):
   run       choose free GPUs, lease them and run a command on exactly those:
               gpusel run -n 2 --min-free 8GiB -- ./train --epochs 10
             the command's CUDA_VISIBLE_DEVICES names the GPUs chosen, in order;
-            gpusel waits for it, forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT to
-            it, and exits with its status (128+N when signal N killed it)
+            the lease lasts until the last process of the command ends; gpusel
+            waits for it, passes on the signals sent to it, and exits with its
+            status, or dies of the signal that killed it
   pick      choose free GPUs and print them, for scripts (fails, printing
             nothing, when too few fit; takes no lease)
   help      this text (also -h, --help after any command)
@@ -107,7 +109,8 @@ instances, each one GPU for -n, leased apart; it is never picked whole:
 
 Options of run only:
   --wait[=DURATION]      until enough GPUs fit: forever, or at most DURATION
-                         (30s, 5m, 1h; a bare number is seconds)
+                         (30s, 5m, 1h; a bare number is seconds); what no wait
+                         can fix (an unusable lease directory) fails at once
   --no-lease             take no lease (other jobs may then get the same GPUs)
   --local-rank           this process's GPU as a rank of a job (torchrun, mpirun,
                          srun): local rank i gets the i-th GPU CUDA_VISIBLE_DEVICES
@@ -873,58 +876,164 @@ int run_pick(const Arguments& arguments) {
 
 // --- run ---------------------------------------------------------------------------------
 
-pid_t g_child = 0;  // the command, once started: where the signals go
+// Note [The job holds the lease]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A lease lasts as long as the job, whatever happens to `gpusel run`. The command
+// starts with a copy of each lock file's descriptor (numbered 10 or above, clear of
+// a shell's redirections 3-9), and a flock lock ends only when the last descriptor
+// on its open file description closes (Note [Leases]). So `kill -9` of run (the OOM
+// killer, a scheduler's cleanup) leaves the GPU leased while the command lives, and
+// a command that puts its work in the background (`sh -c 'train &'`) keeps it while
+// that work runs. The costs: whatever the job leaves running keeps the GPU until it
+// ends, and a command that closes descriptors it did not open leaves the lease to
+// run alone. run passes on every signal sent to it whose default would end it, but
+// the faults of its own code (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS,
+// SIGABRT); one the terminal sends the whole foreground group (Ctrl-C) is not sent
+// twice. A signal ignored when run starts stays ignored in the command (`nohup
+// gpusel run`, as `nohup env`), and in run but for SIGCHLD, which run must see.
+// run ends as the command did: its exit status, or death by the same signal (so a
+// shell loop stops at Ctrl-C), as env. The command is started by fork and execvp,
+// so a file without #! runs through /bin/sh, as execvp runs it (posix_spawnp fails
+// with ENOEXEC).
 
-// Forwards a signal sent to gpusel (kill, a scheduler) to the command. One from the
-// terminal (Ctrl-C) is not forwarded: the terminal sends it to the command too.
+volatile sig_atomic_t g_child = 0;  // the command while it runs: where the signals go
+static_assert(sizeof(pid_t) <= sizeof(sig_atomic_t), "a pid must fit where a signal handler reads it");
+
+// Passes a signal sent to gpusel (kill, a scheduler) on to the command. Not one the
+// kernel sends (si_code > 0: the terminal's Ctrl-C, which the command has too), nor
+// one run's own writes raise (SIGPIPE, sent by the kernel as from run itself).
 void forward_signal(int signal_number, siginfo_t* info, void*) {
   const int saved = errno;
-  if (g_child > 0 && (info == nullptr || info->si_code <= 0)) (void)kill(g_child, signal_number);
+  const bool sent = info == nullptr || (info->si_code <= 0 && info->si_pid != getpid());
+  const pid_t child = g_child;
+  if (child > 0 && sent) {
+    if (info != nullptr && info->si_code == SI_QUEUE)
+      (void)sigqueue(child, signal_number, info->si_value);  // with its value
+    else
+      (void)kill(child, signal_number);
+  }
   errno = saved;
 }
 
-constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+// The signals run passes on (Note [The job holds the lease]).
+std::vector<int> forwarded_signals() {
+  std::vector<int> signals = {SIGHUP,  SIGINT,    SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM,
+                              SIGPIPE, SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ, SIGIO};
+#ifdef SIGPWR
+  signals.push_back(SIGPWR);
+#endif
+#ifdef SIGSTKFLT
+  signals.push_back(SIGSTKFLT);
+#endif
+  for (int number = SIGRTMIN; number <= SIGRTMAX; ++number) signals.push_back(number);
+  return signals;
+}
 
-// Starts `command_line`, waits for it, and returns its status as a shell gives it.
-int start_and_wait(const std::vector<std::string>& command_line) {
+// Ends run as signal `signal_number` ended the command. A core dump of run would
+// replace the command's, so run makes none. Returns 128+N should the signal not end it.
+int die_of(int signal_number) {
+  std::cout.flush();
+  struct rlimit core {};
+  if (getrlimit(RLIMIT_CORE, &core) == 0) {
+    core.rlim_cur = 0;
+    (void)setrlimit(RLIMIT_CORE, &core);
+  }
+  (void)signal(signal_number, SIG_DFL);
+  sigset_t just_this;
+  sigemptyset(&just_this);
+  sigaddset(&just_this, signal_number);
+  (void)sigprocmask(SIG_UNBLOCK, &just_this, nullptr);
+  (void)raise(signal_number);
+  return 128 + signal_number;
+}
+
+// Starts `command_line`, holding `lease` with it (Note [The job holds the lease]),
+// waits for it, and ends as it ended: its exit status, or death by its signal.
+int start_and_wait(const std::vector<std::string>& command_line, const gpusel::GpuLease& lease) {
+  const std::vector<int> signals = forwarded_signals();
   sigset_t forwarded, previous;
   sigemptyset(&forwarded);
-  for (const int signal_number : kForwarded) sigaddset(&forwarded, signal_number);
+  for (const int signal_number : signals) sigaddset(&forwarded, signal_number);
+  // Blocked until the child's pid is known, so none is lost.
+  sigprocmask(SIG_BLOCK, &forwarded, &previous);
   struct sigaction action {};
   action.sa_sigaction = forward_signal;
   action.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&action.sa_mask);
-  for (const int signal_number : kForwarded) sigaction(signal_number, &action, nullptr);
-  // Blocked until the child's pid is known, so none is lost; the child starts with them unblocked
-  // and at their default dispositions.
-  sigprocmask(SIG_BLOCK, &forwarded, &previous);
-  posix_spawnattr_t attributes;
-  posix_spawnattr_init(&attributes);
-  posix_spawnattr_setsigdefault(&attributes, &forwarded);
-  posix_spawnattr_setsigmask(&attributes, &previous);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  struct sigaction by_default {};
+  by_default.sa_handler = SIG_DFL;
+  sigemptyset(&by_default.sa_mask);
+  std::vector<int> caught;
+  for (const int signal_number : signals) {
+    struct sigaction current {};
+    if (sigaction(signal_number, nullptr, &current) != 0) continue;
+    if ((current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == SIG_IGN) continue;  // stays ignored
+    if (sigaction(signal_number, &action, nullptr) == 0) caught.push_back(signal_number);
+  }
+  // SIGCHLD ignored would have the kernel reap the command before run could wait for it:
+  // run takes the default, and the command gets the ignored SIGCHLD it would have inherited.
+  struct sigaction child_ended {};
+  const bool child_ended_ignored = sigaction(SIGCHLD, nullptr, &child_ended) == 0 &&
+                                   (child_ended.sa_flags & SA_SIGINFO) == 0 && child_ended.sa_handler == SIG_IGN;
+  if (child_ended_ignored) (void)sigaction(SIGCHLD, &by_default, nullptr);
   std::vector<char*> argv;
   for (const std::string& word : command_line) argv.push_back(const_cast<char*>(word.c_str()));
   argv.push_back(nullptr);
-  pid_t child = 0;
-  const int error = posix_spawnp(&child, argv[0], nullptr, &attributes, argv.data(), environ);
-  posix_spawnattr_destroy(&attributes);
-  if (error != 0) {
+  const std::vector<int> lease_descriptors = lease.file_descriptors();
+  int report[2];  // the child writes execvp's errno here; exec closes it
+  if (pipe2(report, O_CLOEXEC) != 0) {
     sigprocmask(SIG_SETMASK, &previous, nullptr);
-    std::cerr << "gpusel: cannot run \"" << command_line[0] << "\": " << std::strerror(error) << "\n";
-    return error == ENOENT ? kExitNotFound : kExitCannotRun;
+    std::cerr << "gpusel: cannot start the command: pipe2: " << std::strerror(errno) << "\n";
+    return kExitRunFailed;
+  }
+  const pid_t child = fork();
+  if (child == 0) {  // the command-to-be: async-signal-safe calls only, until execvp
+    for (const int signal_number : caught) (void)sigaction(signal_number, &by_default, nullptr);
+    if (child_ended_ignored) (void)sigaction(SIGCHLD, &child_ended, nullptr);
+    for (const int descriptor : lease_descriptors)
+      if (fcntl(descriptor, F_DUPFD, 10) < 0) (void)fcntl(descriptor, F_SETFD, 0);  // the copy is not O_CLOEXEC
+    (void)sigprocmask(SIG_SETMASK, &previous, nullptr);
+    execvp(argv[0], argv.data());
+    const int error = errno;
+    (void)!write(report[1], &error, sizeof error);
+    _exit(kExitCannotRun);
+  }
+  const int fork_error = errno;
+  close(report[1]);
+  if (child < 0) {
+    close(report[0]);
+    sigprocmask(SIG_SETMASK, &previous, nullptr);
+    std::cerr << "gpusel: cannot start the command: fork: " << std::strerror(fork_error) << "\n";
+    return kExitRunFailed;
   }
   g_child = child;
   sigprocmask(SIG_SETMASK, &previous, nullptr);
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0) {
+  int exec_error = 0;
+  ssize_t got = 0;
+  while ((got = read(report[0], &exec_error, sizeof exec_error)) < 0 && errno == EINTR) {
+  }
+  close(report[0]);
+  // Waits without reaping, then stops forwarding before the pid is freed: no signal reaches a stranger.
+  siginfo_t ended{};
+  while (waitid(P_PID, static_cast<id_t>(child), &ended, WEXITED | WNOWAIT) != 0) {
     if (errno != EINTR) {
       std::cerr << "gpusel: waiting for the command failed: " << std::strerror(errno) << "\n";
       return kExitRunFailed;
     }
   }
+  sigprocmask(SIG_BLOCK, &forwarded, nullptr);
+  g_child = 0;
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (got == static_cast<ssize_t>(sizeof exec_error)) {
+    sigprocmask(SIG_SETMASK, &previous, nullptr);
+    std::cerr << "gpusel: cannot run \"" << gpusel::escape_for_terminal(command_line[0])
+              << "\": " << std::strerror(exec_error) << "\n";
+    return exec_error == ENOENT ? kExitNotFound : kExitCannotRun;
+  }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  if (WIFSIGNALED(status)) return die_of(WTERMSIG(status));
   return kExitRunFailed;
 }
 
@@ -975,19 +1084,29 @@ Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& 
   return attempt;
 }
 
+// Criteria that name nothing here, and leases that cannot be read (the lease directory,
+// a lock file, a GPU without a UUID), throw Error: no wait can fix them, so run fails
+// at once. Too few GPUs that fit is the attempt's failure, which a wait may end.
 Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
   Attempt attempt;
+  std::vector<gpusel::Candidate> assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user());
+  gpusel::reject_leased_gpus(assessed);
   try {
-    if (arguments.lease) {
-      gpusel::LeasedGpus leased = gpusel::lease_free_gpus(arguments.criteria, map, gpusel::current_user());
-      attempt.chosen = std::move(leased.gpus);
-      attempt.lease = std::move(leased.lease);
-    } else {
-      std::vector<gpusel::Candidate> assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user());
-      gpusel::reject_leased_gpus(assessed);
-      attempt.chosen = gpusel::choose(arguments.criteria, std::move(assessed));
-    }
+    attempt.chosen = gpusel::choose(arguments.criteria, std::move(assessed));
   } catch (const gpusel::Error& error) {
+    attempt.failure = error.what();
+    return attempt;
+  }
+  if (!arguments.lease) return attempt;
+  for (const gpusel::Candidate& candidate : attempt.chosen)
+    if (candidate.uuid().empty())  // a lock file is named by the UUID
+      throw gpusel::Error("cannot lease " + gpusel::describe(candidate) + ": NVML reports no UUID for it");
+  try {  // leases as it chooses again, passing over a GPU another job leases first
+    gpusel::LeasedGpus leased = gpusel::lease_free_gpus(arguments.criteria, map, gpusel::current_user());
+    attempt.chosen = std::move(leased.gpus);
+    attempt.lease = std::move(leased.lease);
+  } catch (const gpusel::Error& error) {
+    attempt.chosen.clear();
     attempt.failure = error.what();
   }
   return attempt;
@@ -1007,8 +1126,11 @@ int run_run(const Arguments& arguments) {
     }
     try {
       attempt = arguments.local_rank ? attempt_local_rank(arguments, map) : attempt_pick(arguments, map);
-    } catch (const gpusel::Error& error) {
-      std::cerr << "gpusel: " << gpusel::escape_for_terminal(error.what()) << "\n";
+    } catch (const gpusel::Error& error) {  // no wait can fix it
+      const std::string_view message = error.what();
+      std::cerr << (message.substr(0, 8) == "gpusel: " ? "" : "gpusel: ") << gpusel::escape_for_terminal(message)
+                << "\n";
+      if (arguments.wait) std::cerr << "gpusel: not waiting: no wait can fix this\n";
       return kExitRunFailed;
     }
     if (attempt.failure.empty()) break;
@@ -1047,7 +1169,7 @@ int run_run(const Arguments& arguments) {
     std::cerr << "gpusel: setenv failed\n";
     return kExitRunFailed;
   }
-  return start_and_wait(arguments.command_line);  // the lease stays held until the command has ended
+  return start_and_wait(arguments.command_line, attempt.lease);  // held until the whole job has ended
 }
 
 int run_help(const Arguments&) {

@@ -50,9 +50,12 @@ namespace gpusel {
 // race), first without O_CREAT (fs.protected_regular refuses O_CREAT on another
 // user's file in a sticky directory, even when it exists), else created with
 // O_CREAT|O_EXCL|O_NOFOLLOW and mode 0666 (fchmod: past the umask), again on
-// EEXIST; every descriptor is O_CLOEXEC, so a started command inherits none and
-// cannot keep the lease alive after gpusel is gone. A file must be a regular
-// file. The lock is flock(LOCK_EX|LOCK_NB) on a read-only descriptor.
+// EEXIST; every descriptor is O_CLOEXEC, so a command the process starts inherits
+// none by accident. `gpusel run` hands its command copies on purpose
+// (file_descriptors(); Note [The job holds the lease] in tools/gpusel.cpp): a
+// flock lock belongs to the open file description, so the lease then lasts until
+// the last process of the job ends. A file must be a regular file. The lock is
+// flock(LOCK_EX|LOCK_NB) on a read-only descriptor.
 //
 // MIG: a lease on a MIG instance (a "MIG-" UUID) holds that instance's file
 // exclusively and its GPU's file shared; a lease on a whole GPU holds the GPU's
@@ -126,6 +129,13 @@ class [[nodiscard]] GpuLease {
   void release() noexcept {
     descriptors_.clear();
     uuids_.clear();
+  }
+  // The lock files' descriptors (O_CLOEXEC), for a process that lends the lease to a
+  // command it starts: a copy the command inherits holds the lease too (Note [Leases]).
+  std::vector<int> file_descriptors() const {
+    std::vector<int> numbers;
+    for (const auto& descriptor : descriptors_) numbers.push_back(descriptor.get());
+    return numbers;
   }
   // Takes over `other`'s GPUs too.
   void merge(GpuLease&& other) {

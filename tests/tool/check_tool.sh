@@ -3,8 +3,8 @@
 # fake NVML (tests/fake_nvml), checking its output and exit statuses.
 #   check_tool.sh <gpusel program> <fake NVML library> <scenario>
 # Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, odd_uuids, json, usage,
-# run, run_leases, run_wait, run_local_rank, exclude_numbering, device_order, memory,
-# impossible_readings, hostile_text, output.
+# run, run_leases, run_wait, run_wait_unfixable, run_job, run_signals, run_local_rank, exclude_numbering,
+# device_order, memory, impossible_readings, hostile_text, output, mig, topology.
 set -uo pipefail
 gpusel=$1
 export GPUSEL_NVML_LIBRARY=$2
@@ -69,15 +69,17 @@ gpu uuid= pci=00000000:1A:00.0 used_mib=4000
 EOF
 export GPUSEL_FAKE_NVML_CONFIG="$work/four.txt"
 
-# run <expected status> <arguments...>: runs gpusel, keeps stdout and stderr in $out and $err.
+# run <expected status> <arguments...>: runs gpusel (under ${launcher[@]}, none unless a scenario sets
+# one), keeps stdout and stderr in $out and $err.
+launcher=()
 run() {
   local expected=$1
   shift
-  "$gpusel" "$@" >"$work/out" 2>"$work/err"
+  "${launcher[@]}" "$gpusel" "$@" >"$work/out" 2>"$work/err"
   local status=$?
   out=$(cat "$work/out")
   err=$(cat "$work/err")
-  echo "\$ gpusel $* -> exit $status"
+  echo "\$ ${launcher[*]}${launcher[*]:+ }gpusel $* -> exit $status"
   [ -n "$out" ] && echo "$out"
   [ -n "$err" ] && echo "[stderr] $err"
   if [ "$status" != "$expected" ]; then
@@ -113,6 +115,21 @@ expect_in_json() {
     echo "FAILED: expected of the JSON: $1"
     failures=$((failures + 1))
   fi
+}
+
+# until_free <pick options>: waits, 10 s at most, until pick finds a GPU (a lease has ended).
+until_free() {
+  for _ in $(seq 100); do "$gpusel" pick "$@" >/dev/null 2>&1 && return; sleep 0.1; done
+}
+# until_file <file>: waits, 5 s at most, until the file is not empty.
+until_file() {
+  for _ in $(seq 50); do [ -s "$1" ] && return; sleep 0.1; done
+}
+# wait_status <command...>: how the command ended, as a parent's waitpid sees it: "exit N" or "signal N".
+wait_status() {
+  python3 -c 'import subprocess, sys
+r = subprocess.run(sys.argv[1:], stderr=subprocess.DEVNULL).returncode
+print("signal %d" % -r if r < 0 else "exit %d" % r)' "$@"
 }
 
 case $scenario in
@@ -320,9 +337,26 @@ EOF
     export GPUSEL_FAKE_NVML_CONFIG="$work/mixed.txt"
     run 0 run --min-free 100GiB --format index -- sh -c 'echo "$CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER"'
     [ "$out" = "1 PCI_BUS_ID" ] || { echo "FAILED: expected the H200 as PCI_BUS_ID index 1"; failures=$((failures + 1)); }
-    # the command inherits no lease descriptor, and the arguments reach it as given
-    run 0 run -- sh -c 'ls -l /proc/$$/fd | grep -c "\.lock" || true; printf "[%s]" "$@"' sh "a b" ""
-    [ "$out" = $'0\n[a b][]' ] || { echo "FAILED: a lease descriptor leaked into the command, or its arguments changed"; failures=$((failures + 1)); }
+    # the command holds a descriptor of each lock file (Note [The job holds the lease]), numbered 10 or
+    # above, clear of a shell's redirections 3-9; the arguments reach it as given
+    lease_fds='for fd in /proc/$$/fd/*; do case $(readlink "$fd") in *.lock) echo "${fd##*/}";; esac; done'
+    run 0 run -n 2 -- sh -c "$lease_fds"'; printf "[%s]" "$@"' sh "a b" ""
+    [ "$(grep -c '^[0-9]' <<<"$out")" = 2 ] || { echo "FAILED: the command must hold the lease's 2 descriptors"; failures=$((failures + 1)); }
+    [ "$(tail -n 1 <<<"$out")" = "[a b][]" ] || { echo "FAILED: the command's arguments changed"; failures=$((failures + 1)); }
+    for fd in $(grep '^[0-9]' <<<"$out"); do
+      [ "$fd" -ge 10 ] || { echo "FAILED: lease descriptor $fd is one a shell redirects (3-9)"; failures=$((failures + 1)); }
+    done
+    run 0 run --no-lease -- sh -c "$lease_fds"
+    [ -z "$out" ] || { echo "FAILED: --no-lease gave the command a lock file"; failures=$((failures + 1)); }
+    # an executable file without #! runs through /bin/sh, as execvp runs it, by path and through PATH
+    printf 'echo "no #! line: $1"\n' >"$work/script"
+    chmod +x "$work/script"
+    run 0 run -- "$work/script" one
+    [ "$out" = "no #! line: one" ] || { echo "FAILED: a file without #! must run through /bin/sh"; failures=$((failures + 1)); }
+    PATH="$work:$PATH" run 0 run -- script two
+    [ "$out" = "no #! line: two" ] || { echo "FAILED: a file without #! found in PATH must run through /bin/sh"; failures=$((failures + 1)); }
+    chmod -x "$work/script"
+    run 126 run -- "$work/script"
     # signals sent to gpusel reach the command; gpusel returns its status
     "$gpusel" run -- sh -c 'trap "echo got TERM; exit 9" TERM; echo ready; sleep 5 & wait' >"$work/sig" 2>&1 &
     pid=$!
@@ -359,9 +393,9 @@ EOF
       [ "$(tr ' ' '\n' <<<"${statuses[*]}" | grep -c '^125$')" = 2 ] || { echo "FAILED: expected 2 jobs to fail with 125"; failures=$((failures + 1)); }
       grep -qh "leased by another job" "$work"/err? || { echo "FAILED: the reason, a lease, is not given"; failures=$((failures + 1)); }
       # while a job holds a GPU, pick counts it busy and says who holds it; kill -9 frees it
-      "$gpusel" run --exclude 1,2,3 -- sleep 30 &
+      "$gpusel" run --exclude 1,2,3 -- sh -c 'echo $$ >"$1"; exec sleep 30' sh "$work/holder_command" &
       holder=$!
-      for _ in $(seq 50); do "$gpusel" pick --exclude 1,2,3 >/dev/null 2>&1 || break; sleep 0.1; done
+      until_file "$work/holder_command"
       run 1 pick --exclude 1,2,3
       expect stderr "leased by another job (pid $holder, lock $GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.lock)"
       run 1 pick --json --exclude 1,2,3
@@ -370,10 +404,12 @@ EOF
       run 125 run --exclude 1,2,3 -- true
       run 125 run --no-lease --exclude 1,2,3 -- true
       expect stderr "leased by another job (pid $holder"
-      kill -9 $holder
+      # kill -9 of the whole job (gpusel run and its command) releases it
+      kill -9 $holder "$(cat "$work/holder_command")"
       wait $holder 2>/dev/null
+      until_free --exclude 1,2,3
       run 0 pick --exclude 1,2,3
-      [ "$out" = 0 ] || { echo "FAILED: kill -9 must release the lease"; failures=$((failures + 1)); }
+      [ "$out" = 0 ] || { echo "FAILED: kill -9 of the job must release the lease"; failures=$((failures + 1)); }
       # --no-lease takes none: while such a job runs, its GPU can still be picked
       "$gpusel" run --no-lease --exclude 1,2,3 -- sleep 30 &
       holder=$!
@@ -389,6 +425,117 @@ EOF
       [ "$(grep -l "gpusel: waiting for at least 1 GPU" "$work"/err? | wc -l)" = 2 ] ||
         { echo "FAILED: the 2 waiting jobs say once what they wait for"; failures=$((failures + 1)); }
     fi
+    ;;
+  run_job)
+    # The lease lasts as long as the job (Note [The job holds the lease]): whatever ends gpusel run, kill -9 or a
+    # signal whose default kills, a second job does not get the GPU while the command lives, and does once it ends.
+    printf 'gpu\ngpu\n' >"$work/idle2.txt"
+    export GPUSEL_FAKE_NVML_CONFIG="$work/idle2.txt"
+    for signal in KILL USR1 USR2 ALRM PIPE VTALRM PROF; do
+      rm -f "$work/command" "$work/got"
+      # The command survives the signal (and notes that it came), so that only gpusel run can die of it.
+      trap_it=""
+      [ $signal = KILL ] || trap_it='trap "echo got >\"\$2\"" '$signal';'
+      "$gpusel" run --exclude 1 -- sh -c "$trap_it"' echo $$ >"$1"; while :; do sleep 0.1; done' \
+        sh "$work/command" "$work/got" 2>/dev/null &
+      runner=$!
+      until_file "$work/command"
+      kill -$signal $runner
+      sleep 0.3
+      echo "kill -$signal (gpusel run):"
+      run 125 run --exclude 1 -- true
+      expect stderr "leased by another job"
+      if [ $signal != KILL ]; then
+        until_file "$work/got"
+        [ -s "$work/got" ] || { echo "FAILED: SIG$signal was not passed on to the command"; failures=$((failures + 1)); }
+      fi
+      kill "$(cat "$work/command")"
+      wait $runner 2>/dev/null
+      until_free --exclude 1
+      run 0 run --exclude 1 -- true
+    done
+    # A command that puts its work in the background keeps the GPU while that work runs.
+    run 0 run --exclude 1 -- sh -c 'sleep 30 >/dev/null 2>&1 & echo $! >"$1"' sh "$work/background"
+    run 125 run --exclude 1 -- true
+    expect stderr "leased by another job"
+    kill "$(cat "$work/background")"
+    until_free --exclude 1
+    run 0 run --exclude 1 -- true
+    ;;
+  run_signals)
+    printf 'gpu\n' >"$work/idle1.txt"
+    export GPUSEL_FAKE_NVML_CONFIG="$work/idle1.txt"
+    # Signals ignored when gpusel run starts stay ignored in the command: nohup gpusel run, as nohup env.
+    launcher=(nohup)
+    run 0 run -- sh -c 'kill -HUP $$; echo survived'
+    [ "$out" = survived ] || { echo "FAILED: under nohup the command must ignore SIGHUP"; failures=$((failures + 1)); }
+    launcher=(sh -c 'trap "" INT QUIT; exec "$@"' sh)
+    run 0 run -- sh -c 'kill -INT $$; kill -QUIT $$; echo survived'
+    [ "$out" = survived ] || { echo "FAILED: ignored SIGINT and SIGQUIT must stay ignored"; failures=$((failures + 1)); }
+    # Started with SIGCHLD ignored (which makes the kernel reap children unasked), run still gets the status.
+    launcher=(python3 -c 'import os, signal, sys; signal.signal(signal.SIGCHLD, signal.SIG_IGN); os.execvp(sys.argv[1], sys.argv[1:])')
+    run 3 run -- sh -c 'exit 3'
+    run 0 run -- grep SigIgn /proc/self/status
+    (( 0x${out##*:[[:space:]]} & 1 << ($(kill -l CHLD) - 1) )) ||
+      { echo "FAILED: the command must inherit SIGCHLD ignored"; failures=$((failures + 1)); }
+    launcher=()
+    # A command killed by signal N: gpusel run dies of N too (as env does), not exit 128+N.
+    for signal in TERM INT QUIT USR1 KILL SEGV; do
+      status=$(wait_status "$gpusel" run -- sh -c "ulimit -c 0; kill -$signal \$\$")
+      echo "\$ gpusel run -- sh -c 'kill -$signal \$\$' -> $status"
+      [ "$status" = "signal $(kill -l $signal)" ] ||
+        { echo "FAILED: gpusel run must die of SIG$signal"; failures=$((failures + 1)); }
+    done
+    status=$(wait_status "$gpusel" run -- sh -c 'exit 3')
+    [ "$status" = "exit 3" ] || { echo "FAILED: expected exit 3, got $status"; failures=$((failures + 1)); }
+    # So Ctrl-C (SIGINT to the foreground process group) stops a shell loop of gpusel run.
+    python3 -c '
+import os, signal, subprocess, sys, time
+gpusel, log = sys.argv[1], sys.argv[2]
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+loop = subprocess.Popen(["bash", "-c", "for i in 1 2 3; do \"$0\" run -- sh -c \"echo started >>$1; exec sleep 10\"; done; echo finished >>$1", gpusel, log],
+                        start_new_session=True, stderr=subprocess.DEVNULL)
+for _ in range(100):
+    if os.path.exists(log) and open(log).read():
+        break
+    time.sleep(0.1)
+os.killpg(loop.pid, signal.SIGINT)
+try:
+    loop.wait(timeout=5)
+except subprocess.TimeoutExpired:
+    os.killpg(loop.pid, signal.SIGKILL)
+    loop.wait()
+print("loop:", loop.returncode, open(log).read().split())
+sys.exit(0 if loop.returncode == -signal.SIGINT and open(log).read().split() == ["started"] else 1)
+' "$gpusel" "$work/loop" || { echo "FAILED: Ctrl-C must stop a shell loop of gpusel run"; failures=$((failures + 1)); }
+    ;;
+  run_wait_unfixable)
+    # run --wait fails at once (125, with the reason) where no wait can help; timeout(1) ends a run that waits.
+    printf 'gpu\ngpu\n' >"$work/idle2.txt"
+    export GPUSEL_FAKE_NVML_CONFIG="$work/idle2.txt"
+    launcher=(timeout 10)
+    mkdir -m 0777 "$work/open"
+    chmod 0777 "$work/open"  # past the umask
+    GPUSEL_LEASE_DIR="$work/open" run 125 run --wait -- true
+    expect stderr "gpusel: the lease directory $work/open is writable by other users but not sticky"
+    expect stderr "gpusel: not waiting: no wait can fix this"
+    mkdir -p "$GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.lock"
+    run 125 run --wait=1h -- true
+    expect stderr "GPU-fa4e0000-0000-0000-0000-000000000000.lock is not a regular file"
+    rmdir "$GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.lock"
+    printf 'gpu uuid=\n' >"$work/no_uuid.txt"
+    GPUSEL_FAKE_NVML_CONFIG="$work/no_uuid.txt" run 125 run --wait -- true
+    expect stderr "NVML reports no UUID for it"
+    run 125 run --wait --exclude 9 -- true
+    expect stderr "cannot exclude \"9\""
+    # What a wait can end, it waits for: a GPU another job holds.
+    "$gpusel" run --exclude 1 -- sh -c 'echo $$ >"$1"; exec sleep 2' sh "$work/holder" 2>/dev/null &
+    holder=$!
+    until_file "$work/holder"
+    run 0 run --wait=20s --exclude 1 -- true
+    expect stderr "gpusel: waiting for"
+    wait $holder
+    launcher=()
     ;;
   run_local_rank)
     # Each rank of a job gets the i-th GPU the job sees, leased; a GPU another job holds is that rank's error.
