@@ -35,6 +35,7 @@
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -80,8 +81,8 @@ Options:
   --json                 machine-readable output (list, explain, pick): always
                          one JSON document, valid UTF-8, errors included
 
-Options of pick and run (by default: 1 GPU, no other user's compute process
-on it, no other job's lease, most free memory first, among the GPUs
+Options of pick and run (by default: 1 GPU, no compute process on it, this
+user's own included, no other job's lease, most free memory first, among the GPUs
 CUDA_VISIBLE_DEVICES already shows). A GPU in MIG mode counts as its MIG
 instances, each one GPU for -n, leased apart; it is never picked whole:
   -n, --count N          exactly N GPUs
@@ -90,6 +91,8 @@ instances, each one GPU for -n, leased apart; it is never picked whole:
   --all                  every GPU that fits (at least 1, or --at-least N)
   --min-free SIZE        free memory each needs: 8GiB, 512MiB, 10GB, 1.5GiB
   --max-util PERCENT     highest utilization allowed, 0-100
+  --share-own            GPUs where only this user's own compute processes run may
+                         be picked (by default any compute process makes a GPU busy)
   --allow-other-users    GPUs where another user's compute process runs may be picked
   --exclude LIST         never these, comma-separated, named as pick prints them:
                          CUDA's physical index (2), a UUID or prefix (GPU-8d2a,
@@ -111,8 +114,11 @@ Options of run only:
   --no-lease             take no lease (other jobs may then get the same GPUs)
   --local-rank           this process's GPU as a rank of a job (torchrun, mpirun,
                          srun): local rank i gets the i-th GPU CUDA_VISIBLE_DEVICES
-                         shows, leased; a GPU another job leases is an error, not a
-                         reason to take another. Takes no pick option but --format.
+                         shows, leased; a GPU another job leases or a compute
+                         process keeps busy is an error, not a reason to take
+                         another. Without a launcher variable: local rank 0 of 1,
+                         said on stderr. Takes no pick option but --format,
+                         --share-own and --allow-other-users.
   -- COMMAND [ARGS...]   the command (the first word that is no option starts it too)
 
 An option's value follows it (--count 2) or is attached (--count=2); an option
@@ -307,6 +313,8 @@ const Option kOptions[] = {
      }},
     {"--allow-other-users", "", Takes::nothing, kChoosing,
      [](Arguments& a, std::string_view, const std::string&) { a.criteria.allow_other_users = true; }},
+    {"--share-own", "", Takes::nothing, kChoosing,
+     [](Arguments& a, std::string_view, const std::string&) { a.criteria.share_own = true; }},
     {"--exclude", "", Takes::value, kChoosing,
      [](Arguments& a, std::string_view, const std::string& value) {
        for (std::string& name : split_list(value)) a.criteria.exclude.push_back(std::move(name));
@@ -416,7 +424,9 @@ Arguments parse_arguments(const std::vector<std::string>& words) {
     }
     option->apply(arguments, name, value);
     given.emplace_back(option, name);
-    if ((option->commands & kPick) != 0 && option->name != "--format" && option->name != "--help")
+    // What a rank may still say of its one GPU: how to name it, and whose processes may share it.
+    if ((option->commands & kPick) != 0 && option->name != "--format" && option->name != "--help" &&
+        option->name != "--share-own" && option->name != "--allow-other-users")
       arguments.pick_options.push_back(name);
   }
   if (arguments.command == nullptr)
@@ -432,7 +442,8 @@ Arguments parse_arguments(const std::vector<std::string>& words) {
       throw UsageError("run expects a command to run: gpusel run [options] -- COMMAND [ARGS...]");
     if (arguments.local_rank && !arguments.pick_options.empty())
       throw UsageError("--local-rank takes the rank's own GPU, so " + arguments.pick_options.front() +
-                       " cannot apply (only --format, --wait and --no-lease go with it)");
+                       " cannot apply (only --format, --share-own, --allow-other-users, --wait and --no-lease go "
+                       "with it)");
     if (!arguments.format_given) arguments.print_uuids = true;  // run gives UUIDs unless asked
   }
   return arguments;
@@ -697,6 +708,27 @@ int run_list(const Arguments& arguments) {
     }
   }
   if (map.inventory.gpus.empty()) std::cout << "(NVML sees no GPU)\n";
+  // One UUID on several GPUs (or MIG instances), in CUDA's physical order: Note [One UUID, one GPU].
+  std::vector<std::pair<std::string, std::vector<int>>> uuids;  // in order of first appearance
+  std::unordered_map<std::string, std::size_t> uuid_at;
+  const auto note_uuid = [&](const std::string& uuid, int physical) {
+    if (uuid.empty()) return;
+    const auto [at, inserted] = uuid_at.try_emplace(uuid, uuids.size());
+    if (inserted) uuids.emplace_back(uuid, std::vector<int>{});
+    uuids[at->second].second.push_back(physical);
+  };
+  for (int physical = 0; physical < map.order.count(); ++physical) {
+    const gpusel::Gpu& gpu = *map.physical_device(physical);
+    note_uuid(gpu.uuid, physical);
+    for (const gpusel::MigInstance& instance : gpu.mig_instances) note_uuid(instance.uuid, physical);
+  }
+  for (const auto& [uuid, physicals] : uuids) {
+    if (physicals.size() < 2) continue;
+    std::string names;
+    for (std::size_t i = 0; i < physicals.size(); ++i)
+      names += (i == 0 ? "" : i + 1 == physicals.size() ? " and " : ", ") + std::to_string(physicals[i]);
+    std::cout << "Caution: NVML reports " << shown(uuid) << " for GPUs " << names << ": pick counts them as one GPU.\n";
+  }
   if (!map.visible.ok() && !map.inventory.gpus.empty())
     std::cout << "No CUDA device is visible to this process: " << gpusel::escape_for_terminal(map.visible.reason())
               << "\n";
@@ -803,6 +835,8 @@ void print_pick_json(const Arguments& arguments, const gpusel::DeviceMap& map,
     json.key("rejected_because").begin_array();
     for (const std::string& reason : candidate.rejected_because) json.value(reason);
     json.end_array();
+    json.key("busy_processes");  // the compute processes that made it busy
+    process_array(json, candidate.busy_processes);
     json.end_object();
   }
   json.end_array().end_object();
@@ -827,7 +861,7 @@ int run_pick(const Arguments& arguments) {
   if (!map.known()) return report_no_gpus(map, arguments.json);
   std::vector<gpusel::Candidate> assessed;
   try {
-    assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user());
+    assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
   } catch (const gpusel::Error& error) {  // criteria that make no sense here, e.g. an --exclude naming no GPU
     std::cerr << "gpusel: " << gpusel::escape_for_terminal(error.what()) << "\nTry 'gpusel help'.\n";
     if (arguments.json) print_error_json("usage", error.what(), kExitUsage);
@@ -945,9 +979,18 @@ struct Attempt {
   std::string failure;  // "" when chosen
 };
 
-Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& map) {
+// `said_rank`: whether the rank without a launcher variable was said already (once per run, --wait or not).
+Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& map, bool& said_rank) {
   Attempt attempt;
   const auto rank = gpusel::local_rank();  // throws Error for a malformed variable
+  if (!rank && !said_rank) {               // the documented rule, said, so that a mistyped launcher setup shows
+    std::string variables;
+    for (const gpusel::LauncherVariables& launcher : gpusel::launcher_variables)
+      variables += (variables.empty() ? "" : ", ") + std::string(launcher.rank_variable);
+    std::cerr << "gpusel: no launcher variable is set (" << variables
+              << "), so this process runs as local rank 0 of 1\n";
+    said_rank = true;
+  }
   if (!map.visible.ok()) {
     attempt.failure = "no CUDA device is visible to this rank: " + map.visible.reason();
     return attempt;
@@ -960,18 +1003,33 @@ Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& 
   const int physical = map.visible.physical(device.index());
   const gpusel::Gpu& gpu = *map.physical_device(physical);
   const std::string who = rank ? rank->describe() : std::string("local rank 0 (no launcher variable is set)");
+  const std::string its_gpu = "its GPU, cuda:" + std::to_string(device.index()) + " of the job (physical " +
+                              std::to_string(physical) + ", " + gpusel::escape_for_terminal(gpu.uuid) + "), is ";
+  // Busy as pick judges it (Note [Whose process is it]): a compute process on it is the rank's error.
+  gpusel::PickCriteria rule;
+  rule.allow_other_users = arguments.criteria.allow_other_users;
+  rule.share_own = arguments.criteria.share_own;
+  rule.only_visible = false;  // the rank's GPU is visible: no other GPU's verdict matters
+  for (const gpusel::Candidate& verdict :
+       gpusel::assess(rule, map, gpusel::current_user(), static_cast<unsigned>(getpid()))) {
+    if (verdict.physical_index != physical || verdict.mig_instance || verdict.fits()) continue;
+    std::string reasons;
+    for (const std::string& reason : verdict.rejected_because) reasons += (reasons.empty() ? "" : "; ") + reason;
+    attempt.failure = who + ": " + its_gpu + "busy: " + reasons +
+                      "; a rank keeps its GPU rather than take another (--share-own or --allow-other-users to "
+                      "share it)";
+    return attempt;
+  }
   if (arguments.lease) {
     std::optional<gpusel::GpuLease> lease = gpusel::try_lease_gpu(gpu.uuid);
     if (!lease) {
-      attempt.failure = who + ": its GPU, cuda:" + std::to_string(device.index()) + " of the job (physical " +
-                        std::to_string(physical) + ", " + gpu.uuid + "), is " +
-                        gpusel::lease_holder(gpu.uuid).value_or("leased by another job") +
+      attempt.failure = who + ": " + its_gpu + gpusel::lease_holder(gpu.uuid).value_or("leased by another job") +
                         "; a rank keeps its GPU rather than take another";
       return attempt;
     }
     attempt.lease = std::move(*lease);
   }
-  attempt.chosen.push_back(gpusel::Candidate{gpu, physical, {}, std::nullopt});
+  attempt.chosen.push_back(gpusel::Candidate{gpu, physical, {}, std::nullopt, {}});
   return attempt;
 }
 
@@ -979,11 +1037,13 @@ Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
   Attempt attempt;
   try {
     if (arguments.lease) {
-      gpusel::LeasedGpus leased = gpusel::lease_free_gpus(arguments.criteria, map, gpusel::current_user());
+      gpusel::LeasedGpus leased =
+          gpusel::lease_free_gpus(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
       attempt.chosen = std::move(leased.gpus);
       attempt.lease = std::move(leased.lease);
     } else {
-      std::vector<gpusel::Candidate> assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user());
+      std::vector<gpusel::Candidate> assessed =
+          gpusel::assess(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
       gpusel::reject_leased_gpus(assessed);
       attempt.chosen = gpusel::choose(arguments.criteria, std::move(assessed));
     }
@@ -996,7 +1056,7 @@ Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
 int run_run(const Arguments& arguments) {
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
-  bool said_waiting = false;
+  bool said_waiting = false, said_rank = false;
   Attempt attempt;
   gpusel::DeviceMap map;
   while (true) {
@@ -1006,7 +1066,7 @@ int run_run(const Arguments& arguments) {
       return kExitRunFailed;
     }
     try {
-      attempt = arguments.local_rank ? attempt_local_rank(arguments, map) : attempt_pick(arguments, map);
+      attempt = arguments.local_rank ? attempt_local_rank(arguments, map, said_rank) : attempt_pick(arguments, map);
     } catch (const gpusel::Error& error) {
       std::cerr << "gpusel: " << gpusel::escape_for_terminal(error.what()) << "\n";
       return kExitRunFailed;
@@ -1020,8 +1080,8 @@ int run_run(const Arguments& arguments) {
       return kExitRunFailed;
     }
     if (!said_waiting) {
-      const std::string what = arguments.local_rank ? std::string("this rank's GPU to be free of other leases")
-                                                    : gpusel::describe(arguments.criteria);
+      const std::string what =
+          arguments.local_rank ? std::string("this rank's GPU to be free") : gpusel::describe(arguments.criteria);
       const std::string first_line = attempt.failure.substr(0, attempt.failure.find('\n'));
       std::cerr << "gpusel: waiting for " << what
                 << (arguments.wait_at_most
