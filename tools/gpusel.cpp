@@ -80,6 +80,8 @@ Commands (none of them starts CUDA or creates a context on any GPU):
 Options:
   --json                 machine-readable output (list, explain, pick): always
                          one JSON document, valid UTF-8, errors included
+  --links                list: also how each pair of GPUs is joined (NVLink, PCIe
+                         switch, ...): N(N-1)/2 pairs, so read only when asked
 
 Options of pick and run (by default: 1 GPU, no compute process on it, this
 user's own included, no other job's lease, most free memory first, among the GPUs
@@ -163,6 +165,7 @@ struct Arguments {
   bool all = false;
   bool print_uuids = false;
   bool format_given = false;
+  bool links = false;  // list --links
   // run's
   std::vector<std::string> command_line;  // the command and its arguments
   bool wait = false;
@@ -337,6 +340,7 @@ const Option kOptions[] = {
        a.print_uuids = value == "uuid";
        a.format_given = true;
      }},
+    {"--links", "", Takes::nothing, kList, [](Arguments& a, std::string_view, const std::string&) { a.links = true; }},
     {"--connected", "", Takes::nothing, kChoosing,
      [](Arguments& a, std::string_view, const std::string&) {
        a.criteria.placement = gpusel::PickPlacement::connected;
@@ -520,8 +524,10 @@ void mig_members(JsonWriter& json, const gpusel::MigInstance& instance) {
   process_array(json, instance.processes);
 }
 
-// The members of one GPU's object.
-void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_index, const gpusel::Gpu& gpu) {
+// The members of one GPU's object; its links to the other GPUs only with `links` (null
+// without: N of them for each of N GPUs, so only `list --links` gives them).
+void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_index, const gpusel::Gpu& gpu,
+                 bool links = false) {
   optional_value(json, "logical", map.visible.logical(physical_index));
   json.key("physical_index").value(physical_index);
   json.key("nvml_index").value(gpu.nvml_index);
@@ -544,15 +550,20 @@ void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_in
     json.null();
   else
     json.value(gpusel::format_cpu_list(gpu.cpu_affinity));
-  json.key("links").begin_array();  // to the other GPUs, by nvidia-smi's number
-  for (std::size_t other = 0; other < gpu.links.size(); ++other) {
-    if (static_cast<int>(other) == gpu.nvml_index) continue;
-    json.begin_object();
-    json.key("nvml_index").value(static_cast<int>(other));
-    json.key("link").value(link_name(gpu.links[other]));
-    json.end_object();
+  json.key("links");  // to the other GPUs, by nvidia-smi's number
+  if (links) {
+    json.begin_array();
+    for (std::size_t other = 0; other < gpu.links.size(); ++other) {
+      if (static_cast<int>(other) == gpu.nvml_index) continue;
+      json.begin_object();
+      json.key("nvml_index").value(static_cast<int>(other));
+      json.key("link").value(link_name(gpu.links[other]));
+      json.end_object();
+    }
+    json.end_array();
+  } else {
+    json.null();
   }
-  json.end_array();
   optional_value(json, "memory_total_bytes", gpu.memory_total_bytes);
   optional_value(json, "memory_used_bytes", gpu.memory_used_bytes);
   optional_value(json, "memory_free_bytes", gpu.memory_free_bytes);
@@ -619,7 +630,7 @@ int report_no_gpus(const gpusel::DeviceMap& map, bool json) {
   return no_gpus_status(map.inventory);
 }
 
-void print_list_json(const gpusel::DeviceMap& map) {
+void print_list_json(const gpusel::DeviceMap& map, bool links) {
   JsonWriter json;
   json.begin_object();
   json.key("driver_version").value(map.inventory.driver_version);
@@ -629,18 +640,25 @@ void print_list_json(const gpusel::DeviceMap& map) {
   json.key("gpus").begin_array();
   for (int physical = 0; physical < map.order.count(); ++physical) {
     json.begin_object();
-    gpu_members(json, map, physical, *map.physical_device(physical));
+    gpu_members(json, map, physical, *map.physical_device(physical), links);
     json.end_object();
   }
   json.end_array().end_object();
   std::cout << json.str();
 }
 
+// What list, pick and run read: usage, and the N(N-1)/2 links between GPUs only when asked for.
+gpusel::InventoryOptions usage(bool links) {
+  gpusel::InventoryOptions options = gpusel::InventoryOptions::with_usage();
+  options.links = links;
+  return options;
+}
+
 int run_list(const Arguments& arguments) {
-  const gpusel::DeviceMap map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
+  const gpusel::DeviceMap map = gpusel::visible_devices(usage(arguments.links));
   if (!map.known()) return report_no_gpus(map, arguments.json);
   if (arguments.json) {
-    print_list_json(map);
+    print_list_json(map, arguments.links);
     return kExitOk;
   }
   std::vector<std::string> labels;  // this process's cuda:N, or "hidden"
@@ -732,6 +750,13 @@ int run_list(const Arguments& arguments) {
   if (!map.visible.ok() && !map.inventory.gpus.empty())
     std::cout << "No CUDA device is visible to this process: " << gpusel::escape_for_terminal(map.visible.reason())
               << "\n";
+  if (arguments.links && map.order.count() > 1) {  // each pair once, by CUDA's physical index
+    std::cout << "Links:\n";
+    for (int a = 0; a < map.order.count(); ++a)
+      for (int b = a + 1; b < map.order.count(); ++b)
+        std::cout << "  GPUs " << a << " and " << b << " are "
+                  << gpusel::describe(gpusel::link_between(*map.physical_device(a), *map.physical_device(b))) << "\n";
+  }
   if (!map.order.exact) std::cout << "Caution: " << map.order.caveat << ".\n";
   return kExitOk;
 }
@@ -857,7 +882,8 @@ void say_what_was_chosen(const Arguments& arguments, const std::vector<gpusel::C
 }
 
 int run_pick(const Arguments& arguments) {
-  const gpusel::DeviceMap map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
+  const gpusel::DeviceMap map =
+      gpusel::visible_devices(usage(arguments.criteria.placement == gpusel::PickPlacement::connected));
   if (!map.known()) return report_no_gpus(map, arguments.json);
   std::vector<gpusel::Candidate> assessed;
   try {
@@ -1060,7 +1086,7 @@ int run_run(const Arguments& arguments) {
   Attempt attempt;
   gpusel::DeviceMap map;
   while (true) {
-    map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
+    map = gpusel::visible_devices(usage(arguments.criteria.placement == gpusel::PickPlacement::connected));
     if (!map.known()) {
       (void)report_no_gpus(map, false);
       return kExitRunFailed;

@@ -222,6 +222,14 @@ inline void check_processes(const std::optional<std::vector<GpuProcess>>& proces
   }
 }
 
+// What to read of the machine for `criteria`: usage, and the links between GPUs only
+// when the placement needs them (N(N-1)/2 pairs: InventoryOptions::links).
+inline InventoryOptions usage_for(const PickCriteria& criteria) {
+  InventoryOptions options = InventoryOptions::with_usage();
+  options.links = criteria.placement == PickPlacement::connected;
+  return options;
+}
+
 inline GpuLink candidate_link(const Candidate& a, const Candidate& b) {
   if (a.mig_instance || b.mig_instance) return GpuLink::unknown;  // no peer path (Note [MIG instances])
   return link_between(a.gpu, b.gpu);
@@ -448,7 +456,7 @@ GPUSEL_API void reject_leased_gpus(std::vector<Candidate>& assessed) {
 }
 
 GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria) {
-  const DeviceMap map = visible_devices(InventoryOptions::with_usage());
+  const DeviceMap map = visible_devices(detail::usage_for(criteria));
   if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
   std::vector<Candidate> assessed = assess(criteria, map, current_user(), static_cast<unsigned int>(getpid()));
   reject_leased_gpus(assessed);
@@ -486,7 +494,7 @@ GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const Device
 }
 
 GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria) {
-  return lease_free_gpus(criteria, visible_devices(InventoryOptions::with_usage()), current_user(),
+  return lease_free_gpus(criteria, visible_devices(detail::usage_for(criteria)), current_user(),
                          static_cast<unsigned int>(getpid()));
 }
 

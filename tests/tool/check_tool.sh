@@ -655,10 +655,22 @@ EOF
     run 0 list
     expect stdout "NUMA  CPUS         PROCESSES"
     expect stdout "0%    1     16-31,48-63  none"
-    run 0 list --json
+    run 0 list --json --links
     expect_json
     expect_in_json 'd["gpus"][0]["numa_node"] == 0 and d["gpus"][0]["cpu_affinity"] == "0-15,32-47"'
     expect_in_json 'd["gpus"][0]["links"] == [{"nvml_index": 1, "link": "nvlink"}, {"nvml_index": 2, "link": "system"}, {"nvml_index": 3, "link": "system"}]'
+    # links grow as the square of the GPUs: only when asked for (list --links), never in pick's document
+    run 0 list --json
+    expect_json
+    expect_in_json 'all(g["links"] is None for g in d["gpus"]) and d["gpus"][2]["numa_node"] == 1'
+    run 0 list --links
+    expect stdout "GPUs 0 and 1 are joined by NVLink"
+    expect stdout "GPUs 1 and 3 are across NUMA nodes"
+    run 2 pick --links
+    expect stderr "--links is an option of list only, not of pick"
+    run 0 pick -n 2 --connected --json
+    expect_json
+    expect_in_json 'all(c["links"] is None for c in d["assessed"]) and d["connection"]["weakest_link"] == "nvlink"'
     # Without --connected, most free memory first: 0 and 2, across NUMA nodes; with it, an NVLink pair.
     run 0 pick -n 2
     [ "$out" = 0,2 ] || { echo "FAILED: expected 0,2 by free memory, got [$out]"; failures=$((failures + 1)); }
