@@ -25,10 +25,13 @@
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <future>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -127,19 +130,21 @@ An option's value follows it (--count 2) or is attached (--count=2); an option
 that takes no value takes none (--json=false is a usage error).
 
 Environment: CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, GPUSEL_NVML_LIBRARY (the
-NVML library to load; default libnvidia-ml.so.1) and GPUSEL_LEASE_DIR (where
-leases are kept; default /tmp/gpusel-leases, shared by every user).
+NVML library to load; default libnvidia-ml.so.1), GPUSEL_NVML_TIMEOUT (how long
+NVML may take to answer: 30s by default, as --wait takes it; 0: no limit) and
+GPUSEL_LEASE_DIR (where leases are kept; default /tmp/gpusel-leases, shared by
+every user).
 
 Exit status:
   0  success
   1  pick: fewer GPUs fit than asked for (each GPU and why, on stderr)
   2  usage error: unknown command or option, malformed value, extra argument
   3  no NVIDIA driver: NVML could not be loaded (explain still prints what it can)
-  4  NVML failed while reading the GPUs
+  4  NVML failed while reading the GPUs, or did not answer in time
   5  internal error: a bug in gpusel (the message says what failed; please report it)
   6  the output could not be written (stdout closed, full or broken)
 run exits with the command's status, or with its own:
-  125  nothing fits (each GPU and why, on stderr), or gpusel failed: the command was not started
+  125  nothing fits (each GPU and why, on stderr), or gpusel failed (NVML too): the command was not started
   126  the command cannot be run
   127  the command is not found
 )";
@@ -166,6 +171,8 @@ struct Arguments {
   bool print_uuids = false;
   bool format_given = false;
   bool links = false;  // list --links
+  // How long NVML may take to answer (GPUSEL_NVML_TIMEOUT; Note [A hanging NVML]); 0: no limit.
+  std::chrono::milliseconds nvml_timeout{0};
   // run's
   std::vector<std::string> command_line;  // the command and its arguments
   bool wait = false;
@@ -630,6 +637,60 @@ int report_no_gpus(const gpusel::DeviceMap& map, bool json) {
   return no_gpus_status(map.inventory);
 }
 
+// Note [A hanging NVML]
+// ~~~~~~~~~~~~~~~~~~~~~
+// A wedged driver can leave an NVML call (nvmlInit, the device count, a process
+// query) unanswered for good, and list, pick and run with it. The command reads
+// the GPUs on a thread of its own and waits at most GPUSEL_NVML_TIMEOUT (30 s by
+// default: nvmlInit on a machine of many GPUs without the persistence daemon
+// takes seconds, never half a minute), then says so and exits 4 (run: 125, its
+// own failures' status). The call cannot be cancelled, so the thread is left
+// behind and the command ends with _Exit (g_nvml_hung): no destructor of a static
+// object runs beside a thread still inside the driver's library. The library's
+// own query_inventory has no timeout: a thread it could not end is the caller's
+// decision.
+constexpr std::chrono::milliseconds kDefaultNvmlTimeout{30000};
+bool g_nvml_hung = false;  // a thread is left inside NVML: main ends with _Exit
+
+// GPUSEL_NVML_TIMEOUT: a duration as --wait takes it; unset or empty, the default; 0, no limit.
+std::chrono::milliseconds nvml_timeout() {
+  const char* text = std::getenv("GPUSEL_NVML_TIMEOUT");
+  if (text == nullptr || *text == '\0') return kDefaultNvmlTimeout;
+  return parse_duration("GPUSEL_NVML_TIMEOUT", text);
+}
+
+// visible_devices(options), or nullopt when NVML did not answer within `timeout` (Note [A hanging NVML]).
+std::optional<gpusel::DeviceMap> read_devices(const gpusel::InventoryOptions& options,
+                                              std::chrono::milliseconds timeout) {
+  if (timeout.count() == 0) return gpusel::visible_devices(options);
+  auto answer = std::make_shared<std::promise<gpusel::DeviceMap>>();
+  std::future<gpusel::DeviceMap> map = answer->get_future();
+  std::thread reader([answer, options] {
+    try {
+      answer->set_value(gpusel::visible_devices(options));
+    } catch (...) {
+      answer->set_exception(std::current_exception());
+    }
+  });
+  if (map.wait_for(timeout) != std::future_status::ready) {
+    reader.detach();
+    g_nvml_hung = true;
+    return std::nullopt;
+  }
+  reader.join();
+  return map.get();
+}
+
+// Says that NVML did not answer (on stderr, and as JSON for --json); returns `status`.
+int report_nvml_hung(const Arguments& arguments, int status) {
+  const std::string reason = "NVML did not answer in " + std::to_string(arguments.nvml_timeout.count() / 1000) +
+                             " s (GPUSEL_NVML_TIMEOUT sets how long to wait; nvidia-smi and dmesg may say why "
+                             "the driver hangs)";
+  std::cerr << "gpusel: " << reason << "\n";
+  if (arguments.json) print_error_json("nvml_failed", reason, status);
+  return status;
+}
+
 void print_list_json(const gpusel::DeviceMap& map, bool links) {
   JsonWriter json;
   json.begin_object();
@@ -655,7 +716,9 @@ gpusel::InventoryOptions usage(bool links) {
 }
 
 int run_list(const Arguments& arguments) {
-  const gpusel::DeviceMap map = gpusel::visible_devices(usage(arguments.links));
+  const std::optional<gpusel::DeviceMap> read = read_devices(usage(arguments.links), arguments.nvml_timeout);
+  if (!read) return report_nvml_hung(arguments, kExitNvmlFailed);
+  const gpusel::DeviceMap& map = *read;
   if (!map.known()) return report_no_gpus(map, arguments.json);
   if (arguments.json) {
     print_list_json(map, arguments.links);
@@ -801,7 +864,9 @@ void print_explain_json(const gpusel::DeviceMap& map) {
 }
 
 int run_explain(const Arguments& arguments) {
-  const gpusel::DeviceMap map = gpusel::visible_devices();  // identity is all it shows
+  const std::optional<gpusel::DeviceMap> read = read_devices({}, arguments.nvml_timeout);  // identity is all it shows
+  if (!read) return report_nvml_hung(arguments, kExitNvmlFailed);
+  const gpusel::DeviceMap& map = *read;
   if (arguments.json)
     print_explain_json(map);
   else
@@ -882,8 +947,10 @@ void say_what_was_chosen(const Arguments& arguments, const std::vector<gpusel::C
 }
 
 int run_pick(const Arguments& arguments) {
-  const gpusel::DeviceMap map =
-      gpusel::visible_devices(usage(arguments.criteria.placement == gpusel::PickPlacement::connected));
+  const std::optional<gpusel::DeviceMap> read =
+      read_devices(usage(arguments.criteria.placement == gpusel::PickPlacement::connected), arguments.nvml_timeout);
+  if (!read) return report_nvml_hung(arguments, kExitNvmlFailed);
+  const gpusel::DeviceMap& map = *read;
   if (!map.known()) return report_no_gpus(map, arguments.json);
   std::vector<gpusel::Candidate> assessed;
   try {
@@ -1086,7 +1153,10 @@ int run_run(const Arguments& arguments) {
   Attempt attempt;
   gpusel::DeviceMap map;
   while (true) {
-    map = gpusel::visible_devices(usage(arguments.criteria.placement == gpusel::PickPlacement::connected));
+    std::optional<gpusel::DeviceMap> read =
+        read_devices(usage(arguments.criteria.placement == gpusel::PickPlacement::connected), arguments.nvml_timeout);
+    if (!read) return report_nvml_hung(arguments, kExitRunFailed);
+    map = std::move(*read);
     if (!map.known()) {
       (void)report_no_gpus(map, false);
       return kExitRunFailed;
@@ -1164,6 +1234,7 @@ int run_command_line(const std::vector<std::string>& words) {
   Arguments arguments;
   try {
     arguments = parse_arguments(words);
+    arguments.nvml_timeout = nvml_timeout();
   } catch (const UsageError& error) {  // one line, quoting the arguments: escaped (Note [Hostile text])
     std::cerr << "gpusel: " << gpusel::escape_for_terminal(error.what()) << "\nTry 'gpusel help'.\n";
     // --json was asked for even if the line is wrong elsewhere: the caller reads stdout as JSON.
@@ -1190,6 +1261,11 @@ int run_command_line(const std::vector<std::string>& words) {
 
 #ifndef GPUSEL_COMMAND_NO_MAIN
 int main(int argc, char** argv) {
-  return flush_output(run_command_line(std::vector<std::string>(argv + 1, argv + argc)));
+  const int status = flush_output(run_command_line(std::vector<std::string>(argv + 1, argv + argc)));
+  if (g_nvml_hung) {  // a thread is still inside NVML (Note [A hanging NVML])
+    std::cerr.flush();
+    std::_Exit(status);
+  }
+  return status;
 }
 #endif

@@ -2,7 +2,7 @@
 # ctest tool_*: the gpusel command, end to end, on machines described to the
 # fake NVML (tests/fake_nvml), checking its output and exit statuses.
 #   check_tool.sh <gpusel program> <fake NVML library> <scenario>
-# Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, odd_uuids, json, usage,
+# Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, nvml_hangs, odd_uuids, json, usage,
 # run, run_leases, run_wait, run_local_rank, exclude_numbering, device_order, memory,
 # impossible_readings, hostile_text, output.
 set -uo pipefail
@@ -219,6 +219,41 @@ case $scenario in
     done
     run 4 explain
     expect stdout "The physical GPUs are unknown: nvmlDeviceGetUUID failed"
+    ;;
+  nvml_hangs)
+    # An NVML call that never returns (a wedged driver): list, pick, explain and run give up after
+    # GPUSEL_NVML_TIMEOUT, saying so (each run is bounded by timeout(1), so a hang fails rather than blocks).
+    export GPUSEL_NVML_TIMEOUT=1
+    printf '#!/bin/sh\nexec timeout 20 "%s" "$@"\n' "$gpusel" >"$work/bounded"
+    chmod +x "$work/bounded"
+    gpusel="$work/bounded"
+    for call in init count processes; do
+      printf 'gpu\ngpu\nhang %s\n' "$call" >"$work/hang.txt"
+      export GPUSEL_FAKE_NVML_CONFIG="$work/hang.txt"
+      for command in list pick; do
+        started=$(date +%s)
+        run 4 "$command"
+        expect stderr "gpusel: NVML did not answer in 1 s"
+        [ $(($(date +%s) - started)) -le 10 ] || { echo "FAILED: $command took too long"; failures=$((failures + 1)); }
+      done
+      run 4 pick --json
+      expect_json
+      expect stdout '"error": "nvml_failed"'
+      expect stdout '"exit_status": 4'
+      run 125 run -- touch "$work/started"
+      expect stderr "gpusel: NVML did not answer in 1 s"
+      [ ! -e "$work/started" ] || { echo "FAILED: run started the command"; failures=$((failures + 1)); }
+    done
+    printf 'gpu\nhang init\n' >"$work/hang.txt"
+    run 4 explain
+    expect stderr "gpusel: NVML did not answer in 1 s"
+    # a hang that ends within the limit is no failure; a malformed limit is a usage error
+    printf 'gpu\ninit_delay_ms 300\n' >"$work/slow.txt"
+    GPUSEL_FAKE_NVML_CONFIG="$work/slow.txt" run 0 pick
+    GPUSEL_NVML_TIMEOUT=0 GPUSEL_FAKE_NVML_CONFIG="$work/slow.txt" run 0 pick
+    GPUSEL_NVML_TIMEOUT=soon run 2 list
+    expect stderr "GPUSEL_NVML_TIMEOUT expects a duration such as 30s, 5m or 1h, got \"soon\""
+    unset GPUSEL_NVML_TIMEOUT GPUSEL_FAKE_NVML_CONFIG
     ;;
   odd_uuids)
     export GPUSEL_FAKE_NVML_CONFIG="$work/odd.txt"
