@@ -101,7 +101,8 @@ instances, each one GPU for -n, leased apart; it is never picked whole:
   --allow-other-users    GPUs where another user's compute process runs may be picked
   --exclude LIST         never these, comma-separated, named as pick prints them:
                          CUDA's physical index (2), a UUID or prefix (GPU-8d2a,
-                         MIG-4a5b); nvidia-smi's numbers are written smi:2
+                         MIG-4a5b); nvidia-smi's numbers are written smi:2. A name
+                         for no GPU, or one CUDA_VISIBLE_DEVICES hides, is an error
   --order free|util|index  most free memory, least utilized, or CUDA's order first
   --connected            prefer GPUs joined by NVLink, else under one PCIe switch,
                          else one host bridge, else one NUMA node; when no such set
