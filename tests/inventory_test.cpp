@@ -296,6 +296,28 @@ TEST(Inventory, DoesNotBelieveImpossibleReadings) {
   EXPECT_EQ(full.memory_free_bytes, 0u);
 }
 
+// An NVML that reports more GPUs than any machine has (2^32 - 1 once ended in
+// std::bad_alloc, 10 000 took seconds) is refused, saying so, as too many compute
+// processes are.
+TEST(Inventory, RefusesAnNvmlThatReportsMoreGpusThanItReads) {
+  for (const std::string& count :
+       std::vector<std::string>{"4294967295", "100000", std::to_string(gpusel::detail::kMaxGpus + 1)}) {
+    FakeNvmlMachine machine("device_count " + count + "\ngpu\n");
+    const gpusel::Inventory inventory = gpusel::query_inventory(gpusel::InventoryOptions::with_usage());
+    EXPECT_EQ(inventory.status, gpusel::InventoryStatus::query_failed) << count;
+    EXPECT_EQ(inventory.reason, "nvmlDeviceGetCount reports " + count + " GPUs, more than the 1024 gpusel reads");
+    EXPECT_TRUE(inventory.gpus.empty());
+  }
+  std::string at_the_cap;
+  for (unsigned i = 0; i < gpusel::detail::kMaxGpus; ++i) at_the_cap += "gpu\n";
+  FakeNvmlMachine machine(at_the_cap);
+  gpusel::InventoryOptions options = gpusel::InventoryOptions::with_usage();
+  options.links = false;
+  const gpusel::Inventory inventory = gpusel::query_inventory(options);
+  ASSERT_TRUE(inventory.ok()) << inventory.reason;
+  EXPECT_EQ(inventory.gpus.size(), gpusel::detail::kMaxGpus);
+}
+
 // The test machine's file is made where no one else can plant a symlink: it
 // once went to /tmp/gpusel_fake_nvml_<pid>_<n>.txt, through a writer that
 // follows symlinks, so another user could make tests overwrite any file of theirs.

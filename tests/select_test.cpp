@@ -136,14 +136,58 @@ TEST(Pick, RejectsGpusWhereAnotherUserRunsAComputeProcess) {
   gpus[0].processes->push_back(process_of("bob", 777));
   gpus[1].processes->push_back(process_of("alice"));
   const auto map = machine(gpus);
-  EXPECT_EQ(indices(gpusel::pick(count(1, gpusel::PickCriteria::all), map, "alice")), (std::vector<int>{1, 2}))
-      << "alice's own process does not disqualify GPU 1";
+  gpusel::PickCriteria own = count(1, gpusel::PickCriteria::all);
+  own.share_own = true;
+  EXPECT_EQ(indices(gpusel::pick(own, map, "alice")), (std::vector<int>{1, 2}))
+      << "with share_own, alice's own process does not disqualify GPU 1";
   EXPECT_EQ(gpusel::assess({}, map, "alice")[0].rejected_because,
             std::vector<std::string>{"another user's compute process runs on it (pid 777 of bob (python3), 2.0 GiB)"});
 
   gpusel::PickCriteria sharing = count(3);
   sharing.allow_other_users = true;
   EXPECT_EQ(indices(gpusel::pick(sharing, map, "alice")), (std::vector<int>{0, 1, 2}));
+}
+
+TEST(Pick, AGpuWhereThisUsersOwnProcessRunsIsBusyUnlessSharingOwnGpusIsAsked) {
+  // alice's own job keeps GPU 0 busy (130 of 141 GiB free is beside the point: the job may grow).
+  std::vector<gpusel::Gpu> gpus = {gpu(0, 130, 0), gpu(1, 100, 0)};
+  gpus[0].processes->push_back(process_of("alice", 4242));
+  const auto map = machine(gpus);
+  EXPECT_EQ(indices(gpusel::pick({}, map, "alice")), std::vector<int>{1});
+  EXPECT_EQ(
+      gpusel::assess({}, map, "alice")[0].rejected_because,
+      std::vector<std::string>{"this user's own compute process runs on it (pid 4242 of alice (python3), 2.0 GiB)"});
+  gpusel::PickCriteria sharing;
+  sharing.share_own = true;
+  EXPECT_EQ(indices(gpusel::pick(sharing, map, "alice")), std::vector<int>{0});
+  EXPECT_TRUE(contains(gpusel::describe(gpusel::PickCriteria{}), "no compute process (this user's own included)"));
+  EXPECT_TRUE(contains(gpusel::describe(sharing), "no other user's compute process"));
+}
+
+TEST(Pick, TheCallingProcessItselfNeverMakesItsGpuBusy) {
+  std::vector<gpusel::Gpu> gpus = {gpu(0, 130, 0), gpu(1, 100, 0)};
+  gpus[0].processes->push_back(process_of("alice", 4242));
+  const auto map = machine(gpus);
+  EXPECT_EQ(indices(gpusel::pick({}, map, "alice", 4242)), std::vector<int>{0}) << "pid 4242 is the caller";
+  EXPECT_TRUE(gpusel::assess({}, map, "alice", 4242)[0].fits());
+  EXPECT_FALSE(gpusel::assess({}, map, "alice", 4243)[0].fits());
+}
+
+TEST(Assess, SaysWhichProcessesMadeAGpuBusy) {
+  std::vector<gpusel::Gpu> gpus = {gpu(0, 130, 0), gpu(1, 100, 0)};
+  gpus[0].processes->push_back(process_of("alice", 4242));
+  gpus[0].processes->push_back(process_of("bob", 777));
+  gpus[0].processes->push_back(process_of("alice", 99));  // the caller
+  const auto map = machine(gpus);
+  const auto verdicts = gpusel::assess({}, map, "alice", 99);
+  ASSERT_EQ(verdicts[0].busy_processes.size(), 2u);
+  EXPECT_EQ(verdicts[0].busy_processes[0].pid, 4242u);
+  EXPECT_EQ(verdicts[0].busy_processes[1].pid, 777u);
+  EXPECT_TRUE(verdicts[1].busy_processes.empty());
+  gpusel::PickCriteria sharing;
+  sharing.share_own = true;
+  ASSERT_EQ(gpusel::assess(sharing, map, "alice", 99)[0].busy_processes.size(), 1u);
+  EXPECT_EQ(gpusel::assess(sharing, map, "alice", 99)[0].busy_processes[0].pid, 777u);
 }
 
 TEST(Pick, AProcessWhoseOwnerCannotBeSeenCountsAsAnotherUsers) {
@@ -346,7 +390,37 @@ TEST(Pick, ExcludesGpusByNvidiaSmiNumberOrUuidPrefix) {
   gpusel::PickCriteria criteria = count(1, gpusel::PickCriteria::all);
   criteria.exclude = {"0", "GPU-2AAA"};
   EXPECT_EQ(indices(gpusel::pick(criteria, map, "alice")), (std::vector<int>{1, 3})) << "UUID prefixes ignore case";
-  EXPECT_EQ(gpusel::assess(criteria, map, "alice")[0].rejected_because, std::vector<std::string>{"excluded"});
+  EXPECT_EQ(gpusel::assess(criteria, map, "alice")[0].rejected_because,
+            std::vector<std::string>{"excluded (\"0\" names it)"});
+  EXPECT_EQ(gpusel::assess(criteria, map, "alice")[2].rejected_because,
+            std::vector<std::string>{"excluded (\"GPU-2AAA\" names it)"});
+}
+
+TEST(Pick, AnExclusionOfAGpuThisProcessCannotSeeIsAnError) {
+  // CUDA_VISIBLE_DEVICES=2,3: GPU 1 is no candidate, so "--exclude 1" is a mistake (a typo, or CUDA's numbers
+  // taken for this process's cuda:N), not a no-op.
+  const auto map = machine({gpu(0, 130, 0), gpu(1, 120, 0), gpu(2, 110, 0), gpu(3, 100, 0)}, "2,3");
+  gpusel::PickCriteria criteria;
+  for (const std::string name : {"1", "GPU-1aaa", "smi:0"}) {
+    criteria.exclude = {name};
+    const std::string message = error_from([&] { (void)gpusel::assess(criteria, map, "alice"); });
+    EXPECT_TRUE(contains(message, "cannot exclude \"" + name + "\": it names GPU ")) << message;
+    EXPECT_TRUE(contains(message, "which CUDA_VISIBLE_DEVICES=2,3 hides, so it is no candidate anyway")) << message;
+  }
+  criteria.exclude = {"2"};
+  EXPECT_EQ(indices(gpusel::pick(criteria, map, "alice")), std::vector<int>{3});
+  criteria.only_visible = false;  // the whole machine: every GPU is a candidate, so each may be excluded
+  criteria.exclude = {"1"};
+  EXPECT_EQ(indices(gpusel::pick(criteria, map, "alice")), std::vector<int>{0});
+  // A MIG instance that CUDA_VISIBLE_DEVICES hides, likewise.
+  const auto mig = machine(whole_and_mig(), "0,MIG-110bbbbb");
+  gpusel::PickCriteria instance;
+  instance.exclude = {"MIG-120b"};
+  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::assess(instance, mig, "alice"); }),
+                       "which CUDA_VISIBLE_DEVICES=0,MIG-110bbbbb hides"));
+  instance.exclude = {"MIG-110b"};
+  EXPECT_EQ(gpusel::assess(instance, mig, "alice")[1].rejected_because,
+            std::vector<std::string>{"excluded (\"MIG-110b\" names it)"});
 }
 
 TEST(Pick, AnExclusionThatNamesNoGpuIsAnError) {
@@ -439,7 +513,7 @@ TEST(Pick, TooFewFittingGpusIsAnErrorThatSaysWhyEachWasRejected) {
   const std::string message = error_from([&] { (void)gpusel::pick(criteria, machine(gpus), "alice"); });
   EXPECT_EQ(message,
             "gpusel::pick: 1 of 3 GPUs fit, 2 are needed (at least 2 GPUs (at most 2); at least 8.0 GiB free; at most "
-            "10% utilized; no other user's compute process; most free memory first):\n"
+            "10% utilized; no compute process (this user's own included); most free memory first):\n"
             "  GPU 0 (nvidia-smi 0, NVIDIA H200, GPU-0aaaaaaa-0000-0000-0000-000000000000), 130.0 GiB free, 0% "
             "utilized: fits\n"
             "  GPU 1 (nvidia-smi 1, NVIDIA H200, GPU-1aaaaaaa-0000-0000-0000-000000000000), 2.0 GiB free, 97% "
@@ -470,7 +544,8 @@ TEST(Pick, WithoutNvmlSaysItCannotSeeTheGpus) {
 TEST(Assess, KeepsEachGpuItsOwnRecordWhenNvmlReportsDuplicateOrEmptyUuids) {
   // A broken or virtualized NVML can report one UUID twice, or none at all:
   // each GPU must still be described by its own record, not by the first
-  // one that shares its UUID.
+  // one that shares its UUID; the second of a UUID is that GPU counted again
+  // (Note [One UUID, one GPU]), so only the first is picked.
   std::vector<gpusel::Gpu> gpus = {gpu(0, 10, 0), gpu(1, 20, 0), gpu(2, 30, 0), gpu(3, 40, 0)};
   gpus[1].uuid = gpus[0].uuid;
   gpus[2].uuid = "";
@@ -484,7 +559,25 @@ TEST(Assess, KeepsEachGpuItsOwnRecordWhenNvmlReportsDuplicateOrEmptyUuids) {
     EXPECT_EQ(verdicts[i].gpu.pci_bus_id, gpus[i].pci_bus_id);
     EXPECT_EQ(verdicts[i].gpu.memory_free_bytes, gpus[i].memory_free_bytes);
   }
-  EXPECT_EQ(indices(gpusel::pick(count(4), map, "alice")), (std::vector<int>{3, 2, 1, 0}));
+  EXPECT_EQ(indices(gpusel::pick(count(3), map, "alice")), (std::vector<int>{3, 2, 0}));
+  EXPECT_EQ(
+      verdicts[1].rejected_because,
+      std::vector<std::string>{"NVML reports the UUID of GPU 0 for it too (GPU-0aaaaaaa-0000-0000-0000-000000000000), "
+                               "so gpusel counts the two as one GPU, GPU 0"});
+  EXPECT_TRUE(verdicts[2].fits() && verdicts[3].fits()) << "an empty UUID names no GPU, so it is no duplicate";
+}
+
+TEST(Assess, AMigInstanceNvmlReportsTwiceIsOneGpu) {
+  std::vector<gpusel::Gpu> gpus = whole_and_mig();
+  gpus[1].mig_instances[1].uuid = gpus[1].mig_instances[0].uuid;
+  const auto map = machine(gpus);
+  const auto picked = gpusel::pick(count(1, gpusel::PickCriteria::all), map, "alice");
+  EXPECT_EQ(uuids(picked), (std::vector<std::string>{"MIG-110bbbbb-0000-0000-0000-000000000000",
+                                                     "GPU-0aaaaaaa-0000-0000-0000-000000000000"}))
+      << "printed once, not MIG-110b...,MIG-110b...";
+  EXPECT_TRUE(contains(gpusel::assess({}, map, "alice")[2].rejected_because.at(0),
+                       "NVML reports the UUID of MIG instance MIG-110bbbbb-0000-0000-0000-000000000000 (GI 1, CI 0) "
+                       "for it too"));
 }
 
 // 4000 GPUs, numbered by nvidia-smi in an order that PCI_BUS_ID reverses:
@@ -612,7 +705,7 @@ TEST(PickThroughNvml, ReadsTheMachineAndMakesNoCudaCall) {
   const auto picked = gpusel::pick(criteria);
   ASSERT_EQ(picked.size(), 2u);
   EXPECT_EQ(picked[0].gpu.uuid, "GPU-33333333-aaaa-0000-0000-000000000000") << "the most free memory";
-  EXPECT_EQ(picked[1].gpu.uuid, "GPU-11111111-aaaa-0000-0000-000000000000") << "our own process is no obstacle";
+  EXPECT_EQ(picked[1].gpu.uuid, "GPU-11111111-aaaa-0000-0000-000000000000") << "this very process is no obstacle";
 #if GPUSEL_TEST_EMULATED
   EXPECT_EQ(gpusel_emulated::call_log(), std::vector<std::string>{}) << "picking makes no CUDA call";
   EXPECT_EQ(gpusel_emulated::primary_context_count(), 0);
@@ -626,6 +719,24 @@ TEST(PickThroughNvml, SaysWhyNothingFits) {
   const std::string message = error_from([] { (void)gpusel::pick(count(4)); });
   EXPECT_TRUE(contains(message, "gpusel::pick: 3 of 4 GPUs fit, 4 are needed")) << message;
   EXPECT_TRUE(contains(message, "pid 4000000000, owner unknown")) << message;
+}
+
+TEST(PickThroughNvml, AnotherProcessOfThisUserMakesItsGpuBusy) {
+  // The process that started this test (ctest, a shell) is this user's, and not this process.
+  ScopedLeaseDirectory leases;
+  FakeNvmlMachine nvml(
+      "gpu uuid=GPU-00000000-aaaa-0000-0000-000000000000 used_mib=0\n"
+      "gpu uuid=GPU-11111111-aaaa-0000-0000-000000000000 used_mib=4096\n"
+      "process gpu=0 pid=" +
+      std::to_string(getppid()) + " used_mib=1\n");
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  ASSERT_EQ(gpusel::detail::process_user(static_cast<unsigned>(getppid())), gpusel::current_user());
+  const auto picked = gpusel::pick();
+  ASSERT_EQ(picked.size(), 1u);
+  EXPECT_EQ(picked[0].gpu.uuid, "GPU-11111111-aaaa-0000-0000-000000000000");
+  gpusel::PickCriteria sharing;
+  sharing.share_own = true;
+  EXPECT_EQ(gpusel::pick(sharing).at(0).gpu.uuid, "GPU-00000000-aaaa-0000-0000-000000000000");
 }
 
 TEST(PickThroughNvml, UseFreeGpusMakesThePickedGpusVisibleBestFirst) {

@@ -42,6 +42,13 @@ link a=2 b=3 level=20
   EXPECT_EQ(gpusel::link_between(gpus[0], gpus[3]), gpusel::GpuLink::unknown) << "no answer from NVML";
   EXPECT_EQ(gpusel::link_between(gpus[0], gpus[0]), gpusel::GpuLink::unknown);
   EXPECT_TRUE(gpusel::query_inventory().gpus[0].links.empty()) << "topology is read with usage only";
+  gpusel::InventoryOptions no_links = gpusel::InventoryOptions::with_usage();
+  no_links.links = false;  // the N(N-1)/2 pairs, read only when asked for
+  const gpusel::Inventory without = gpusel::query_inventory(no_links);
+  ASSERT_TRUE(without.ok()) << without.reason;
+  EXPECT_TRUE(without.gpus[0].links.empty());
+  EXPECT_EQ(gpusel::link_between(without.gpus[0], without.gpus[1]), gpusel::GpuLink::unknown);
+  EXPECT_EQ(without.gpus[2].numa_node, 1) << "where each GPU sits is still read: one call a GPU";
 }
 
 TEST(FormatCpuList, WritesRunsOfCpusAsRanges) {

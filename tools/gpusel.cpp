@@ -26,16 +26,20 @@
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <future>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -81,9 +85,11 @@ Commands (none of them starts CUDA or creates a context on any GPU):
 Options:
   --json                 machine-readable output (list, explain, pick): always
                          one JSON document, valid UTF-8, errors included
+  --links                list: also how each pair of GPUs is joined (NVLink, PCIe
+                         switch, ...): N(N-1)/2 pairs, so read only when asked
 
-Options of pick and run (by default: 1 GPU, no other user's compute process
-on it, no other job's lease, most free memory first, among the GPUs
+Options of pick and run (by default: 1 GPU, no compute process on it, this
+user's own included, no other job's lease, most free memory first, among the GPUs
 CUDA_VISIBLE_DEVICES already shows). A GPU in MIG mode counts as its MIG
 instances, each one GPU for -n, leased apart; it is never picked whole:
   -n, --count N          exactly N GPUs
@@ -92,10 +98,13 @@ instances, each one GPU for -n, leased apart; it is never picked whole:
   --all                  every GPU that fits (at least 1, or --at-least N)
   --min-free SIZE        free memory each needs: 8GiB, 512MiB, 10GB, 1.5GiB
   --max-util PERCENT     highest utilization allowed, 0-100
+  --share-own            GPUs where only this user's own compute processes run may
+                         be picked (by default any compute process makes a GPU busy)
   --allow-other-users    GPUs where another user's compute process runs may be picked
   --exclude LIST         never these, comma-separated, named as pick prints them:
                          CUDA's physical index (2), a UUID or prefix (GPU-8d2a,
-                         MIG-4a5b); nvidia-smi's numbers are written smi:2
+                         MIG-4a5b); nvidia-smi's numbers are written smi:2. A name
+                         for no GPU, or one CUDA_VISIBLE_DEVICES hides, is an error
   --order free|util|index  most free memory, least utilized, or CUDA's order first
   --connected            prefer GPUs joined by NVLink, else under one PCIe switch,
                          else one host bridge, else one NUMA node; when no such set
@@ -114,27 +123,32 @@ Options of run only:
   --no-lease             take no lease (other jobs may then get the same GPUs)
   --local-rank           this process's GPU as a rank of a job (torchrun, mpirun,
                          srun): local rank i gets the i-th GPU CUDA_VISIBLE_DEVICES
-                         shows, leased; a GPU another job leases is an error, not a
-                         reason to take another. Takes no pick option but --format.
+                         shows, leased; a GPU another job leases or a compute
+                         process keeps busy is an error, not a reason to take
+                         another. Without a launcher variable: local rank 0 of 1,
+                         said on stderr. Takes no pick option but --format,
+                         --share-own and --allow-other-users.
   -- COMMAND [ARGS...]   the command (the first word that is no option starts it too)
 
 An option's value follows it (--count 2) or is attached (--count=2); an option
 that takes no value takes none (--json=false is a usage error).
 
 Environment: CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, GPUSEL_NVML_LIBRARY (the
-NVML library to load; default libnvidia-ml.so.1) and GPUSEL_LEASE_DIR (where
-leases are kept; default /tmp/gpusel-leases, shared by every user).
+NVML library to load; default libnvidia-ml.so.1), GPUSEL_NVML_TIMEOUT (how long
+NVML may take to answer: 30s by default, as --wait takes it; 0: no limit) and
+GPUSEL_LEASE_DIR (where leases are kept; default /tmp/gpusel-leases, shared by
+every user).
 
 Exit status:
   0  success
   1  pick: fewer GPUs fit than asked for (each GPU and why, on stderr)
   2  usage error: unknown command or option, malformed value, extra argument
   3  no NVIDIA driver: NVML could not be loaded (explain still prints what it can)
-  4  NVML failed while reading the GPUs
+  4  NVML failed while reading the GPUs, or did not answer in time
   5  internal error: a bug in gpusel (the message says what failed; please report it)
   6  the output could not be written (stdout closed, full or broken)
 run exits with the command's status, or with its own:
-  125  nothing fits (each GPU and why, on stderr), or gpusel failed: the command was not started
+  125  nothing fits (each GPU and why, on stderr), or gpusel failed (NVML too): the command was not started
   126  the command cannot be run
   127  the command is not found
 )";
@@ -160,6 +174,9 @@ struct Arguments {
   bool all = false;
   bool print_uuids = false;
   bool format_given = false;
+  bool links = false;  // list --links
+  // How long NVML may take to answer (GPUSEL_NVML_TIMEOUT; Note [A hanging NVML]); 0: no limit.
+  std::chrono::milliseconds nvml_timeout{0};
   // run's
   std::vector<std::string> command_line;  // the command and its arguments
   bool wait = false;
@@ -310,6 +327,8 @@ const Option kOptions[] = {
      }},
     {"--allow-other-users", "", Takes::nothing, kChoosing,
      [](Arguments& a, std::string_view, const std::string&) { a.criteria.allow_other_users = true; }},
+    {"--share-own", "", Takes::nothing, kChoosing,
+     [](Arguments& a, std::string_view, const std::string&) { a.criteria.share_own = true; }},
     {"--exclude", "", Takes::value, kChoosing,
      [](Arguments& a, std::string_view, const std::string& value) {
        for (std::string& name : split_list(value)) a.criteria.exclude.push_back(std::move(name));
@@ -332,6 +351,7 @@ const Option kOptions[] = {
        a.print_uuids = value == "uuid";
        a.format_given = true;
      }},
+    {"--links", "", Takes::nothing, kList, [](Arguments& a, std::string_view, const std::string&) { a.links = true; }},
     {"--connected", "", Takes::nothing, kChoosing,
      [](Arguments& a, std::string_view, const std::string&) {
        a.criteria.placement = gpusel::PickPlacement::connected;
@@ -419,7 +439,9 @@ Arguments parse_arguments(const std::vector<std::string>& words) {
     }
     option->apply(arguments, name, value);
     given.emplace_back(option, name);
-    if ((option->commands & kPick) != 0 && option->name != "--format" && option->name != "--help")
+    // What a rank may still say of its one GPU: how to name it, and whose processes may share it.
+    if ((option->commands & kPick) != 0 && option->name != "--format" && option->name != "--help" &&
+        option->name != "--share-own" && option->name != "--allow-other-users")
       arguments.pick_options.push_back(name);
   }
   if (arguments.command == nullptr)
@@ -435,7 +457,8 @@ Arguments parse_arguments(const std::vector<std::string>& words) {
       throw UsageError("run expects a command to run: gpusel run [options] -- COMMAND [ARGS...]");
     if (arguments.local_rank && !arguments.pick_options.empty())
       throw UsageError("--local-rank takes the rank's own GPU, so " + arguments.pick_options.front() +
-                       " cannot apply (only --format, --wait and --no-lease go with it)");
+                       " cannot apply (only --format, --share-own, --allow-other-users, --wait and --no-lease go "
+                       "with it)");
     if (!arguments.format_given) arguments.print_uuids = true;  // run gives UUIDs unless asked
   }
   return arguments;
@@ -512,8 +535,10 @@ void mig_members(JsonWriter& json, const gpusel::MigInstance& instance) {
   process_array(json, instance.processes);
 }
 
-// The members of one GPU's object.
-void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_index, const gpusel::Gpu& gpu) {
+// The members of one GPU's object; its links to the other GPUs only with `links` (null
+// without: N of them for each of N GPUs, so only `list --links` gives them).
+void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_index, const gpusel::Gpu& gpu,
+                 bool links = false) {
   optional_value(json, "logical", map.visible.logical(physical_index));
   json.key("physical_index").value(physical_index);
   json.key("nvml_index").value(gpu.nvml_index);
@@ -536,15 +561,20 @@ void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_in
     json.null();
   else
     json.value(gpusel::format_cpu_list(gpu.cpu_affinity));
-  json.key("links").begin_array();  // to the other GPUs, by nvidia-smi's number
-  for (std::size_t other = 0; other < gpu.links.size(); ++other) {
-    if (static_cast<int>(other) == gpu.nvml_index) continue;
-    json.begin_object();
-    json.key("nvml_index").value(static_cast<int>(other));
-    json.key("link").value(link_name(gpu.links[other]));
-    json.end_object();
+  json.key("links");  // to the other GPUs, by nvidia-smi's number
+  if (links) {
+    json.begin_array();
+    for (std::size_t other = 0; other < gpu.links.size(); ++other) {
+      if (static_cast<int>(other) == gpu.nvml_index) continue;
+      json.begin_object();
+      json.key("nvml_index").value(static_cast<int>(other));
+      json.key("link").value(link_name(gpu.links[other]));
+      json.end_object();
+    }
+    json.end_array();
+  } else {
+    json.null();
   }
-  json.end_array();
   optional_value(json, "memory_total_bytes", gpu.memory_total_bytes);
   optional_value(json, "memory_used_bytes", gpu.memory_used_bytes);
   optional_value(json, "memory_free_bytes", gpu.memory_free_bytes);
@@ -611,7 +641,61 @@ int report_no_gpus(const gpusel::DeviceMap& map, bool json) {
   return no_gpus_status(map.inventory);
 }
 
-void print_list_json(const gpusel::DeviceMap& map) {
+// Note [A hanging NVML]
+// ~~~~~~~~~~~~~~~~~~~~~
+// A wedged driver can leave an NVML call (nvmlInit, the device count, a process
+// query) unanswered for good, and list, pick and run with it. The command reads
+// the GPUs on a thread of its own and waits at most GPUSEL_NVML_TIMEOUT (30 s by
+// default: nvmlInit on a machine of many GPUs without the persistence daemon
+// takes seconds, never half a minute), then says so and exits 4 (run: 125, its
+// own failures' status). The call cannot be cancelled, so the thread is left
+// behind and the command ends with _Exit (g_nvml_hung): no destructor of a static
+// object runs beside a thread still inside the driver's library. The library's
+// own query_inventory has no timeout: a thread it could not end is the caller's
+// decision.
+constexpr std::chrono::milliseconds kDefaultNvmlTimeout{30000};
+bool g_nvml_hung = false;  // a thread is left inside NVML: main ends with _Exit
+
+// GPUSEL_NVML_TIMEOUT: a duration as --wait takes it; unset or empty, the default; 0, no limit.
+std::chrono::milliseconds nvml_timeout() {
+  const char* text = std::getenv("GPUSEL_NVML_TIMEOUT");
+  if (text == nullptr || *text == '\0') return kDefaultNvmlTimeout;
+  return parse_duration("GPUSEL_NVML_TIMEOUT", text);
+}
+
+// visible_devices(options), or nullopt when NVML did not answer within `timeout` (Note [A hanging NVML]).
+std::optional<gpusel::DeviceMap> read_devices(const gpusel::InventoryOptions& options,
+                                              std::chrono::milliseconds timeout) {
+  if (timeout.count() == 0) return gpusel::visible_devices(options);
+  auto answer = std::make_shared<std::promise<gpusel::DeviceMap>>();
+  std::future<gpusel::DeviceMap> map = answer->get_future();
+  std::thread reader([answer, options] {
+    try {
+      answer->set_value(gpusel::visible_devices(options));
+    } catch (...) {
+      answer->set_exception(std::current_exception());
+    }
+  });
+  if (map.wait_for(timeout) != std::future_status::ready) {
+    reader.detach();
+    g_nvml_hung = true;
+    return std::nullopt;
+  }
+  reader.join();
+  return map.get();
+}
+
+// Says that NVML did not answer (on stderr, and as JSON for --json); returns `status`.
+int report_nvml_hung(const Arguments& arguments, int status) {
+  const std::string reason = "NVML did not answer in " + std::to_string(arguments.nvml_timeout.count() / 1000) +
+                             " s (GPUSEL_NVML_TIMEOUT sets how long to wait; nvidia-smi and dmesg may say why "
+                             "the driver hangs)";
+  std::cerr << "gpusel: " << reason << "\n";
+  if (arguments.json) print_error_json("nvml_failed", reason, status);
+  return status;
+}
+
+void print_list_json(const gpusel::DeviceMap& map, bool links) {
   JsonWriter json;
   json.begin_object();
   json.key("driver_version").value(map.inventory.driver_version);
@@ -621,18 +705,27 @@ void print_list_json(const gpusel::DeviceMap& map) {
   json.key("gpus").begin_array();
   for (int physical = 0; physical < map.order.count(); ++physical) {
     json.begin_object();
-    gpu_members(json, map, physical, *map.physical_device(physical));
+    gpu_members(json, map, physical, *map.physical_device(physical), links);
     json.end_object();
   }
   json.end_array().end_object();
   std::cout << json.str();
 }
 
+// What list, pick and run read: usage, and the N(N-1)/2 links between GPUs only when asked for.
+gpusel::InventoryOptions usage(bool links) {
+  gpusel::InventoryOptions options = gpusel::InventoryOptions::with_usage();
+  options.links = links;
+  return options;
+}
+
 int run_list(const Arguments& arguments) {
-  const gpusel::DeviceMap map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
+  const std::optional<gpusel::DeviceMap> read = read_devices(usage(arguments.links), arguments.nvml_timeout);
+  if (!read) return report_nvml_hung(arguments, kExitNvmlFailed);
+  const gpusel::DeviceMap& map = *read;
   if (!map.known()) return report_no_gpus(map, arguments.json);
   if (arguments.json) {
-    print_list_json(map);
+    print_list_json(map, arguments.links);
     return kExitOk;
   }
   std::vector<std::string> labels;  // this process's cuda:N, or "hidden"
@@ -700,9 +793,37 @@ int run_list(const Arguments& arguments) {
     }
   }
   if (map.inventory.gpus.empty()) std::cout << "(NVML sees no GPU)\n";
+  // One UUID on several GPUs (or MIG instances), in CUDA's physical order: Note [One UUID, one GPU].
+  std::vector<std::pair<std::string, std::vector<int>>> uuids;  // in order of first appearance
+  std::unordered_map<std::string, std::size_t> uuid_at;
+  const auto note_uuid = [&](const std::string& uuid, int physical) {
+    if (uuid.empty()) return;
+    const auto [at, inserted] = uuid_at.try_emplace(uuid, uuids.size());
+    if (inserted) uuids.emplace_back(uuid, std::vector<int>{});
+    uuids[at->second].second.push_back(physical);
+  };
+  for (int physical = 0; physical < map.order.count(); ++physical) {
+    const gpusel::Gpu& gpu = *map.physical_device(physical);
+    note_uuid(gpu.uuid, physical);
+    for (const gpusel::MigInstance& instance : gpu.mig_instances) note_uuid(instance.uuid, physical);
+  }
+  for (const auto& [uuid, physicals] : uuids) {
+    if (physicals.size() < 2) continue;
+    std::string names;
+    for (std::size_t i = 0; i < physicals.size(); ++i)
+      names += (i == 0 ? "" : i + 1 == physicals.size() ? " and " : ", ") + std::to_string(physicals[i]);
+    std::cout << "Caution: NVML reports " << shown(uuid) << " for GPUs " << names << ": pick counts them as one GPU.\n";
+  }
   if (!map.visible.ok() && !map.inventory.gpus.empty())
     std::cout << "No CUDA device is visible to this process: " << gpusel::escape_for_terminal(map.visible.reason())
               << "\n";
+  if (arguments.links && map.order.count() > 1) {  // each pair once, by CUDA's physical index
+    std::cout << "Links:\n";
+    for (int a = 0; a < map.order.count(); ++a)
+      for (int b = a + 1; b < map.order.count(); ++b)
+        std::cout << "  GPUs " << a << " and " << b << " are "
+                  << gpusel::describe(gpusel::link_between(*map.physical_device(a), *map.physical_device(b))) << "\n";
+  }
   if (!map.order.exact) std::cout << "Caution: " << map.order.caveat << ".\n";
   return kExitOk;
 }
@@ -747,7 +868,9 @@ void print_explain_json(const gpusel::DeviceMap& map) {
 }
 
 int run_explain(const Arguments& arguments) {
-  const gpusel::DeviceMap map = gpusel::visible_devices();  // identity is all it shows
+  const std::optional<gpusel::DeviceMap> read = read_devices({}, arguments.nvml_timeout);  // identity is all it shows
+  if (!read) return report_nvml_hung(arguments, kExitNvmlFailed);
+  const gpusel::DeviceMap& map = *read;
   if (arguments.json)
     print_explain_json(map);
   else
@@ -806,6 +929,8 @@ void print_pick_json(const Arguments& arguments, const gpusel::DeviceMap& map,
     json.key("rejected_because").begin_array();
     for (const std::string& reason : candidate.rejected_because) json.value(reason);
     json.end_array();
+    json.key("busy_processes");  // the compute processes that made it busy
+    process_array(json, candidate.busy_processes);
     json.end_object();
   }
   json.end_array().end_object();
@@ -826,11 +951,14 @@ void say_what_was_chosen(const Arguments& arguments, const std::vector<gpusel::C
 }
 
 int run_pick(const Arguments& arguments) {
-  const gpusel::DeviceMap map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
+  const std::optional<gpusel::DeviceMap> read =
+      read_devices(usage(arguments.criteria.placement == gpusel::PickPlacement::connected), arguments.nvml_timeout);
+  if (!read) return report_nvml_hung(arguments, kExitNvmlFailed);
+  const gpusel::DeviceMap& map = *read;
   if (!map.known()) return report_no_gpus(map, arguments.json);
   std::vector<gpusel::Candidate> assessed;
   try {
-    assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user());
+    assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
   } catch (const gpusel::Error& error) {  // criteria that make no sense here, e.g. an --exclude naming no GPU
     std::cerr << "gpusel: " << gpusel::escape_for_terminal(error.what()) << "\nTry 'gpusel help'.\n";
     if (arguments.json) print_error_json("usage", error.what(), kExitUsage);
@@ -1054,9 +1182,18 @@ struct Attempt {
   std::string failure;  // "" when chosen
 };
 
-Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& map) {
+// `said_rank`: whether the rank without a launcher variable was said already (once per run, --wait or not).
+Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& map, bool& said_rank) {
   Attempt attempt;
   const auto rank = gpusel::local_rank();  // throws Error for a malformed variable
+  if (!rank && !said_rank) {               // the documented rule, said, so that a mistyped launcher setup shows
+    std::string variables;
+    for (const gpusel::LauncherVariables& launcher : gpusel::launcher_variables)
+      variables += (variables.empty() ? "" : ", ") + std::string(launcher.rank_variable);
+    std::cerr << "gpusel: no launcher variable is set (" << variables
+              << "), so this process runs as local rank 0 of 1\n";
+    said_rank = true;
+  }
   if (!map.visible.ok()) {
     attempt.failure = "no CUDA device is visible to this rank: " + map.visible.reason();
     return attempt;
@@ -1069,18 +1206,33 @@ Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& 
   const int physical = map.visible.physical(device.index());
   const gpusel::Gpu& gpu = *map.physical_device(physical);
   const std::string who = rank ? rank->describe() : std::string("local rank 0 (no launcher variable is set)");
+  const std::string its_gpu = "its GPU, cuda:" + std::to_string(device.index()) + " of the job (physical " +
+                              std::to_string(physical) + ", " + gpusel::escape_for_terminal(gpu.uuid) + "), is ";
+  // Busy as pick judges it (Note [Whose process is it]): a compute process on it is the rank's error.
+  gpusel::PickCriteria rule;
+  rule.allow_other_users = arguments.criteria.allow_other_users;
+  rule.share_own = arguments.criteria.share_own;
+  rule.only_visible = false;  // the rank's GPU is visible: no other GPU's verdict matters
+  for (const gpusel::Candidate& verdict :
+       gpusel::assess(rule, map, gpusel::current_user(), static_cast<unsigned>(getpid()))) {
+    if (verdict.physical_index != physical || verdict.mig_instance || verdict.fits()) continue;
+    std::string reasons;
+    for (const std::string& reason : verdict.rejected_because) reasons += (reasons.empty() ? "" : "; ") + reason;
+    attempt.failure = who + ": " + its_gpu + "busy: " + reasons +
+                      "; a rank keeps its GPU rather than take another (--share-own or --allow-other-users to "
+                      "share it)";
+    return attempt;
+  }
   if (arguments.lease) {
     std::optional<gpusel::GpuLease> lease = gpusel::try_lease_gpu(gpu.uuid);
     if (!lease) {
-      attempt.failure = who + ": its GPU, cuda:" + std::to_string(device.index()) + " of the job (physical " +
-                        std::to_string(physical) + ", " + gpu.uuid + "), is " +
-                        gpusel::lease_holder(gpu.uuid).value_or("leased by another job") +
+      attempt.failure = who + ": " + its_gpu + gpusel::lease_holder(gpu.uuid).value_or("leased by another job") +
                         "; a rank keeps its GPU rather than take another";
       return attempt;
     }
     attempt.lease = std::move(*lease);
   }
-  attempt.chosen.push_back(gpusel::Candidate{gpu, physical, {}, std::nullopt});
+  attempt.chosen.push_back(gpusel::Candidate{gpu, physical, {}, std::nullopt, {}});
   return attempt;
 }
 
@@ -1089,7 +1241,8 @@ Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& 
 // at once. Too few GPUs that fit is the attempt's failure, which a wait may end.
 Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
   Attempt attempt;
-  std::vector<gpusel::Candidate> assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user());
+  std::vector<gpusel::Candidate> assessed =
+      gpusel::assess(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
   gpusel::reject_leased_gpus(assessed);
   try {
     attempt.chosen = gpusel::choose(arguments.criteria, std::move(assessed));
@@ -1102,7 +1255,8 @@ Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
     if (candidate.uuid().empty())  // a lock file is named by the UUID
       throw gpusel::Error("cannot lease " + gpusel::describe(candidate) + ": NVML reports no UUID for it");
   try {  // leases as it chooses again, passing over a GPU another job leases first
-    gpusel::LeasedGpus leased = gpusel::lease_free_gpus(arguments.criteria, map, gpusel::current_user());
+    gpusel::LeasedGpus leased =
+        gpusel::lease_free_gpus(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
     attempt.chosen = std::move(leased.gpus);
     attempt.lease = std::move(leased.lease);
   } catch (const gpusel::Error& error) {
@@ -1115,17 +1269,20 @@ Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
 int run_run(const Arguments& arguments) {
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
-  bool said_waiting = false;
+  bool said_waiting = false, said_rank = false;
   Attempt attempt;
   gpusel::DeviceMap map;
   while (true) {
-    map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
+    std::optional<gpusel::DeviceMap> read =
+        read_devices(usage(arguments.criteria.placement == gpusel::PickPlacement::connected), arguments.nvml_timeout);
+    if (!read) return report_nvml_hung(arguments, kExitRunFailed);
+    map = std::move(*read);
     if (!map.known()) {
       (void)report_no_gpus(map, false);
       return kExitRunFailed;
     }
     try {
-      attempt = arguments.local_rank ? attempt_local_rank(arguments, map) : attempt_pick(arguments, map);
+      attempt = arguments.local_rank ? attempt_local_rank(arguments, map, said_rank) : attempt_pick(arguments, map);
     } catch (const gpusel::Error& error) {  // no wait can fix it
       const std::string_view message = error.what();
       std::cerr << (message.substr(0, 8) == "gpusel: " ? "" : "gpusel: ") << gpusel::escape_for_terminal(message)
@@ -1142,8 +1299,8 @@ int run_run(const Arguments& arguments) {
       return kExitRunFailed;
     }
     if (!said_waiting) {
-      const std::string what = arguments.local_rank ? std::string("this rank's GPU to be free of other leases")
-                                                    : gpusel::describe(arguments.criteria);
+      const std::string what =
+          arguments.local_rank ? std::string("this rank's GPU to be free") : gpusel::describe(arguments.criteria);
       const std::string first_line = attempt.failure.substr(0, attempt.failure.find('\n'));
       std::cerr << "gpusel: waiting for " << what
                 << (arguments.wait_at_most
@@ -1200,6 +1357,7 @@ int run_command_line(const std::vector<std::string>& words) {
   Arguments arguments;
   try {
     arguments = parse_arguments(words);
+    arguments.nvml_timeout = nvml_timeout();
   } catch (const UsageError& error) {  // one line, quoting the arguments: escaped (Note [Hostile text])
     std::cerr << "gpusel: " << gpusel::escape_for_terminal(error.what()) << "\nTry 'gpusel help'.\n";
     // --json was asked for even if the line is wrong elsewhere: the caller reads stdout as JSON.
@@ -1226,6 +1384,11 @@ int run_command_line(const std::vector<std::string>& words) {
 
 #ifndef GPUSEL_COMMAND_NO_MAIN
 int main(int argc, char** argv) {
-  return flush_output(run_command_line(std::vector<std::string>(argv + 1, argv + argc)));
+  const int status = flush_output(run_command_line(std::vector<std::string>(argv + 1, argv + argc)));
+  if (g_nvml_hung) {  // a thread is still inside NVML (Note [A hanging NVML])
+    std::cerr.flush();
+    std::_Exit(status);
+  }
+  return status;
 }
 #endif

@@ -105,6 +105,11 @@ enum class InventoryStatus {
 struct InventoryOptions {
   std::string nvml_library;  // "" = GPUSEL_NVML_LIBRARY, else "libnvidia-ml.so.1"; "none" = no NVML
   bool usage = false;        // also read memory, utilization, compute processes and topology
+  // With usage: also how each pair of GPUs is linked (Gpu::links), N(N-1)/2 pairs of two
+  // NVML calls each, the one part of the inventory that grows faster than the GPUs.
+  // false leaves every Gpu::links empty; pick() and the gpusel command read links
+  // only when PickPlacement::connected (or `list --links`) asks for them.
+  bool links = true;
 
   // Identity and usage.
   static InventoryOptions with_usage() {
@@ -130,8 +135,10 @@ struct Inventory {
 };
 
 // Reads the inventory: identity only unless options.usage. A missing or failing
-// NVML is reported in the result's status and reason; this throws nothing but
-// std::bad_alloc.
+// NVML is reported in the result's status and reason, and so is an NVML that
+// reports more than detail::kMaxGpus (1024) GPUs (query_failed, gpus empty: no
+// machine has as many, and reading them would cost what they say); this throws
+// nothing but std::bad_alloc.
 [[nodiscard]] GPUSEL_API Inventory query_inventory(const InventoryOptions& options = {});
 
 // How `a` reaches `b` (two GPUs of one inventory read with usage): GpuLink::unknown
@@ -168,6 +175,8 @@ GPUSEL_API GpuLink link_between(const Gpu& a, const Gpu& b) noexcept;
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <unordered_map>
+#include <utility>
 
 #include "gpusel/detail/core/environment.hpp"
 #include "gpusel/detail/machine/nvml.hpp"
@@ -232,24 +241,61 @@ inline std::string read_first_line(const std::string& path) {
   return line;
 }
 
-// The user running `pid`, from /proc/<pid>/status: "" when the process is not
-// visible from here, the uid's number when it has no name.
-inline std::string process_user(unsigned int pid) {
+// The real uid running `pid`, from /proc/<pid>/status; nullopt when the process
+// is not visible from here.
+inline std::optional<unsigned long> process_uid(unsigned int pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (in && std::getline(in, line)) {
     if (line.rfind("Uid:", 0) != 0) continue;
     unsigned long uid = 0;
-    if (std::sscanf(line.c_str() + 4, "%lu", &uid) != 1) return {};
-    passwd entry{};
-    passwd* found = nullptr;
-    char buffer[1024];
-    if (getpwuid_r(static_cast<uid_t>(uid), &entry, buffer, sizeof buffer, &found) == 0 && found != nullptr)
-      return found->pw_name;
-    return std::to_string(uid);
+    if (std::sscanf(line.c_str() + 4, "%lu", &uid) != 1) return std::nullopt;
+    return uid;
   }
-  return {};
+  return std::nullopt;
 }
+
+// A user's name, or the uid's number when it has none.
+inline std::string user_name(unsigned long uid) {
+  passwd entry{};
+  passwd* found = nullptr;
+  char buffer[1024];
+  if (getpwuid_r(static_cast<uid_t>(uid), &entry, buffer, sizeof buffer, &found) == 0 && found != nullptr)
+    return found->pw_name;
+  return std::to_string(uid);
+}
+
+// The user running `pid`, from /proc/<pid>/status: "" when the process is not
+// visible from here, the uid's number when it has no name.
+inline std::string process_user(unsigned int pid) {
+  const std::optional<unsigned long> uid = process_uid(pid);
+  return uid ? user_name(*uid) : std::string();
+}
+
+// The owners and commands of the processes one query_inventory has looked up, so that
+// each process (listed on several GPUs or MIG instances) and each user (the
+// password database may be a network service) is looked up once per query.
+struct ProcessOwners {
+  std::unordered_map<unsigned int, std::pair<std::string, std::string>> by_pid;  // user, command
+  std::unordered_map<unsigned long, std::string> names;                          // by uid
+
+  const std::pair<std::string, std::string>& of(unsigned int pid) {
+    const auto [known, inserted] = by_pid.try_emplace(pid);
+    if (!inserted) return known->second;
+    if (const std::optional<unsigned long> uid = process_uid(pid)) {
+      const auto [name, new_name] = names.try_emplace(*uid);
+      if (new_name) name->second = user_name(*uid);
+      known->second.first = name->second;
+      known->second.second = read_first_line("/proc/" + std::to_string(pid) + "/comm");
+    }
+    return known->second;
+  }
+};
+
+// The most GPUs read: what an NVML reports decides how much is read and kept (and
+// the links, with InventoryOptions::links, grow as its square), and no machine has
+// this many (an NVLink domain of 576 GPUs spans many machines, each seeing its own).
+inline constexpr unsigned int kMaxGpus = 1024;
 
 // The most compute processes read per GPU: what an NVML reports decides how much
 // is allocated, and no GPU runs thousands (each needs a context of its own).
@@ -263,7 +309,7 @@ inline void impossible_reading(Gpu& gpu, const std::string& why) {
 // The compute processes on `device`; nullopt when NVML cannot list them, or
 // reports more than kMaxComputeProcesses (said in gpu.impossible_readings).
 inline std::optional<std::vector<GpuProcess>> read_processes(const nvml::Library& library, nvml::Device device,
-                                                             Gpu& gpu) {
+                                                             Gpu& gpu, ProcessOwners& owners) {
   std::vector<nvml::ProcessInfo> infos;
   unsigned int count = 0;
   nvml::Return status = library.compute_processes(device, &count, nullptr);
@@ -285,13 +331,14 @@ inline std::optional<std::vector<GpuProcess>> read_processes(const nvml::Library
     GpuProcess& process = processes[i];
     process.pid = info.pid;
     if (info.used_gpu_memory != nvml::kValueNotAvailable) process.used_memory_bytes = info.used_gpu_memory;
-    process.user = process_user(info.pid);
-    process.command = read_first_line("/proc/" + std::to_string(info.pid) + "/comm");
+    const auto& [user, command] = owners.of(info.pid);
+    process.user = user;
+    process.command = command;
   }
   return processes;
 }
 
-inline void read_usage(const nvml::Library& library, nvml::Device device, Gpu& gpu) {
+inline void read_usage(const nvml::Library& library, nvml::Device device, Gpu& gpu, ProcessOwners& owners) {
   nvml::MemoryV2 memory_v2{};
   memory_v2.version = nvml::kMemoryV2Version;
   nvml::Memory memory{};
@@ -325,13 +372,13 @@ inline void read_usage(const nvml::Library& library, nvml::Device device, Gpu& g
       gpu.memory_utilization_percent = static_cast<int>(utilization.memory);
     }
   }
-  if (library.compute_processes != nullptr) gpu.processes = read_processes(library, device, gpu);
+  if (library.compute_processes != nullptr) gpu.processes = read_processes(library, device, gpu, owners);
 }
 
 // The MIG instances of `device` (a GPU in MIG mode), their identity, and their memory
 // and processes when `usage` (Note [MIG instances]). A slot NVML cannot read is left out.
 inline std::vector<MigInstance> read_mig_instances(const nvml::Library& library, nvml::Device device, Gpu& gpu,
-                                                   bool usage) {
+                                                   bool usage, ProcessOwners& owners) {
   std::vector<MigInstance> instances;
   unsigned int slots = 0;
   if (library.max_mig_device_count == nullptr || library.mig_device_handle_by_index == nullptr ||
@@ -349,7 +396,7 @@ inline std::vector<MigInstance> read_mig_instances(const nvml::Library& library,
       (void)library.compute_instance_id(handle, &instance.compute_instance_id);
     if (usage) {
       Gpu reading;  // the GPU's readers, on the instance's handle: they answer for the instance
-      read_usage(library, handle, reading);
+      read_usage(library, handle, reading, owners);
       instance.memory_total_bytes = reading.memory_total_bytes;
       instance.memory_used_bytes = reading.memory_used_bytes;
       instance.memory_free_bytes = reading.memory_free_bytes;
@@ -418,6 +465,14 @@ GPUSEL_API Inventory query_inventory(const InventoryOptions& options) {
     inventory.reason = "nvmlDeviceGetCount failed: " + nvml.describe(status);
     return inventory;
   }
+  if (count > detail::kMaxGpus) {
+    inventory.status = InventoryStatus::query_failed;
+    inventory.reason = "nvmlDeviceGetCount reports " + std::to_string(count) + " GPUs, more than the " +
+                       std::to_string(detail::kMaxGpus) + " gpusel reads";
+    return inventory;
+  }
+  detail::ProcessOwners owners;
+  inventory.gpus.reserve(count);
   std::vector<detail::nvml::Device> devices;  // the GPUs' handles, for the links between them
   for (unsigned int index = 0; index < count; ++index) {
     const auto fail = [&](const char* call, detail::nvml::Return status) {
@@ -451,15 +506,15 @@ GPUSEL_API Inventory query_inventory(const InventoryOptions& options) {
     if (nvml.mig_mode != nullptr && nvml.mig_mode(device, &current, &pending) == detail::nvml::kSuccess)
       gpu.mig_enabled = current == 1;
     if (options.usage) {
-      detail::read_usage(nvml, device, gpu);
+      detail::read_usage(nvml, device, gpu, owners);
       gpu.numa_node = detail::read_numa_node(nvml, device);  // where it sits (topology.hpp)
       gpu.cpu_affinity = detail::read_cpu_affinity(nvml, device);
     }
-    if (gpu.mig_enabled) gpu.mig_instances = detail::read_mig_instances(nvml, device, gpu, options.usage);
+    if (gpu.mig_enabled) gpu.mig_instances = detail::read_mig_instances(nvml, device, gpu, options.usage, owners);
     inventory.gpus.push_back(std::move(gpu));
     devices.push_back(device);
   }
-  if (options.usage) {
+  if (options.usage && options.links) {
     for (std::size_t a = 0; a < devices.size(); ++a) inventory.gpus[a].links.assign(devices.size(), GpuLink::unknown);
     for (std::size_t a = 0; a < devices.size(); ++a)
       for (std::size_t b = a + 1; b < devices.size(); ++b)

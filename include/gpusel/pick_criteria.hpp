@@ -39,7 +39,8 @@ enum class PickPlacement {
 };
 
 // What a GPU must be to be picked. The defaults pick one GPU that runs no
-// other user's compute process, among those this process may see.
+// compute process (this user's own included, the calling process's excepted:
+// Note [Whose process is it] in select.hpp), among those this process may see.
 struct PickCriteria {
   // Fewer fitting GPUs than this is an Error.
   int at_least = 1;
@@ -53,6 +54,9 @@ struct PickCriteria {
   // Whether a GPU where another user runs a compute process may be picked.
   // See Note [Whose process is it] in select.hpp.
   bool allow_other_users = false;
+  // Whether a GPU where only this user's own compute processes run may be picked (a
+  // job sharing its own GPUs on purpose); allow_other_users allows them too.
+  bool share_own = false;
   // GPUs never to pick, named as pick names them: CUDA's physical index ("3",
   // what Candidate::physical_index and `gpusel pick` give), nvidia-smi's number
   // written "smi:3", or a UUID, a unique prefix being enough ("GPU-8d2a"); a
@@ -68,7 +72,7 @@ struct PickCriteria {
 };
 
 // "at least 2 GPUs (at most 2); at least 8.0 GiB free; at most 10% utilized;
-// no other user's compute process; most free memory first"
+// no compute process (this user's own included); most free memory first"
 GPUSEL_API std::string describe(const PickCriteria& criteria);
 
 }  // namespace gpusel
@@ -78,6 +82,7 @@ GPUSEL_API std::string describe(const PickCriteria& criteria);
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/error.hpp"
@@ -93,19 +98,45 @@ namespace gpusel {
 // definitions (assess, choose) call.
 namespace detail {
 
-// What `exclude` names: GPUs of `map` (by position in its inventory) and MIG instances (by UUID).
+// What `exclude` names: GPUs of `map` (by position in its inventory), each with the name
+// that excludes it ("" when none does), and MIG instances (by UUID) with theirs.
 struct Excluded {
-  std::vector<bool> gpus;
-  std::vector<std::string> mig_instances;
+  std::vector<std::string> gpus;
+  std::vector<std::pair<std::string, std::string>> mig_instances;  // UUID, name
 };
+
+// Whether CUDA_VISIBLE_DEVICES, set, lets this process see `instance` of physical GPU
+// `physical`: when it names the instance's UUID (or a prefix), or the GPU (Note [MIG
+// instances as picks] in select.hpp).
+inline bool mig_instance_visible(const DeviceMap& map, int physical, const MigInstance& instance) {
+  if (map.visible.logical(physical)) return true;
+  for (const VisibleToken& token : map.visible.tokens())
+    if (token.text.size() > 4 && token.text.rfind("MIG-", 0) == 0 &&
+        starts_with_ignoring_case(instance.uuid, token.text))
+      return true;
+  return false;
+}
 
 // Which GPUs of `map` `exclude` names: CUDA physical indices as pick prints them
 // ("2"), nvidia-smi numbers written "smi:2", UUIDs or a unique prefix ("GPU-8d2a",
-// "MIG-4a5b"). Throws Error for a name that matches none or several.
-inline Excluded excluded_gpus(const std::vector<std::string>& exclude, const DeviceMap& map) {
+// "MIG-4a5b"). Throws Error for a name that matches none or several, and, with
+// `only_visible` under CUDA_VISIBLE_DEVICES, for one that names only what the
+// variable hides (no candidate, so excluding it would do nothing: a mistake).
+inline Excluded excluded_gpus(const std::vector<std::string>& exclude, const DeviceMap& map, bool only_visible) {
   const std::vector<Gpu>& gpus = map.inventory.gpus;
-  Excluded result{std::vector<bool>(gpus.size(), false), {}};
-  std::vector<bool>& excluded = result.gpus;
+  Excluded result{std::vector<std::string>(gpus.size()), {}};
+  const bool hiding = only_visible && map.visible.variable().has_value();
+  std::vector<int> physical_of(gpus.size(), -1);  // positions to CUDA's physical indices
+  for (int physical = 0; physical < map.order.count(); ++physical)
+    physical_of[map.order.positions[static_cast<std::size_t>(physical)]] = physical;
+  const auto gpu_visible = [&](std::size_t position) {
+    const int physical = physical_of[position];
+    if (physical < 0) return false;
+    if (map.visible.logical(physical)) return true;
+    for (const MigInstance& instance : gpus[position].mig_instances)
+      if (mig_instance_visible(map, physical, instance)) return true;
+    return false;
+  };
   for (const std::string& name : exclude) {
     const auto reject = [&](const std::string& why) {
       std::string message = "gpusel::pick: cannot exclude \"" + escape_for_terminal(name) + "\": ";
@@ -114,6 +145,12 @@ inline Excluded excluded_gpus(const std::vector<std::string>& exclude, const Dev
           "; name a GPU as pick prints it: CUDA's physical index (0, 1, ...) or its UUID or a unique prefix "
           "(GPU-8d2a); nvidia-smi's numbers are written smi:0, smi:1, ...";
       return Error(message);
+    };
+    const auto reject_hidden = [&](const std::string& what) {
+      return Error("gpusel::pick: cannot exclude \"" + escape_for_terminal(name) + "\": it names " + what + ", which " +
+                   escape_for_terminal(describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable())) +
+                   " hides, so it is no candidate anyway (only the GPUs this process sees are, unless the whole "
+                   "machine is asked for)");
     };
     const bool smi = name.rfind("smi:", 0) == 0;
     const DecimalRead number = read_decimal(smi ? name.substr(4) : name, DecimalGrammar::whole_text);
@@ -138,19 +175,27 @@ inline Excluded excluded_gpus(const std::vector<std::string>& exclude, const Dev
       if (matches.empty()) throw reject("no GPU has that UUID");
       if (matches.size() > 1) throw reject("the prefix matches " + std::to_string(matches.size()) + " GPUs");
     } else if (name.rfind("MIG-", 0) == 0 && name.size() > 4) {
-      std::vector<std::string> instances;
-      for (const Gpu& gpu : gpus)
-        for (const MigInstance& instance : gpu.mig_instances)
-          if (starts_with_ignoring_case(instance.uuid, name)) instances.push_back(instance.uuid);
+      std::vector<std::pair<const MigInstance*, std::size_t>> instances;  // and its GPU's position
+      for (std::size_t position = 0; position < gpus.size(); ++position)
+        for (const MigInstance& instance : gpus[position].mig_instances)
+          if (starts_with_ignoring_case(instance.uuid, name)) instances.emplace_back(&instance, position);
       if (instances.empty()) throw reject("no MIG instance has that UUID");
       if (instances.size() > 1)
         throw reject("the prefix matches " + std::to_string(instances.size()) + " MIG instances");
-      result.mig_instances.push_back(instances.front());
+      const auto [instance, position] = instances.front();
+      if (hiding && (physical_of[position] < 0 || !mig_instance_visible(map, physical_of[position], *instance)))
+        throw reject_hidden("MIG instance " + escape_for_terminal(instance->uuid));
+      result.mig_instances.emplace_back(instance->uuid, name);
       continue;
     } else {
       throw reject("it is neither a number nor a GPU UUID");
     }
-    excluded[matches.front()] = true;
+    const std::size_t position = matches.front();
+    if (hiding && !gpu_visible(position))
+      throw reject_hidden("GPU " + std::to_string(physical_of[position]) + " (nvidia-smi " +
+                          std::to_string(gpus[position].nvml_index) + ", " + escape_for_terminal(gpus[position].uuid) +
+                          ")");
+    if (result.gpus[position].empty()) result.gpus[position] = name;
   }
   return result;
 }
@@ -179,7 +224,9 @@ GPUSEL_API std::string describe(const PickCriteria& criteria) {
   if (criteria.min_free_memory.bytes > 0)
     text += "; at least " + format_memory_size(criteria.min_free_memory.bytes) + " free";
   if (criteria.max_utilization) text += "; at most " + std::to_string(*criteria.max_utilization) + "% utilized";
-  if (!criteria.allow_other_users) text += "; no other user's compute process";
+  if (!criteria.allow_other_users)
+    text +=
+        criteria.share_own ? "; no other user's compute process" : "; no compute process (this user's own included)";
   if (!criteria.exclude.empty()) {
     text += "; excluding";
     for (const std::string& name : criteria.exclude) text += " " + escape_for_terminal(name);

@@ -39,8 +39,23 @@ namespace gpusel {
 // same way, so names and bare uids compare alike). A process in another
 // container or PID namespace is not visible in /proc: its owner is unknown,
 // and it counts as another user's, since a GPU shared with a job we cannot
-// see is exactly what picking is meant to avoid. When NVML cannot list a
-// GPU's processes at all, the GPU is rejected unless allow_other_users is set.
+// see is exactly what picking is meant to avoid. This user's own processes
+// make a GPU busy too: a job of one's own at 100% is no less in the way than
+// another user's, and a pick is a GPU nobody is using. Only the caller
+// (caller_pid: the process that picks, which may already hold a context) is
+// no obstacle; share_own lets this user's processes share, allow_other_users
+// everyone's. When NVML cannot list a GPU's processes at all, the GPU is
+// rejected unless allow_other_users is set. Candidate::busy_processes keeps
+// the processes that made a GPU busy, for the report.
+
+// Note [One UUID, one GPU]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// A broken or virtualized NVML may report one UUID for two GPUs (or MIG
+// instances). CUDA_VISIBLE_DEVICES and leases name a GPU by its UUID, so two
+// such records cannot be told apart where it matters: -n 2 would print the
+// UUID twice and lease one lock file twice. gpusel counts them as one GPU:
+// the first in CUDA's physical order is the candidate, each later one is
+// rejected with the reason. An empty UUID names nothing and is no duplicate.
 
 // Note [MIG instances as picks]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -67,6 +82,8 @@ struct Candidate {
   int physical_index = 0;                     // CUDA's physical index: what an integer in CUDA_VISIBLE_DEVICES names
   std::vector<std::string> rejected_because;  // empty when it fits
   std::optional<MigInstance> mig_instance;    // the MIG instance of `gpu` this is; nullopt: the whole GPU
+  // The compute processes that make it busy under the criteria (Note [Whose process is it]).
+  std::vector<GpuProcess> busy_processes;
 
   bool fits() const noexcept { return rejected_because.empty(); }
   // What CUDA_VISIBLE_DEVICES and a lease name it by: the MIG instance's UUID, else the GPU's.
@@ -100,9 +117,11 @@ GPUSEL_API std::string describe_connection(const std::vector<Candidate>& picked,
 
 // Every GPU of `map` (each MIG instance, for a GPU in MIG mode: Note [MIG instances
 // as picks]), in CUDA's physical order, with the reasons it does not fit `criteria`; `user` is whose processes are not
-// another user's. Pure: reads nothing but its arguments. Throws Error for criteria that make no sense.
+// another user's, and `caller_pid` the process whose own compute work never makes a GPU busy (0: none; Note [Whose
+// process is it]). Pure: reads nothing but its arguments. Throws Error for criteria that make no sense, or an
+// exclusion that names no candidate.
 [[nodiscard]] GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map,
-                                                       const std::string& user);
+                                                       const std::string& user, unsigned int caller_pid = 0);
 
 // The GPUs among `assessed` (assess's verdicts) that fit, best first
 // (criteria.order; with PickPlacement::connected, the best-connected set: Note
@@ -110,11 +129,11 @@ GPUSEL_API std::string describe_connection(const std::vector<Candidate>& picked,
 // than criteria.at_least fit, naming every GPU and why it was rejected.
 [[nodiscard]] GPUSEL_API std::vector<Candidate> choose(const PickCriteria& criteria, std::vector<Candidate> assessed);
 
-// The GPUs of `map` that fit: choose(criteria, assess(criteria, map, user)).
+// The GPUs of `map` that fit: choose(criteria, assess(criteria, map, user, caller_pid)).
 // Pure, like assess. Throws Error when the map is unknown (no NVML) or fewer
 // than criteria.at_least fit.
 [[nodiscard]] GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map,
-                                                     const std::string& user);
+                                                     const std::string& user, unsigned int caller_pid = 0);
 
 // Rejects, among `assessed`, every GPU another lease holds (Note [Leases] in
 // lease.hpp), with who holds it as the reason. Throws Error when the lease
@@ -138,7 +157,7 @@ struct [[nodiscard]] LeasedGpus {
 // two jobs never get the same GPU. Throws Error, holding nothing, when too few
 // fit or can be leased, or the lease directory cannot be used.
 [[nodiscard]] GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map,
-                                                    const std::string& user);
+                                                    const std::string& user, unsigned int caller_pid = 0);
 
 // The same on this machine, read through NVML now.
 [[nodiscard]] GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria = {});
@@ -161,6 +180,7 @@ struct [[nodiscard]] LeasedGpus {
 
 #include <algorithm>
 #include <cstdint>
+#include <unordered_map>
 
 #include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/detail/machine/connected_sets.hpp"
@@ -183,27 +203,32 @@ GPUSEL_API std::string describe(const GpuProcess& process) {
 
 namespace detail {
 
-// Whether CUDA_VISIBLE_DEVICES, set, lets this process see `instance` of physical GPU
-// `physical`: it names the instance's UUID (or a prefix), or the GPU (Note [MIG instances as picks]).
-inline bool mig_instance_visible(const DeviceMap& map, int physical, const MigInstance& instance) {
-  if (map.visible.logical(physical)) return true;
-  for (const VisibleToken& token : map.visible.tokens())
-    if (token.text.size() > 4 && token.text.rfind("MIG-", 0) == 0 &&
-        starts_with_ignoring_case(instance.uuid, token.text))
-      return true;
-  return false;
-}
-
-// Rejects `candidate` for what `processes` (nullopt: unknown) hold that is not `user`'s.
-inline void check_processes(const std::optional<std::vector<GpuProcess>>& processes, const std::string& user,
-                            Candidate& candidate) {
+// Rejects `candidate` for what `processes` (nullopt: unknown) hold that is not `caller_pid`'s
+// (nor, with share_own, `user`'s): Note [Whose process is it].
+inline void check_processes(const std::optional<std::vector<GpuProcess>>& processes, const PickCriteria& criteria,
+                            const std::string& user, unsigned int caller_pid, Candidate& candidate) {
+  if (criteria.allow_other_users) return;
   if (!processes) {
     candidate.rejected_because.emplace_back("its compute processes are unknown (NVML could not list them)");
     return;
   }
-  for (const GpuProcess& process : *processes)
-    if (process.user.empty() || process.user != user)
-      candidate.rejected_because.push_back("another user's compute process runs on it (" + describe(process) + ")");
+  for (const GpuProcess& process : *processes) {
+    if (caller_pid != 0 && process.pid == caller_pid) continue;
+    const bool own = !process.user.empty() && process.user == user;
+    if (own && criteria.share_own) continue;
+    candidate.rejected_because.push_back(
+        (own ? "this user's own compute process runs on it (" : "another user's compute process runs on it (") +
+        describe(process) + ")");
+    candidate.busy_processes.push_back(process);
+  }
+}
+
+// What to read of the machine for `criteria`: usage, and the links between GPUs only
+// when the placement needs them (N(N-1)/2 pairs: InventoryOptions::links).
+inline InventoryOptions usage_for(const PickCriteria& criteria) {
+  InventoryOptions options = InventoryOptions::with_usage();
+  options.links = criteria.placement == PickPlacement::connected;
+  return options;
 }
 
 inline GpuLink candidate_link(const Candidate& a, const Candidate& b) {
@@ -232,25 +257,46 @@ GPUSEL_API std::string describe(const Candidate& candidate) {
   return text;
 }
 
-GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
+GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map, const std::string& user,
+                                         unsigned int caller_pid) {
   detail::check_criteria(criteria);
-  const detail::Excluded excluded = detail::excluded_gpus(criteria.exclude, map);
+  const detail::Excluded excluded = detail::excluded_gpus(criteria.exclude, map, criteria.only_visible);
   const bool variable_set = map.visible.variable().has_value();
   // The runtime refuses to start under an invalid CUDA_DEVICE_ORDER, whatever the GPUs.
   const std::optional<std::string>& device_order = map.visible.device_order();
   const bool order_invalid = device_order && *device_order != "FASTEST_FIRST" && *device_order != "PCI_BUS_ID";
+  // The first candidate of each UUID, described (Note [One UUID, one GPU]).
+  std::unordered_map<std::string, std::string> first_of_uuid;
+  const auto reject_duplicate = [&first_of_uuid](Candidate& candidate) {
+    if (candidate.uuid().empty()) return;
+    const auto [first, inserted] = first_of_uuid.try_emplace(candidate.uuid());
+    if (inserted) {
+      first->second = candidate.mig_instance ? "MIG instance " + escape_for_terminal(candidate.uuid()) + " (GI " +
+                                                   std::to_string(candidate.mig_instance->gpu_instance_id) + ", CI " +
+                                                   std::to_string(candidate.mig_instance->compute_instance_id) + ")"
+                                             : "GPU " + std::to_string(candidate.physical_index);
+      return;
+    }
+    candidate.rejected_because.push_back("NVML reports the UUID of " + first->second + " for it too (" +
+                                         escape_for_terminal(candidate.uuid()) +
+                                         "), so gpusel counts the two as one GPU, " + first->second);
+  };
+  const auto excluded_because = [](const std::string& name) {
+    return "excluded (\"" + escape_for_terminal(name) + "\" names it)";
+  };
 
   std::vector<Candidate> candidates;
   candidates.reserve(map.order.positions.size());
   for (int physical = 0; physical < map.order.count(); ++physical) {
     const Gpu& gpu = map.order.gpu(map.inventory, physical);
-    Candidate candidate{gpu, physical, {}, std::nullopt};
+    Candidate candidate{gpu, physical, {}, std::nullopt, {}};
     // Every reason as a std::string: one push_back to compile, not an emplace_back per literal's length.
     const auto reject = [&candidate](std::string why) { candidate.rejected_because.push_back(std::move(why)); };
     if (order_invalid)
       reject(detail::describe_value("CUDA_DEVICE_ORDER", device_order) +
              " is neither FASTEST_FIRST nor PCI_BUS_ID, so the CUDA runtime fails with cudaErrorInvalidDevice");
-    if (excluded.gpus[map.order.positions[static_cast<std::size_t>(physical)]]) reject("excluded");
+    if (const std::string& name = excluded.gpus[map.order.positions[static_cast<std::size_t>(physical)]]; !name.empty())
+      reject(excluded_because(name));
     if (!gpu.impossible_readings.empty())
       reject("its readings cannot be true (" + gpu.impossible_readings + "), so its use is unknown");
     if (criteria.only_visible && variable_set && !map.visible.logical(physical) && gpu.mig_instances.empty())
@@ -263,14 +309,16 @@ GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const Dev
             "whole GPU");
       const std::vector<std::string> of_gpu = candidate.rejected_because;
       for (const MigInstance& instance : gpu.mig_instances) {
-        Candidate part{gpu, physical, of_gpu, instance};
+        Candidate part{gpu, physical, of_gpu, instance, {}};
         const auto refuse = [&part](std::string why) { part.rejected_because.push_back(std::move(why)); };
         if (criteria.only_visible && variable_set && !detail::mig_instance_visible(map, physical, instance))
           refuse("hidden by " +
                  escape_for_terminal(detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable())));
-        if (std::find(excluded.mig_instances.begin(), excluded.mig_instances.end(), instance.uuid) !=
-            excluded.mig_instances.end())
-          refuse("excluded");
+        for (const auto& [uuid, name] : excluded.mig_instances)
+          if (uuid == instance.uuid) {
+            refuse(excluded_because(name));
+            break;
+          }
         if (criteria.min_free_memory.bytes > 0) {
           if (!instance.memory_free_bytes)
             refuse("its free memory is unknown (NVML could not tell)");
@@ -279,7 +327,8 @@ GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const Dev
                    format_memory_size(criteria.min_free_memory.bytes) + " needed");
         }
         if (criteria.max_utilization) refuse("its utilization is unknown (NVML does not measure MIG instances)");
-        if (!criteria.allow_other_users) detail::check_processes(instance.processes, user, part);
+        detail::check_processes(instance.processes, criteria, user, caller_pid, part);
+        reject_duplicate(part);
         candidates.push_back(std::move(part));
       }
       if (!gpu.mig_instances.empty()) continue;
@@ -300,7 +349,8 @@ GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const Dev
                std::to_string(*criteria.max_utilization) + "% allowed");
       }
     }
-    if (!criteria.allow_other_users) detail::check_processes(gpu.processes, user, candidate);
+    detail::check_processes(gpu.processes, criteria, user, caller_pid, candidate);
+    reject_duplicate(candidate);
     candidates.push_back(std::move(candidate));
   }
   return candidates;
@@ -394,9 +444,10 @@ GPUSEL_API std::string describe_connection(const std::vector<Candidate>& picked,
   return text;
 }
 
-GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
+GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map, const std::string& user,
+                                       unsigned int caller_pid) {
   if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
-  return choose(criteria, assess(criteria, map, user));
+  return choose(criteria, assess(criteria, map, user, caller_pid));
 }
 
 GPUSEL_API void reject_leased_gpus(std::vector<Candidate>& assessed) {
@@ -406,16 +457,17 @@ GPUSEL_API void reject_leased_gpus(std::vector<Candidate>& assessed) {
 }
 
 GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria) {
-  const DeviceMap map = visible_devices(InventoryOptions::with_usage());
+  const DeviceMap map = visible_devices(detail::usage_for(criteria));
   if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
-  std::vector<Candidate> assessed = assess(criteria, map, current_user());
+  std::vector<Candidate> assessed = assess(criteria, map, current_user(), static_cast<unsigned int>(getpid()));
   reject_leased_gpus(assessed);
   return choose(criteria, std::move(assessed));
 }
 
-GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map, const std::string& user) {
+GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map, const std::string& user,
+                                      unsigned int caller_pid) {
   if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
-  std::vector<Candidate> assessed = assess(criteria, map, user);
+  std::vector<Candidate> assessed = assess(criteria, map, user, caller_pid);
   reject_leased_gpus(assessed);
   // Choose, lease what was chosen, and choose again without any GPU another job leased
   // between the look and the lease: each round rejects one more, so this ends, and
@@ -443,7 +495,8 @@ GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const Device
 }
 
 GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria) {
-  return lease_free_gpus(criteria, visible_devices(InventoryOptions::with_usage()), current_user());
+  return lease_free_gpus(criteria, visible_devices(detail::usage_for(criteria)), current_user(),
+                         static_cast<unsigned int>(getpid()));
 }
 
 GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria) {

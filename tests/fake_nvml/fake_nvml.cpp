@@ -18,6 +18,11 @@
 //                                 # (spent outside the fake's lock, so other threads' calls go on)
 //   unterminated_strings          # the string queries fill the whole buffer, with no terminating NUL
 //                                 # (the text, then 'x' up to the buffer's length), as a broken NVML may
+//   device_count 4294967295       # nvmlDeviceGetCount_v2 reports this many GPUs, whatever the gpu lines
+//                                 # (a handle beyond them is Invalid Argument), as a broken NVML may
+//   hang init                     # this call never returns, as a wedged driver's: init (nvmlInit_v2),
+//                                 # count (nvmlDeviceGetCount_v2) or processes
+//                                 # (nvmlDeviceGetComputeRunningProcesses_v3); it holds no lock
 //   gpu name="NVIDIA H200" uuid=GPU-... pci=00000000:17:00.0 memory_mib=143771 used_mib=1024
 //       utilization=35 memory_utilization=12 cc=9.0 mig=1 processes=unsupported
 //       uuid_error=999            # nvmlDeviceGetUUID fails with this NVML status
@@ -125,6 +130,8 @@ struct Machine {
   int init_error = kSuccess;
   int init_delay_ms = 0;
   bool unterminated_strings = false;
+  long long device_count = -1;  // -1: as many as the gpu lines
+  std::string hang;             // "init", "count", "processes" or ""
   std::vector<Gpu> gpus;
   std::vector<Link> links;
 };
@@ -219,6 +226,11 @@ bool read_machine(Machine& result) {
         result.init_delay_ms = std::stoi(parts[1]);
       else if (parts[0] == "unterminated_strings" && parts.size() == 1)
         result.unterminated_strings = true;
+      else if (parts[0] == "device_count" && parts.size() == 2)
+        result.device_count = std::stoll(parts[1]);
+      else if (parts[0] == "hang" && parts.size() == 2 &&
+               (parts[1] == "init" || parts[1] == "count" || parts[1] == "processes"))
+        result.hang = parts[1];
       else if (parts[0] == "gpu") {
         Gpu gpu;
         const std::size_t n = result.gpus.size();
@@ -415,10 +427,15 @@ struct ProcessInfo {
   unsigned gpu_instance, compute_instance;
 };
 
+// Never returns when the machine says `call` hangs; called without the lock held.
+void hang_if(const std::string& hang, const char* call) {
+  while (hang == call) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
 }  // namespace
 
 extern "C" int nvmlInit_v2() {
-  std::string libcuda;
+  std::string libcuda, hang;
   int delay_ms = 0, status = kSuccess;
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -426,7 +443,9 @@ extern "C" int nvmlInit_v2() {
     libcuda = machine.libcuda;
     delay_ms = machine.init_delay_ms;
     status = machine.init_error;
+    hang = machine.hang;
   }
+  hang_if(hang, "init");
   if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   // Loaded and never closed, not initialized: what the real nvmlInit leaves behind.
   if (!libcuda.empty()) (void)dlopen(libcuda.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -467,10 +486,16 @@ extern "C" int nvmlSystemGetCudaDriverVersion_v2(int* version) {
 }
 
 extern "C" int nvmlDeviceGetCount_v2(unsigned* count) {
-  std::lock_guard<std::mutex> lock(mutex);
-  if (count == nullptr) return kErrorInvalidArgument;
-  if (!read_machine(machine)) return kErrorUnknown;
-  *count = static_cast<unsigned>(machine.gpus.size());
+  std::string hang;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (count == nullptr) return kErrorInvalidArgument;
+    if (!read_machine(machine)) return kErrorUnknown;
+    *count = machine.device_count >= 0 ? static_cast<unsigned>(machine.device_count)
+                                       : static_cast<unsigned>(machine.gpus.size());
+    hang = machine.hang;
+  }
+  hang_if(hang, "count");
   return kSuccess;
 }
 
@@ -540,6 +565,14 @@ extern "C" int nvmlDeviceGetUtilizationRates(void* handle, Utilization* utilizat
 
 // As NVML: with *count too small, sets *count to the number needed and fails with Insufficient Size.
 extern "C" int nvmlDeviceGetComputeRunningProcesses_v3(void* handle, unsigned* count, ProcessInfo* infos) {
+  {
+    std::string hang;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      hang = machine.hang;
+    }
+    hang_if(hang, "processes");
+  }
   std::lock_guard<std::mutex> lock(mutex);
   const Device* gpu = find_device(handle);
   if (gpu == nullptr || count == nullptr) return kErrorInvalidArgument;

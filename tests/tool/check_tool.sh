@@ -2,8 +2,8 @@
 # ctest tool_*: the gpusel command, end to end, on machines described to the
 # fake NVML (tests/fake_nvml), checking its output and exit statuses.
 #   check_tool.sh <gpusel program> <fake NVML library> <scenario>
-# Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, odd_uuids, json, usage,
-# run, run_leases, run_wait, run_wait_unfixable, run_job, run_signals, run_local_rank, exclude_numbering,
+# Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, nvml_hangs, odd_uuids, json,
+# usage, run, run_leases, run_wait, run_wait_unfixable, run_job, run_signals, run_local_rank, exclude_numbering,
 # device_order, memory, impossible_readings, hostile_text, output, mig, topology.
 set -uo pipefail
 gpusel=$1
@@ -157,8 +157,18 @@ case $scenario in
     expect stdout "ends the list"
     ;;
   pick)
-    run 0 pick
+    run 0 pick --share-own
     [ "$out" = 1 ] || { echo "FAILED: pick printed [$out], expected 1"; failures=$((failures + 1)); }
+    # By default this user's own process (the shell running this script, not gpusel) makes GPU 1 busy too,
+    # and the report says which process did.
+    run 1 pick
+    [ -z "$out" ] || { echo "FAILED: GPU 1 runs this user's process: nothing is free"; failures=$((failures + 1)); }
+    expect stderr "0 of 4 GPUs fit, 1 is needed (at least 1 GPU (at most 1); no compute process (this user's own included); most free memory first)"
+    expect stderr "GPU-1b2c3d4e-0000-4000-8000-000000000001), 138.4 GiB free, 3% utilized: this user's own compute process runs on it (pid $$ of $(id -un)"
+    run 1 pick --json
+    expect_json
+    expect_in_json "d['assessed'][1]['busy_processes'][0]['pid'] == $$ and d['assessed'][0]['busy_processes'][0]['pid'] == 4000000001"
+    expect_in_json "d['assessed'][2]['busy_processes'] == []"
     run 0 pick -n 2 --min-free 8GiB --max-util 10 --allow-other-users --exclude 3
     [ "$out" = "2,1" ] || { echo "FAILED: expected 2,1 (most free memory first)"; failures=$((failures + 1)); }
     run 0 pick --format uuid --exclude GPU-1b2c --allow-other-users --max-util 99 --order util --all
@@ -170,7 +180,7 @@ case $scenario in
     [ "$out" = "0,1,2" ] || { echo "FAILED: expected 0,1,2 with --whole-machine"; failures=$((failures + 1)); }
     ;;
   pick_fails)
-    run 1 pick -n 2 --min-free 8GiB --max-util 10
+    run 1 pick -n 2 --min-free 8GiB --max-util 10 --share-own
     [ -z "$out" ] || { echo "FAILED: nothing may be printed on stdout when nothing fits"; failures=$((failures + 1)); }
     expect stderr "gpusel: gpusel::pick: 1 of 4 GPUs fit, 2 are needed (at least 2 GPUs (at most 2); at least 8.0 GiB free; at most 10% utilized; no other user's compute process; most free memory first):"
     expect stderr "GPU 0 (nvidia-smi 0, NVIDIA H200, GPU-0a1b2c3d-0000-4000-8000-000000000000), 23.2 GiB free, 97% utilized: 97% utilized, at most 10% allowed; another user's compute process runs on it (pid 4000000001, owner unknown: not visible from this PID namespace, 116.2 GiB)"
@@ -179,6 +189,14 @@ case $scenario in
     expect stderr "MIG mode is enabled"
     run 2 pick --exclude 9
     expect stderr "cannot exclude \"9\": there is no GPU with that number (4 GPUs)"
+    # a GPU CUDA_VISIBLE_DEVICES hides is no candidate: excluding it is a mistake too, said as such
+    CUDA_VISIBLE_DEVICES=2,3 run 2 pick --exclude 1
+    expect stderr "cannot exclude \"1\": it names GPU 1 (nvidia-smi 1, GPU-1b2c3d4e-0000-4000-8000-000000000001), which CUDA_VISIBLE_DEVICES=2,3 hides, so it is no candidate anyway"
+    CUDA_VISIBLE_DEVICES=2,3 run 2 pick --json --exclude 1
+    expect_json
+    expect stdout '"error": "usage"'
+    CUDA_VISIBLE_DEVICES=0,1 run 1 pick --exclude 1 --share-own
+    expect stderr "excluded (\"1\" names it)"
     ;;
   mixed_models)
     export GPUSEL_FAKE_NVML_CONFIG="$work/mixed.txt"
@@ -219,6 +237,41 @@ case $scenario in
     run 4 explain
     expect stdout "The physical GPUs are unknown: nvmlDeviceGetUUID failed"
     ;;
+  nvml_hangs)
+    # An NVML call that never returns (a wedged driver): list, pick, explain and run give up after
+    # GPUSEL_NVML_TIMEOUT, saying so (each run is bounded by timeout(1), so a hang fails rather than blocks).
+    export GPUSEL_NVML_TIMEOUT=1
+    printf '#!/bin/sh\nexec timeout 20 "%s" "$@"\n' "$gpusel" >"$work/bounded"
+    chmod +x "$work/bounded"
+    gpusel="$work/bounded"
+    for call in init count processes; do
+      printf 'gpu\ngpu\nhang %s\n' "$call" >"$work/hang.txt"
+      export GPUSEL_FAKE_NVML_CONFIG="$work/hang.txt"
+      for command in list pick; do
+        started=$(date +%s)
+        run 4 "$command"
+        expect stderr "gpusel: NVML did not answer in 1 s"
+        [ $(($(date +%s) - started)) -le 10 ] || { echo "FAILED: $command took too long"; failures=$((failures + 1)); }
+      done
+      run 4 pick --json
+      expect_json
+      expect stdout '"error": "nvml_failed"'
+      expect stdout '"exit_status": 4'
+      run 125 run -- touch "$work/started"
+      expect stderr "gpusel: NVML did not answer in 1 s"
+      [ ! -e "$work/started" ] || { echo "FAILED: run started the command"; failures=$((failures + 1)); }
+    done
+    printf 'gpu\nhang init\n' >"$work/hang.txt"
+    run 4 explain
+    expect stderr "gpusel: NVML did not answer in 1 s"
+    # a hang that ends within the limit is no failure; a malformed limit is a usage error
+    printf 'gpu\ninit_delay_ms 300\n' >"$work/slow.txt"
+    GPUSEL_FAKE_NVML_CONFIG="$work/slow.txt" run 0 pick
+    GPUSEL_NVML_TIMEOUT=0 GPUSEL_FAKE_NVML_CONFIG="$work/slow.txt" run 0 pick
+    GPUSEL_NVML_TIMEOUT=soon run 2 list
+    expect stderr "GPUSEL_NVML_TIMEOUT expects a duration such as 30s, 5m or 1h, got \"soon\""
+    unset GPUSEL_NVML_TIMEOUT GPUSEL_FAKE_NVML_CONFIG
+    ;;
   odd_uuids)
     export GPUSEL_FAKE_NVML_CONFIG="$work/odd.txt"
     run 0 list
@@ -229,8 +282,14 @@ case $scenario in
     run 0 list --json
     expect_json
     for bus in 17 18 19 1A; do expect stdout "\"pci_bus_id\": \"00000000:$bus:00.0\""; done
+    # GPU 1 reports GPU 0's UUID: one GPU counted twice (Note [One UUID, one GPU]), picked once and said so
     run 0 pick --all --order index --format index
-    [ "$out" = "0,1,2,3" ] || { echo "FAILED: expected every GPU once, 0,1,2,3"; failures=$((failures + 1)); }
+    [ "$out" = "0,2,3" ] || { echo "FAILED: expected the duplicate once, 0,2,3, got [$out]"; failures=$((failures + 1)); }
+    run 1 pick -n 2 --format uuid --exclude 2,3
+    [ -z "$out" ] || { echo "FAILED: one UUID is one GPU, printed twice as [$out]"; failures=$((failures + 1)); }
+    expect stderr "NVML reports the UUID of GPU 0 for it too (GPU-5a5a5a5a-0000-4000-8000-000000000000), so gpusel counts the two as one GPU, GPU 0"
+    run 0 list
+    expect stdout "Caution: NVML reports GPU-5a5a5a5a-0000-4000-8000-000000000000 for GPUs 0 and 1: pick counts them as one GPU"
     run 0 pick --min-free 139GiB
     [ "$out" = 0 ] || { echo "FAILED: only GPU 0 has 139 GiB free"; failures=$((failures + 1)); }
     ;;
@@ -241,7 +300,7 @@ case $scenario in
     CUDA_VISIBLE_DEVICES='1,"x' run 0 explain --json
     expect_json
     expect stdout '"cuda_visible_devices": "1,\"x"'
-    run 0 pick --json -n 1
+    run 0 pick --json -n 1 --share-own
     expect_json
     expect stdout '"cuda_visible_devices": "1"'
     run 1 pick --json -n 3
@@ -295,7 +354,7 @@ case $scenario in
     expect stderr "unexpected argument \"pick\": list takes no arguments"
     if grep -qF "unknown option" <<<"$err"; then echo "FAILED: \"pick\" is no option"; failures=$((failures + 1)); fi
     # values attached with '=', options before the command
-    run 0 pick --count=1 --format=uuid
+    run 0 pick --count=1 --format=uuid --share-own
     [ "$out" = GPU-1b2c3d4e-0000-4000-8000-000000000001 ] || { echo "FAILED: --count=1 --format=uuid"; failures=$((failures + 1)); }
     run 2 --min-free 1GiB list
     expect stderr "--min-free is an option of pick and run only, not of list"
@@ -554,6 +613,18 @@ sys.exit(0 if loop.returncode == -signal.SIGINT and open(log).read().split() == 
     expect stderr "LOCAL_RANK=\"x\" is not a non-negative decimal integer"
     run 2 run --local-rank -n 2 -- true
     expect stderr "--local-rank takes the rank's own GPU, so -n cannot apply"
+    # no launcher variable: local rank 0 of 1, said on stderr
+    run 0 run --local-rank -- true
+    expect stderr "gpusel: no launcher variable is set (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID), so this process runs as local rank 0 of 1"
+    LOCAL_RANK=0 run 0 run --local-rank -- true
+    if grep -qF "no launcher variable" <<<"$err"; then echo "FAILED: LOCAL_RANK is set"; failures=$((failures + 1)); fi
+    # another user's job keeps the rank's GPU 97% busy: the rank's error, with the reason
+    printf 'gpu\ngpu utilization=97 used_mib=100000\ngpu\ngpu\nprocess gpu=1 pid=4000000001 used_mib=100000\n' >"$work/busy4.txt"
+    GPUSEL_FAKE_NVML_CONFIG="$work/busy4.txt" LOCAL_RANK=1 run 125 run --local-rank -- touch "$work/started"
+    expect stderr "local rank 1 (torchrun: LOCAL_RANK=1): its GPU, cuda:1 of the job (physical 1, GPU-fa4e0000-0000-0000-0000-000000000001), is busy: another user's compute process runs on it (pid 4000000001, owner unknown"
+    [ ! -e "$work/started" ] || { echo "FAILED: the rank ran on a busy GPU"; failures=$((failures + 1)); }
+    GPUSEL_FAKE_NVML_CONFIG="$work/busy4.txt" LOCAL_RANK=1 run 0 run --local-rank --allow-other-users -- true
+    GPUSEL_FAKE_NVML_CONFIG="$work/busy4.txt" LOCAL_RANK=0 run 0 run --local-rank -- true
     # another job holds physical 1: rank 1 fails, and does not take another GPU
     "$gpusel" run --exclude 0,2,3 -- sleep 30 &
     holder=$!
@@ -677,7 +748,7 @@ EOF
     ;;
   output)
     # A failed write is an error (6): a full disk, a closed stdout.
-    for command in pick list help "explain --json"; do
+    for command in "pick --share-own" list help "explain --json"; do
       # shellcheck disable=SC2086
       "$gpusel" $command >/dev/full 2>"$work/err"
       status=$?
@@ -766,10 +837,22 @@ EOF
     run 0 list
     expect stdout "NUMA  CPUS         PROCESSES"
     expect stdout "0%    1     16-31,48-63  none"
-    run 0 list --json
+    run 0 list --json --links
     expect_json
     expect_in_json 'd["gpus"][0]["numa_node"] == 0 and d["gpus"][0]["cpu_affinity"] == "0-15,32-47"'
     expect_in_json 'd["gpus"][0]["links"] == [{"nvml_index": 1, "link": "nvlink"}, {"nvml_index": 2, "link": "system"}, {"nvml_index": 3, "link": "system"}]'
+    # links grow as the square of the GPUs: only when asked for (list --links), never in pick's document
+    run 0 list --json
+    expect_json
+    expect_in_json 'all(g["links"] is None for g in d["gpus"]) and d["gpus"][2]["numa_node"] == 1'
+    run 0 list --links
+    expect stdout "GPUs 0 and 1 are joined by NVLink"
+    expect stdout "GPUs 1 and 3 are across NUMA nodes"
+    run 2 pick --links
+    expect stderr "--links is an option of list only, not of pick"
+    run 0 pick -n 2 --connected --json
+    expect_json
+    expect_in_json 'all(c["links"] is None for c in d["assessed"]) and d["connection"]["weakest_link"] == "nvlink"'
     # Without --connected, most free memory first: 0 and 2, across NUMA nodes; with it, an NVLink pair.
     run 0 pick -n 2
     [ "$out" = 0,2 ] || { echo "FAILED: expected 0,2 by free memory, got [$out]"; failures=$((failures + 1)); }
