@@ -4,8 +4,8 @@
 //   std::optional<gpusel::GpuLease> maybe = gpusel::try_lease_gpu(uuid);  // nullopt when held
 //   gpusel::lease_holder(uuid);   // "leased by pid 4242 (...)", or nullopt when free
 //
-// A lease is an advisory lock (flock) on a file named after the GPU's UUID in
-// one directory per machine (Note [Leases]). The kernel drops it when the lease
+// A lease is an advisory lock (flock) on a file named after the GPU's UUID and
+// the user, in one directory per machine (Note [Leases]). The kernel drops it when the lease
 // is destroyed or the process ends, however it ends (kill -9 included), so a
 // crashed job never keeps a GPU. Picking (select.hpp) counts a leased GPU as
 // busy; `gpusel run` and `gpusel::use_free_gpus` take leases on what they pick.
@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,6 +23,7 @@
 
 #include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/error.hpp"
+#include "gpusel/inventory.hpp"
 
 namespace gpusel {
 
@@ -36,23 +38,26 @@ namespace gpusel {
 // directory (containers with their own /tmp, systemd's PrivateTmp, other
 // machines) do not see each other's leases.
 //
-// The directory: secure_getenv("GPUSEL_LEASE_DIR") when set and not empty (a
-// private directory, for tests, or a site's own shared one), else
-// /tmp/gpusel-leases, made on first use with mode 1777 (every user may lease,
-// the sticky bit keeps them from deleting each other's files). /tmp because it
-// is the one directory every Linux machine has, local to the machine and
-// writable by every user. It is opened with O_DIRECTORY|O_NOFOLLOW and must be a
-// real directory, not a symlink, and sticky when others can write to it;
-// otherwise leasing is an Error that says so, never a silent fallback.
+// The directory: secure_getenv("GPUSEL_LEASE_DIR") when set and not empty (an
+// absolute path: a relative one is an Error, since jobs in different working
+// directories would not see each other), else /tmp/gpusel-leases, made on first
+// use with mode 1777; a GPUSEL_LEASE_DIR gpusel makes is 0700, the caller's own,
+// since another user's directory is trusted by nobody else anyway. /tmp because
+// it is the one directory every Linux machine has, local and writable by every
+// user. It is opened with O_DIRECTORY|O_NOFOLLOW, must pass Note [Who can break a
+// lease], and must not be on a network filesystem (statfs: NFS, SMB, Lustre,
+// GPFS, ...), where flock can become a POSIX lock that any close drops. Whatever
+// is wrong is an Error that says so and how to fix it, never a silent fallback.
 //
-// The files: <UUID>.lock, opened relative to that directory's descriptor (no path
-// race), first without O_CREAT (fs.protected_regular refuses O_CREAT on another
-// user's file in a sticky directory, even when it exists), else created with
-// O_CREAT|O_EXCL|O_NOFOLLOW and mode 0666 (fchmod: past the umask), again on
-// EEXIST; every descriptor is O_CLOEXEC, so a started command inherits none and
-// cannot keep the lease alive after gpusel is gone. A file must be a regular
-// file. The lock is flock(LOCK_EX|LOCK_NB) on a read-only descriptor.
-//
+// The files: <UUID>.<uid>.lock, one per GPU and user, opened relative to that
+// directory's descriptor (no path race), first without O_CREAT
+// (fs.protected_regular refuses O_CREAT on another user's file in a sticky
+// directory), else created with O_CREAT|O_EXCL|O_NOFOLLOW and mode 0644 (fchmod:
+// past the umask; others need only read it to look); every descriptor is
+// O_CLOEXEC. A lease is flock(LOCK_NB) on the caller's own file; a GPU whose
+// files cannot be used (not a regular file, another user's under the caller's
+// name, unreadable) is that GPU's problem alone: picks reject it with the reason.
+
 // MIG: a lease on a MIG instance (a "MIG-" UUID) holds that instance's file
 // exclusively and its GPU's file shared; a lease on a whole GPU holds the GPU's
 // file exclusively. So two instances of one GPU can be leased by two jobs, and a
@@ -61,6 +66,26 @@ namespace gpusel {
 // Looking (lease_holder) takes a shared lock for an instant; taking a lease that
 // fails because of such a look tries again for a few milliseconds, so two jobs
 // looking and leasing at once do not turn each other away.
+
+// Note [Who can break a lease]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A lock file is only as safe as the set of users who can unlink it: whoever
+// unlinks a held file lets the next job make a new one and share the GPU. In a
+// sticky directory that is the file's owner, the directory's owner and root. So:
+// the lease directory, and every directory above it, must belong to root or the
+// caller (and be sticky where others may write), else an Error names the owner
+// and how root provisions it (install -d -m 1777 -o root); and each user locks a
+// file of its own, <UUID>.<uid>.lock, which only that user and root can remove.
+// To lease, a job locks its own file, checks (fstat against fstatat: same device
+// and inode) that the name still names it, then tries every other user's file of
+// that GPU with a conflicting lock: any one held is a lease. Two jobs doing this
+// at once cannot both win (each holds its own before looking at the other's); on
+// a conflict the job lets go and tries again, for a bounded number of rounds. A
+// crashed job's file holds no lock, so it blocks nothing. What remains: a user can
+// hold its own file's lock forever (a block of that GPU, as a process running on
+// it would be, shown with its pid and user), a file squatting under the caller's
+// name or unreadable makes that one GPU unusable with the reason, and root can do
+// anything.
 
 namespace detail {
 
@@ -91,16 +116,27 @@ class FileDescriptor {
   int fd_ = -1;
 };
 
+// The name of a network filesystem (NFS, CIFS, Lustre, ...) for a statfs f_type,
+// or nullptr for any other: leases refuse a directory on one (Note [Leases]).
+GPUSEL_API const char* network_filesystem(std::uint32_t f_type) noexcept;
+
+struct LeaseTry;
+// A lease of `uuid` (its MIG parent looked up through NVML when not given), or
+// why its lease files cannot be used; throws Error for the directory.
+GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu_uuid);
+
 }  // namespace detail
 
 // The lease directory of this machine (Note [Leases]): GPUSEL_LEASE_DIR, read with
-// secure_getenv, else "/tmp/gpusel-leases".
+// secure_getenv, else "/tmp/gpusel-leases". Throws Error when GPUSEL_LEASE_DIR is
+// a relative path.
 GPUSEL_API std::string lease_directory();
 
 class GpuLease;
-// Leases `uuid` (a GPU's UUID, or a MIG instance's with its GPU's UUID as
-// `parent_gpu_uuid`; Note [Leases]); nullopt when another process holds it.
-// Throws Error when the lease directory or file cannot be used.
+// Leases `uuid` (a GPU's UUID, or a MIG instance's, which also holds its GPU
+// shared: `parent_gpu_uuid`, or looked up through NVML when not given; Note
+// [Leases]); nullopt when another process holds it. Throws Error when the lease
+// directory or the GPU's lease files cannot be used, saying why and whose.
 [[nodiscard]] GPUSEL_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid,
                                                                std::string_view parent_gpu_uuid = {});
 
@@ -134,15 +170,24 @@ class [[nodiscard]] GpuLease {
   }
 
  private:
-  friend std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::string_view parent_gpu_uuid);
+  friend detail::LeaseTry detail::lease_one(std::string_view uuid, std::string_view parent_gpu_uuid);
   std::vector<detail::FileDescriptor> descriptors_;
   std::vector<std::string> uuids_;
 };
 
-// Who holds `uuid` (and, for a MIG instance, its GPU `parent_gpu_uuid`), in words
-// ("leased by another job (pid 4242, lock /tmp/gpusel-leases/GPU-....lock)"), or
-// nullopt when no lease holds it. A lease of this very process counts too (flock
-// locks belong to open files, not processes). Throws Error as try_lease_gpu.
+namespace detail {
+struct LeaseTry {
+  std::optional<GpuLease> lease;  // nullopt: held by another job, or unusable
+  std::string unusable;           // why the GPU's lease files cannot be used, or ""
+};
+}  // namespace detail
+
+// Who holds `uuid` (and, for a MIG instance, its GPU `parent_gpu_uuid`, looked up
+// through NVML when not given), in words ("leased by another job (pid 4242, lock
+// /tmp/gpusel-leases/GPU-....0.lock)", with the user when another's), or why it
+// cannot be leased ("cannot be leased: its lease file ... belongs to ..."); nullopt
+// when it is free. A lease of this very process counts too (flock locks belong to
+// open files, not processes). Throws Error when the lease directory cannot be used.
 [[nodiscard]] GPUSEL_API std::optional<std::string> lease_holder(std::string_view uuid,
                                                                  std::string_view parent_gpu_uuid = {});
 
@@ -158,12 +203,16 @@ GPUSEL_API GpuLease lease_gpu(const std::string& uuid);
 // --- definitions (Note [Compile-once mode]) ---------------------------------
 #if GPUSEL_DEFINITIONS
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -174,23 +223,120 @@ namespace gpusel {
 
 GPUSEL_API std::string lease_directory() {
   const char* named = secure_getenv("GPUSEL_LEASE_DIR");
-  if (named != nullptr && *named != '\0') return named;
-  return "/tmp/gpusel-leases";
+  if (named == nullptr || *named == '\0') return "/tmp/gpusel-leases";
+  if (*named != '/')
+    throw Error("gpusel: GPUSEL_LEASE_DIR=\"" + std::string(named) +
+                "\" is a relative path, so jobs started in different directories would not see each other's "
+                "leases; give an absolute one");
+  return named;
 }
 
 namespace detail {
 
 inline std::string errno_text(int error) { return std::strerror(error); }
 
+GPUSEL_API const char* network_filesystem(std::uint32_t f_type) noexcept {
+  switch (f_type) {
+    case 0x6969u:
+      return "NFS";
+    case 0x517Bu:
+      return "SMB";
+    case 0xFF534D42u:
+      return "CIFS";
+    case 0xFE534D42u:
+      return "SMB2";
+    case 0x0BD00BD0u:
+      return "Lustre";
+    case 0x47504653u:
+      return "GPFS";
+    case 0x00C36400u:
+      return "CephFS";
+    case 0x5346414Fu:
+      return "AFS";
+    case 0x6B414653u:
+      return "AFS";
+    case 0x01021997u:
+      return "9P";
+    case 0x19830326u:
+      return "BeeGFS";
+    case 0x7461636Fu:
+      return "OCFS2";
+    case 0x01161970u:
+      return "GFS2";
+    case 0x73757245u:
+      return "Coda";
+    default:
+      return nullptr;
+  }
+}
+
+// "alice (uid 1001)", or "uid 1001" for a uid with no name.
+inline std::string user_text(uid_t uid) {
+  passwd entry{};
+  passwd* found = nullptr;
+  char buffer[1024];
+  const std::string number = "uid " + std::to_string(uid);
+  if (getpwuid_r(uid, &entry, buffer, sizeof buffer, &found) == 0 && found != nullptr)
+    return std::string(found->pw_name) + " (" + number + ")";
+  return number;
+}
+
+// Whether files owned by `uid` may hold leases this process trusts: only root and
+// this process's own user can then remove them (Note [Who can break a lease]).
+inline bool trusted_owner(uid_t uid) noexcept { return uid == 0 || uid == ::geteuid(); }
+
+// How to make `path` a directory every user may lease in.
+inline std::string provision_hint(const std::string& path) {
+  return "; on a machine shared by several users, root makes it once (install -d -m 1777 -o root " + path +
+         ", or a systemd-tmpfiles line 'd " + path +
+         " 1777 root root -'), or set GPUSEL_LEASE_DIR to a directory of your own";
+}
+
+// Why directory `status` (at `path`) may not hold leases, or "" when it may.
+inline std::string untrusted_directory(const struct stat& status, const std::string& path) {
+  if (!S_ISDIR(status.st_mode)) return path + " is not a directory";
+  if (!trusted_owner(status.st_uid))
+    return path + " belongs to " + user_text(status.st_uid) + ", who could remove other users' leases";
+  if ((status.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (status.st_mode & S_ISVTX) == 0)
+    return path + " is writable by other users but not sticky, so they could replace what it holds";
+  return {};
+}
+
+// Every directory above `path` (absolute), resolved, must be one only root or this
+// user can change, or another user could swap the lease directory for another.
+inline void check_directories_above(const std::string& path) {
+  std::string above = path.substr(0, path.find_last_of('/'));
+  if (above.empty()) above = "/";
+  char resolved[PATH_MAX];
+  if (::realpath(above.c_str(), resolved) == nullptr)
+    throw Error("gpusel: the lease directory " + path + " cannot be made: " + above + ": " + errno_text(errno));
+  const std::string real = resolved;
+  std::vector<std::string> prefixes{"/"};
+  for (std::size_t end = 1; end <= real.size(); ++end)
+    if (end == real.size() || real[end] == '/') prefixes.push_back(real.substr(0, end));
+  for (const std::string& prefix : prefixes) {
+    struct stat status {};
+    if (::lstat(prefix.c_str(), &status) != 0)
+      throw Error("gpusel: the lease directory " + path + " cannot be used: " + prefix + ": " + errno_text(errno));
+    const std::string why = untrusted_directory(status, prefix);
+    if (!why.empty()) throw Error("gpusel: the lease directory " + path + " cannot be trusted: " + why);
+  }
+}
+
 // The lease directory, opened and checked (Note [Leases]); throws Error saying what is wrong.
 inline FileDescriptor open_lease_directory(const std::string& path) {
   const bool shared_default = path == "/tmp/gpusel-leases" && secure_getenv("GPUSEL_LEASE_DIR") == nullptr;
   const std::string what = "gpusel: the lease directory " + path;
+  check_directories_above(path);
   if (::mkdir(path.c_str(), shared_default ? 01777 : 0700) != 0 && errno != EEXIST)
     throw Error(what + " cannot be made: " + errno_text(errno));
   FileDescriptor directory(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (directory.get() < 0) {
     const int error = errno;
+    struct stat status {};
+    if (error == EACCES && ::lstat(path.c_str(), &status) == 0 && !trusted_owner(status.st_uid))
+      throw Error(what + " belongs to " + user_text(status.st_uid) + " and is private to that user" +
+                  provision_hint(path));
     throw Error(what + " cannot be opened" +
                 (error == ELOOP || error == ENOTDIR ? std::string(": it is a symlink or not a directory")
                                                     : ": " + errno_text(error)));
@@ -200,49 +346,126 @@ inline FileDescriptor open_lease_directory(const std::string& path) {
   if (shared_default && status.st_uid == ::geteuid() && (status.st_mode & 07777) != 01777)
     (void)::fchmod(directory.get(), 01777);  // ours, made under a umask: every user must be able to lease
   if (::fstat(directory.get(), &status) != 0) throw Error(what + " cannot be read: " + errno_text(errno));
+  if (!trusted_owner(status.st_uid))
+    throw Error(what + " cannot be trusted: it belongs to " + user_text(status.st_uid) +
+                ", who could remove other users' leases" + provision_hint(path));
   if ((status.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (status.st_mode & S_ISVTX) == 0)
     throw Error(what +
                 " is writable by other users but not sticky, so they could replace its lock files; make it mode 1777 "
                 "(or set GPUSEL_LEASE_DIR to a directory of your own)");
+  struct statfs filesystem {};
+  if (::fstatfs(directory.get(), &filesystem) == 0)
+    if (const char* network = network_filesystem(static_cast<std::uint32_t>(filesystem.f_type)))
+      throw Error(what + " is on " + network +
+                  ", a network filesystem, where flock may become a lock of each process that a second open "
+                  "silently drops; set GPUSEL_LEASE_DIR to a directory on a local filesystem (such as /tmp)");
   return directory;
 }
 
-// `uuid` as a file name: the characters UUIDs have only, so it cannot leave the directory.
-inline std::string lease_file_name(std::string_view uuid) {
+// `uuid` checked as a file name: the characters UUIDs have only, so it cannot leave the directory.
+inline void check_lease_name(std::string_view uuid) {
   if (uuid.empty()) throw Error("gpusel: cannot lease a GPU without a UUID (NVML reported none)");
   for (const char c : uuid) {
     const bool allowed = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-';
     if (!allowed) throw Error("gpusel: cannot lease \"" + std::string(uuid) + "\": not a GPU or MIG UUID");
   }
-  return std::string(uuid) + ".lock";
 }
 
-// The lock file of `uuid` in `directory`, opened read-only (made when missing).
-inline FileDescriptor open_lease_file(const FileDescriptor& directory, const std::string& directory_path,
-                                      std::string_view uuid) {
-  const std::string name = lease_file_name(uuid);
+// The lock file of `uuid` for user `uid`: "<UUID>.<uid>.lock" (Note [Who can break a lease]).
+inline std::string lease_file_name(std::string_view uuid, uid_t uid) {
+  return std::string(uuid) + "." + std::to_string(uid) + ".lock";
+}
+
+// One user's lock file of a GPU, opened read-only.
+struct LeaseFile {
+  FileDescriptor file;
+  std::string name;
+  uid_t owner = 0;
+};
+
+// The lock files of `uuid` in `directory` that other users' leases may hold: named
+// for a user and owned by that user, regular files. `problem` is set, naming the
+// file and its owner, for one that cannot be opened: it might hold a lease unseen.
+inline std::vector<LeaseFile> other_users_files(const FileDescriptor& directory, const std::string& path,
+                                                std::string_view uuid, std::string& problem) {
+  std::vector<LeaseFile> files;
+  const int listing = ::openat(directory.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR* entries = listing < 0 ? nullptr : ::fdopendir(listing);
+  if (entries == nullptr) {
+    if (listing >= 0) ::close(listing);
+    problem = "the lease directory " + path + " cannot be listed: " + errno_text(errno);
+    return files;
+  }
+  const std::string prefix = std::string(uuid) + ".";
+  while (const dirent* entry = ::readdir(entries)) {
+    const std::string_view name = entry->d_name;
+    if (name.size() <= prefix.size() + 5 || name.substr(0, prefix.size()) != prefix ||
+        name.substr(name.size() - 5) != ".lock")
+      continue;
+    const std::string_view number = name.substr(prefix.size(), name.size() - prefix.size() - 5);
+    if (number.size() > 10 || number.find_first_not_of("0123456789") != std::string_view::npos) continue;
+    const unsigned long uid = std::strtoul(std::string(number).c_str(), nullptr, 10);
+    if (uid == ::geteuid() || uid > 0xFFFFFFFEul) continue;
+    LeaseFile found{FileDescriptor(::openat(directory.get(), std::string(name).c_str(),
+                                            O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)),
+                    std::string(name), static_cast<uid_t>(uid)};
+    struct stat status {};
+    if (found.file.get() < 0) {
+      const int error = errno;
+      if (::fstatat(directory.get(), found.name.c_str(), &status, AT_SYMLINK_NOFOLLOW) == 0 &&
+          S_ISREG(status.st_mode) && status.st_uid == found.owner && problem.empty())
+        problem = "its lease file " + path + "/" + found.name + " of " + user_text(status.st_uid) +
+                  " cannot be opened (" + errno_text(error) + "), so whether that user's job holds it cannot be told";
+      continue;  // a symlink, or not that user's own: no lease of theirs
+    }
+    if (::fstat(found.file.get(), &status) != 0 || !S_ISREG(status.st_mode) || status.st_uid != found.owner) continue;
+    files.push_back(std::move(found));
+  }
+  ::closedir(entries);
+  return files;
+}
+
+// This user's lock file of `uuid`, made when missing; "" in `problem` unless it cannot be
+// used, then why (naming its owner).
+inline FileDescriptor open_own_file(const FileDescriptor& directory, const std::string& path, const std::string& name,
+                                    std::string& problem) {
   for (int attempt = 0; attempt < 16; ++attempt) {
     FileDescriptor file(::openat(directory.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
     if (file.get() < 0 && errno == ENOENT) {
       file = FileDescriptor(
-          ::openat(directory.get(), name.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666));
-      if (file.get() < 0 && errno == EEXIST) continue;  // another process made it first: open theirs
-      if (file.get() >= 0) (void)::fchmod(file.get(), 0666);
-    }
-    if (file.get() < 0) {
-      std::string message = "gpusel: cannot open the lease file " + directory_path;
-      message += "/" + name + ": " + errno_text(errno);
-      throw Error(message);
+          ::openat(directory.get(), name.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+      if (file.get() < 0 && errno == EEXIST) continue;  // made by another process of ours first: open that
+      if (file.get() >= 0) (void)::fchmod(file.get(), 0644);
     }
     struct stat status {};
+    const bool seen = ::fstatat(directory.get(), name.c_str(), &status, AT_SYMLINK_NOFOLLOW) == 0;
+    const std::string owner = seen ? " (it belongs to " + user_text(status.st_uid) + ")" : std::string();
+    if (file.get() < 0) {
+      problem = "its lease file " + path + "/" + name + " cannot be opened: " + errno_text(errno) + owner;
+      return file;
+    }
     if (::fstat(file.get(), &status) != 0 || !S_ISREG(status.st_mode)) {
-      std::string message = "gpusel: the lease file " + directory_path;
-      message += "/" + name + " is not a regular file";
-      throw Error(message);
+      problem = "its lease file " + path + "/" + name + " is not a regular file" + owner;
+      return FileDescriptor();
+    }
+    if (status.st_uid != ::geteuid()) {
+      problem = "its lease file " + path + "/" + name + " is not this user's: it belongs to " +
+                user_text(status.st_uid) + ", who could remove it while a job holds it";
+      return FileDescriptor();
     }
     return file;
   }
-  throw Error("gpusel: the lease file " + directory_path + "/" + name + " keeps disappearing");
+  problem = "its lease file " + path + "/" + name + " keeps disappearing";
+  return FileDescriptor();
+}
+
+// Whether `file` is still what `name` in `directory` names (lock-then-verify).
+inline bool still_named(const FileDescriptor& directory, const std::string& name, const FileDescriptor& file) {
+  struct stat held {
+  }, named{};
+  return ::fstat(file.get(), &held) == 0 &&
+         ::fstatat(directory.get(), name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 && held.st_dev == named.st_dev &&
+         held.st_ino == named.st_ino;
 }
 
 // Who holds a lock on `file`, from /proc/locks: "pid 4242", or "" when it cannot be told
@@ -275,40 +498,162 @@ inline bool lock_briefly_retrying(int fd, int operation, bool retry) {
   }
 }
 
-inline std::string held_text(std::string_view uuid, const std::string& holder, const std::string& directory) {
+inline std::string held_text(const LeaseFile& file, const std::string& directory) {
+  const std::string holder = lock_holder(file.file);
   return "leased by another job (" + (holder.empty() ? std::string("holder not visible from here") : holder) +
-         ", lock " + directory + "/" + std::string(uuid) + ".lock)";
+         (file.owner == ::geteuid() ? std::string() : ", " + user_text(file.owner)) + ", lock " + directory + "/" +
+         file.name + ")";
+}
+
+// One GPU's lock, as LeaseAttempt::Outcome says.
+struct LockAttempt {
+  enum class Outcome { taken, held, unusable } outcome = Outcome::held;
+  LeaseFile own;       // taken: this user's file, locked
+  std::string reason;  // unusable: why, naming the file and its owner
+};
+
+// Locks `uuid` in `mode` (LOCK_EX or LOCK_SH) against every user (Note [Who can break
+// a lease]): this user's file first, verified, then a look at every other user's that
+// would conflict; on a conflict this user's lock is let go and the round tried again,
+// so two jobs that lock at once do not both lose for long.
+inline LockAttempt lock_for_every_user(const FileDescriptor& directory, const std::string& path, std::string_view uuid,
+                                       int mode) {
+  LockAttempt attempt;
+  attempt.own.name = lease_file_name(uuid, ::geteuid());
+  attempt.own.owner = ::geteuid();
+  for (int round = 0; round < 24; ++round) {
+    if (round > 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(
+          500 + (static_cast<unsigned>(::getpid()) * 7919u + static_cast<unsigned>(round)) % 1500u));
+    if (attempt.own.file.get() < 0) {
+      attempt.own.file = open_own_file(directory, path, attempt.own.name, attempt.reason);
+      if (!attempt.reason.empty()) {
+        attempt.outcome = LockAttempt::Outcome::unusable;
+        return attempt;
+      }
+    }
+    if (::flock(attempt.own.file.get(), mode | LOCK_NB) != 0) {
+      if (errno == EWOULDBLOCK || errno == EINTR) continue;  // another job of ours, or someone looking
+      attempt.outcome = LockAttempt::Outcome::unusable;
+      attempt.reason = "its lease file " + path + "/" + attempt.own.name + " cannot be locked: " + errno_text(errno);
+      return attempt;
+    }
+    if (!still_named(directory, attempt.own.name, attempt.own.file)) {
+      attempt.own.file.reset();  // removed or replaced before the lock: lock what the name names now
+      continue;
+    }
+    std::vector<LeaseFile> others = other_users_files(directory, path, uuid, attempt.reason);
+    if (!attempt.reason.empty()) {
+      attempt.own.file.reset();
+      attempt.outcome = LockAttempt::Outcome::unusable;
+      return attempt;
+    }
+    bool conflict = false;
+    for (const LeaseFile& other : others)
+      if (::flock(other.file.get(), (mode == LOCK_EX ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) conflict = true;
+    if (!conflict) {
+      attempt.outcome = LockAttempt::Outcome::taken;
+      return attempt;
+    }
+    (void)::flock(attempt.own.file.get(), LOCK_UN);
+  }
+  attempt.own.file.reset();
+  attempt.outcome = LockAttempt::Outcome::held;
+  return attempt;
+}
+
+// The GPU of MIG instance `uuid`, from NVML; throws Error when NVML does not list it.
+inline std::string mig_parent(std::string_view uuid) {
+  const Inventory inventory = query_inventory();
+  for (const Gpu& gpu : inventory.gpus)
+    for (const MigInstance& instance : gpu.mig_instances)
+      if (instance.uuid == uuid) return gpu.uuid;
+  throw Error("gpusel: cannot lease " + std::string(uuid) + ": NVML does not list it as a MIG instance (" +
+              (inventory.ok() ? "not found" : inventory.reason) +
+              "), so its GPU, which the lease must hold shared, is unknown; pass the GPU's UUID too");
+}
+
+inline std::string parent_for(std::string_view uuid, std::string_view parent_gpu_uuid) {
+  if (!parent_gpu_uuid.empty() || uuid.substr(0, 4) != "MIG-") return std::string(parent_gpu_uuid);
+  return mig_parent(uuid);
+}
+
+GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu_uuid) {
+  check_lease_name(uuid);
+  const std::string parent = parent_for(uuid, parent_gpu_uuid);
+  if (!parent.empty()) check_lease_name(parent);
+  const std::string path = lease_directory();
+  const FileDescriptor directory = open_lease_directory(path);
+  LeaseTry result;
+  LockAttempt own = lock_for_every_user(directory, path, uuid, LOCK_EX);
+  if (own.outcome != LockAttempt::Outcome::taken) {
+    result.unusable = std::move(own.reason);
+    return result;
+  }
+  GpuLease lease;
+  if (!parent.empty()) {
+    LockAttempt shared = lock_for_every_user(directory, path, parent, LOCK_SH);
+    if (shared.outcome != LockAttempt::Outcome::taken) {
+      result.unusable = std::move(shared.reason);
+      return result;
+    }
+    lease.descriptors_.push_back(std::move(shared.own.file));
+  }
+  lease.descriptors_.push_back(std::move(own.own.file));
+  lease.uuids_.emplace_back(uuid);
+  result.lease = std::move(lease);
+  return result;
+}
+
+inline std::optional<std::string> holder_or_problem(std::string_view uuid, std::string_view parent_gpu_uuid) {
+  if (uuid.empty()) return std::nullopt;  // no lease can name it, so none holds it
+  const std::string parent = parent_for(uuid, parent_gpu_uuid);
+  for (const std::string_view each : {std::string_view(uuid), std::string_view(parent)}) {
+    try {
+      if (!each.empty()) check_lease_name(each);
+    } catch (const Error& error) {
+      return "cannot be leased: " + std::string(error.what()).substr(std::string_view("gpusel: ").size());
+    }
+  }
+  const std::string path = lease_directory();
+  const FileDescriptor directory = open_lease_directory(path);
+  for (const std::string_view each : {std::string_view(uuid), std::string_view(parent)}) {
+    if (each.empty()) continue;
+    std::string problem;
+    std::vector<LeaseFile> files = other_users_files(directory, path, each, problem);
+    if (!problem.empty()) return "cannot be leased: " + problem;
+    LeaseFile own{FileDescriptor(), lease_file_name(each, ::geteuid()), ::geteuid()};
+    own.file =
+        FileDescriptor(::openat(directory.get(), own.name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    const bool missing = own.file.get() < 0 && errno == ENOENT;
+    if (!missing) {
+      struct stat status {};
+      if (own.file.get() < 0 || ::fstat(own.file.get(), &status) != 0 || !S_ISREG(status.st_mode) ||
+          status.st_uid != ::geteuid()) {
+        own.file.reset();
+        (void)open_own_file(directory, path, own.name, problem);  // says what is wrong with it
+        if (!problem.empty()) return "cannot be leased: " + problem;
+      } else {
+        files.push_back(std::move(own));
+      }
+    }
+    // A shared look fails only against an exclusive lease: on the instance itself, or on its whole GPU.
+    for (const LeaseFile& file : files)
+      if (!lock_briefly_retrying(file.file.get(), LOCK_SH, false)) return held_text(file, path);
+  }
+  return std::nullopt;
 }
 
 }  // namespace detail
 
 GPUSEL_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::string_view parent_gpu_uuid) {
-  const std::string path = lease_directory();
-  const detail::FileDescriptor directory = detail::open_lease_directory(path);
-  GpuLease lease;
-  detail::FileDescriptor own = detail::open_lease_file(directory, path, uuid);
-  if (!detail::lock_briefly_retrying(own.get(), LOCK_EX, true)) return std::nullopt;
-  if (!parent_gpu_uuid.empty()) {
-    detail::FileDescriptor parent = detail::open_lease_file(directory, path, parent_gpu_uuid);
-    if (!detail::lock_briefly_retrying(parent.get(), LOCK_SH, true)) return std::nullopt;
-    lease.descriptors_.push_back(std::move(parent));
-  }
-  lease.descriptors_.push_back(std::move(own));
-  lease.uuids_.emplace_back(uuid);
-  return lease;
+  detail::LeaseTry attempt = detail::lease_one(uuid, parent_gpu_uuid);
+  if (!attempt.unusable.empty()) throw Error("gpusel: cannot lease " + std::string(uuid) + ": " + attempt.unusable);
+  return std::move(attempt.lease);
 }
 
 GPUSEL_API std::optional<std::string> lease_holder(std::string_view uuid, std::string_view parent_gpu_uuid) {
-  const std::string path = lease_directory();
-  const detail::FileDescriptor directory = detail::open_lease_directory(path);
-  for (const std::string_view each : {uuid, parent_gpu_uuid}) {
-    if (each.empty()) continue;
-    const detail::FileDescriptor file = detail::open_lease_file(directory, path, each);
-    // A shared look fails only against an exclusive lease: on the instance itself, or on its whole GPU.
-    if (!detail::lock_briefly_retrying(file.get(), LOCK_SH, false))
-      return detail::held_text(each, detail::lock_holder(file), path);
-  }
-  return std::nullopt;
+  return detail::holder_or_problem(uuid, parent_gpu_uuid);
 }
 
 GPUSEL_API GpuLease lease_gpus(const std::vector<std::string>& uuids) {

@@ -363,7 +363,7 @@ EOF
       holder=$!
       for _ in $(seq 50); do "$gpusel" pick --exclude 1,2,3 >/dev/null 2>&1 || break; sleep 0.1; done
       run 1 pick --exclude 1,2,3
-      expect stderr "leased by another job (pid $holder, lock $GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.lock)"
+      expect stderr "leased by another job (pid $holder, lock $GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.$(id -u).lock)"
       run 1 pick --json --exclude 1,2,3
       expect_json
       expect stdout '"cuda_visible_devices": null'
@@ -374,6 +374,20 @@ EOF
       wait $holder 2>/dev/null
       run 0 pick --exclude 1,2,3
       [ "$out" = 0 ] || { echo "FAILED: kill -9 must release the lease"; failures=$((failures + 1)); }
+      # One unusable lock file (a directory where GPU 3's would be, under either name gpusel
+      # ever gave it) rejects GPU 3 alone, with the reason; the other GPUs are picked as before.
+      rm -f "$GPUSEL_LEASE_DIR"/GPU-fa4e0000-0000-0000-0000-000000000003.*lock
+      mkdir "$GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000003.lock" \
+        "$GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000003.$(id -u).lock"
+      run 0 pick -n 3 --order index
+      [ "$out" = 0,1,2 ] || { echo "FAILED: one unusable lock file must not stop the other GPUs' picks"; failures=$((failures + 1)); }
+      run 1 pick -n 4
+      expect stderr "GPU-fa4e0000-0000-0000-0000-000000000003), 140.4 GiB free, 0% utilized: cannot be leased: its lease file $GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000003.$(id -u).lock is not a regular file (it belongs to "
+      run 0 pick --json --order index
+      expect_in_json 'any("not a regular file" in r for r in d["assessed"][3]["rejected_because"])'
+      run 125 run --exclude 0,1,2 -- true
+      expect stderr "cannot be leased: its lease file"
+      rmdir "$GPUSEL_LEASE_DIR"/GPU-fa4e0000-0000-0000-0000-000000000003.*lock
       # --no-lease takes none: while such a job runs, its GPU can still be picked
       "$gpusel" run --no-lease --exclude 1,2,3 -- sleep 30 &
       holder=$!
