@@ -251,9 +251,8 @@ GPUSEL_API const char* network_filesystem(std::uint32_t f_type) noexcept {
       return "GPFS";
     case 0x00C36400u:
       return "CephFS";
-    case 0x5346414Fu:
-      return "AFS";
-    case 0x6B414653u:
+    case 0x5346414Fu:  // AFS_FS_MAGIC
+    case 0x6B414653u:  // AFS_SUPER_MAGIC
       return "AFS";
     case 0x01021997u:
       return "9P";
@@ -275,7 +274,7 @@ inline std::string user_text(uid_t uid) {
   passwd entry{};
   passwd* found = nullptr;
   char buffer[1024];
-  const std::string number = "uid " + std::to_string(uid);
+  std::string number = "uid " + std::to_string(uid);
   if (getpwuid_r(uid, &entry, buffer, sizeof buffer, &found) == 0 && found != nullptr)
     return std::string(found->pw_name) + " (" + number + ")";
   return number;
@@ -316,10 +315,19 @@ inline void check_directories_above(const std::string& path) {
     if (end == real.size() || real[end] == '/') prefixes.push_back(real.substr(0, end));
   for (const std::string& prefix : prefixes) {
     struct stat status {};
-    if (::lstat(prefix.c_str(), &status) != 0)
-      throw Error("gpusel: the lease directory " + path + " cannot be used: " + prefix + ": " + errno_text(errno));
+    std::string message = "gpusel: the lease directory " + path;
+    if (::lstat(prefix.c_str(), &status) != 0) {
+      const int error = errno;
+      message += " cannot be used: ";
+      message += prefix + ": " + errno_text(error);
+      throw Error(message);
+    }
     const std::string why = untrusted_directory(status, prefix);
-    if (!why.empty()) throw Error("gpusel: the lease directory " + path + " cannot be trusted: " + why);
+    if (!why.empty()) {
+      message += " cannot be trusted: ";
+      message += why;
+      throw Error(message);
+    }
   }
 }
 
@@ -376,6 +384,15 @@ inline std::string lease_file_name(std::string_view uuid, uid_t uid) {
   return std::string(uuid) + "." + std::to_string(uid) + ".lock";
 }
 
+// "its lease file <path>/<name>", for messages.
+inline std::string lease_file_text(const std::string& path, const std::string& name) {
+  std::string text = "its lease file ";
+  text += path;
+  text += '/';
+  text += name;
+  return text;
+}
+
 // One user's lock file of a GPU, opened read-only.
 struct LeaseFile {
   FileDescriptor file;
@@ -413,9 +430,12 @@ inline std::vector<LeaseFile> other_users_files(const FileDescriptor& directory,
     if (found.file.get() < 0) {
       const int error = errno;
       if (::fstatat(directory.get(), found.name.c_str(), &status, AT_SYMLINK_NOFOLLOW) == 0 &&
-          S_ISREG(status.st_mode) && status.st_uid == found.owner && problem.empty())
-        problem = "its lease file " + path + "/" + found.name + " of " + user_text(status.st_uid) +
-                  " cannot be opened (" + errno_text(error) + "), so whether that user's job holds it cannot be told";
+          S_ISREG(status.st_mode) && status.st_uid == found.owner && problem.empty()) {
+        problem = lease_file_text(path, found.name);
+        problem += " of " + user_text(status.st_uid);
+        problem += " cannot be opened (" + errno_text(error);
+        problem += "), so whether that user's job holds it cannot be told";
+      }
       continue;  // a symlink, or not that user's own: no lease of theirs
     }
     if (::fstat(found.file.get(), &status) != 0 || !S_ISREG(status.st_mode) || status.st_uid != found.owner) continue;
@@ -437,25 +457,29 @@ inline FileDescriptor open_own_file(const FileDescriptor& directory, const std::
       if (file.get() < 0 && errno == EEXIST) continue;  // made by another process of ours first: open that
       if (file.get() >= 0) (void)::fchmod(file.get(), 0644);
     }
+    const int open_error = file.get() < 0 ? errno : 0;
     struct stat status {};
     const bool seen = ::fstatat(directory.get(), name.c_str(), &status, AT_SYMLINK_NOFOLLOW) == 0;
     const std::string owner = seen ? " (it belongs to " + user_text(status.st_uid) + ")" : std::string();
+    problem = lease_file_text(path, name);
     if (file.get() < 0) {
-      problem = "its lease file " + path + "/" + name + " cannot be opened: " + errno_text(errno) + owner;
+      problem += " cannot be opened: " + errno_text(open_error);
+      problem += owner;
       return file;
     }
     if (::fstat(file.get(), &status) != 0 || !S_ISREG(status.st_mode)) {
-      problem = "its lease file " + path + "/" + name + " is not a regular file" + owner;
+      problem += " is not a regular file" + owner;
       return FileDescriptor();
     }
     if (status.st_uid != ::geteuid()) {
-      problem = "its lease file " + path + "/" + name + " is not this user's: it belongs to " +
-                user_text(status.st_uid) + ", who could remove it while a job holds it";
+      problem += " is not this user's: it belongs to " + user_text(status.st_uid);
+      problem += ", who could remove it while a job holds it";
       return FileDescriptor();
     }
+    problem.clear();
     return file;
   }
-  problem = "its lease file " + path + "/" + name + " keeps disappearing";
+  problem = lease_file_text(path, name) + " keeps disappearing";
   return FileDescriptor();
 }
 
@@ -505,7 +529,7 @@ inline std::string held_text(const LeaseFile& file, const std::string& directory
          file.name + ")";
 }
 
-// One GPU's lock, as LeaseAttempt::Outcome says.
+// One GPU's lock: taken, held by another job, or not to be had (with the reason).
 struct LockAttempt {
   enum class Outcome { taken, held, unusable } outcome = Outcome::held;
   LeaseFile own;       // taken: this user's file, locked
@@ -533,9 +557,10 @@ inline LockAttempt lock_for_every_user(const FileDescriptor& directory, const st
       }
     }
     if (::flock(attempt.own.file.get(), mode | LOCK_NB) != 0) {
-      if (errno == EWOULDBLOCK || errno == EINTR) continue;  // another job of ours, or someone looking
+      const int error = errno;
+      if (error == EWOULDBLOCK || error == EINTR) continue;  // another job of ours, or someone looking
       attempt.outcome = LockAttempt::Outcome::unusable;
-      attempt.reason = "its lease file " + path + "/" + attempt.own.name + " cannot be locked: " + errno_text(errno);
+      attempt.reason = lease_file_text(path, attempt.own.name) + " cannot be locked: " + errno_text(error);
       return attempt;
     }
     if (!still_named(directory, attempt.own.name, attempt.own.file)) {

@@ -388,6 +388,23 @@ EOF
       run 125 run --exclude 0,1,2 -- true
       expect stderr "cannot be leased: its lease file"
       rmdir "$GPUSEL_LEASE_DIR"/GPU-fa4e0000-0000-0000-0000-000000000003.*lock
+      # Another local user made the lease directory: every other user's run is refused, naming the owner and
+      # the fix (Note [Who can break a lease]); staged with setpriv, as root only.
+      if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+        chmod 755 "$work"
+        mkdir -m 1777 "$work/shared"
+        as() { local uid=$1; shift; GPUSEL_LEASE_DIR="$work/shared/leases" setpriv --reuid "$uid" --regid "$uid" --clear-groups "$@"; }
+        as 4101 "$gpusel" run -- true 2>/dev/null || { echo "FAILED: uid 4101 could not lease in a directory of its own"; failures=$((failures + 1)); }
+        as 4102 "$gpusel" run -- true >"$work/out" 2>"$work/err"
+        status=$?
+        err=$(cat "$work/err")
+        echo "\$ (as uid 4102) gpusel run -- true -> exit $status"
+        [ "$status" = 125 ] || { echo "FAILED: expected 125 for a lease directory of another user"; failures=$((failures + 1)); }
+        expect stderr "$work/shared/leases belongs to uid 4101 and is private to that user"
+        expect stderr "install -d -m 1777 -o root $work/shared/leases"
+      else
+        echo "skipped: staging another local user needs root and setpriv"
+      fi
       # --no-lease takes none: while such a job runs, its GPU can still be picked
       "$gpusel" run --no-lease --exclude 1,2,3 -- sleep 30 &
       holder=$!
