@@ -999,6 +999,14 @@ int run_run(const Arguments& arguments) {
   bool said_waiting = false;
   Attempt attempt;
   gpusel::DeviceMap map;
+  if (arguments.lease || !arguments.local_rank) {  // a lease directory no wait can fix: say so now
+    try {
+      gpusel::check_lease_directory();
+    } catch (const gpusel::Error& error) {
+      std::cerr << gpusel::escape_for_terminal(error.what()) << "\n";
+      return kExitRunFailed;
+    }
+  }
   while (true) {
     map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
     if (!map.known()) {

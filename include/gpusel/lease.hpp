@@ -132,6 +132,11 @@ GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu
 // a relative path.
 GPUSEL_API std::string lease_directory();
 
+// Opens the lease directory as every lease and look does (making it when missing)
+// and checks it (Note [Who can break a lease]); throws Error saying what is wrong
+// and how to fix it. For a command that would otherwise wait on what no wait fixes.
+GPUSEL_API void check_lease_directory();
+
 class GpuLease;
 // Leases `uuid` (a GPU's UUID, or a MIG instance's, which also holds its GPU
 // shared: `parent_gpu_uuid`, or looked up through NVML when not given; Note
@@ -603,13 +608,25 @@ inline std::string parent_for(std::string_view uuid, std::string_view parent_gpu
   return mig_parent(uuid);
 }
 
+// Why `uuid` cannot name a lease file, without "gpusel: ", or "".
+inline std::string unusable_name(std::string_view uuid) {
+  try {
+    check_lease_name(uuid);
+  } catch (const Error& error) {
+    return std::string(error.what()).substr(std::string_view("gpusel: ").size());
+  }
+  return {};
+}
+
 GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu_uuid) {
-  check_lease_name(uuid);
+  LeaseTry result;
+  result.unusable = unusable_name(uuid);
+  if (!result.unusable.empty()) return result;  // this GPU's problem alone: a pick passes it over
   const std::string parent = parent_for(uuid, parent_gpu_uuid);
-  if (!parent.empty()) check_lease_name(parent);
+  if (!parent.empty()) result.unusable = unusable_name(parent);
+  if (!result.unusable.empty()) return result;
   const std::string path = lease_directory();
   const FileDescriptor directory = open_lease_directory(path);
-  LeaseTry result;
   LockAttempt own = lock_for_every_user(directory, path, uuid, LOCK_EX);
   if (own.outcome != LockAttempt::Outcome::taken) {
     result.unusable = std::move(own.reason);
@@ -632,14 +649,10 @@ GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu
 
 inline std::optional<std::string> holder_or_problem(std::string_view uuid, std::string_view parent_gpu_uuid) {
   if (uuid.empty()) return std::nullopt;  // no lease can name it, so none holds it
+  if (std::string why = unusable_name(uuid); !why.empty()) return "cannot be leased: " + why;
   const std::string parent = parent_for(uuid, parent_gpu_uuid);
-  for (const std::string_view each : {std::string_view(uuid), std::string_view(parent)}) {
-    try {
-      if (!each.empty()) check_lease_name(each);
-    } catch (const Error& error) {
-      return "cannot be leased: " + std::string(error.what()).substr(std::string_view("gpusel: ").size());
-    }
-  }
+  if (std::string why = parent.empty() ? std::string() : unusable_name(parent); !why.empty())
+    return "cannot be leased: " + why;
   const std::string path = lease_directory();
   const FileDescriptor directory = open_lease_directory(path);
   for (const std::string_view each : {std::string_view(uuid), std::string_view(parent)}) {
@@ -671,7 +684,10 @@ inline std::optional<std::string> holder_or_problem(std::string_view uuid, std::
 
 }  // namespace detail
 
+GPUSEL_API void check_lease_directory() { (void)detail::open_lease_directory(lease_directory()); }
+
 GPUSEL_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::string_view parent_gpu_uuid) {
+  detail::check_lease_name(uuid);  // its own words, as always
   detail::LeaseTry attempt = detail::lease_one(uuid, parent_gpu_uuid);
   if (!attempt.unusable.empty()) throw Error("gpusel: cannot lease " + std::string(uuid) + ": " + attempt.unusable);
   return std::move(attempt.lease);

@@ -419,6 +419,12 @@ EOF
       [ "$distinct" = 4 ] || { echo "FAILED: expected the 6 jobs on the 4 GPUs"; failures=$((failures + 1)); }
       [ "$(grep -l "gpusel: waiting for at least 1 GPU" "$work"/err? | wc -l)" = 2 ] ||
         { echo "FAILED: the 2 waiting jobs say once what they wait for"; failures=$((failures + 1)); }
+      # A lease directory no wait can fix (writable by everyone, not sticky): 125 at once, with the reason.
+      mkdir "$work/loose" && chmod 0777 "$work/loose"
+      began=$(date +%s)
+      GPUSEL_LEASE_DIR="$work/loose" run 125 run --wait=15s -- true
+      expect stderr "writable by other users but not sticky"
+      [ $(($(date +%s) - began)) -lt 10 ] || { echo "FAILED: run --wait waited on a lease directory no wait can fix"; failures=$((failures + 1)); }
     fi
     ;;
   run_local_rank)
