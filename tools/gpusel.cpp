@@ -120,7 +120,8 @@ that takes no value takes none (--json=false is a usage error).
 
 Environment: CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, GPUSEL_NVML_LIBRARY (the
 NVML library to load; default libnvidia-ml.so.1) and GPUSEL_LEASE_DIR (where
-leases are kept; default /tmp/gpusel-leases, shared by every user).
+leases are kept; default /tmp/gpusel-leases, shared by every user once root
+makes it: install -d -m 1777 -o root /tmp/gpusel-leases).
 
 Exit status:
   0  success

@@ -57,11 +57,12 @@ namespace gpusel {
 // O_CLOEXEC. A lease is flock(LOCK_NB) on the caller's own file; a GPU whose
 // files cannot be used (not a regular file, another user's under the caller's
 // name, unreadable) is that GPU's problem alone: picks reject it with the reason.
-
-// MIG: a lease on a MIG instance (a "MIG-" UUID) holds that instance's file
-// exclusively and its GPU's file shared; a lease on a whole GPU holds the GPU's
-// file exclusively. So two instances of one GPU can be leased by two jobs, and a
-// whole GPU and any of its instances exclude each other.
+//
+// MIG: a lease on a MIG instance (a "MIG-" UUID) holds that instance exclusively
+// and its GPU shared (every entry point: the GPU is looked up through NVML when
+// not given); a lease on a whole GPU holds it exclusively. So two instances of
+// one GPU can be leased by two jobs, and a whole GPU and any of its instances
+// exclude each other.
 //
 // Looking (lease_holder) takes a shared lock for an instant; taking a lease that
 // fails because of such a look tries again for a few milliseconds, so two jobs
@@ -69,23 +70,20 @@ namespace gpusel {
 
 // Note [Who can break a lease]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A lock file is only as safe as the set of users who can unlink it: whoever
-// unlinks a held file lets the next job make a new one and share the GPU. In a
-// sticky directory that is the file's owner, the directory's owner and root. So:
-// the lease directory, and every directory above it, must belong to root or the
-// caller (and be sticky where others may write), else an Error names the owner
-// and how root provisions it (install -d -m 1777 -o root); and each user locks a
-// file of its own, <UUID>.<uid>.lock, which only that user and root can remove.
-// To lease, a job locks its own file, checks (fstat against fstatat: same device
-// and inode) that the name still names it, then tries every other user's file of
-// that GPU with a conflicting lock: any one held is a lease. Two jobs doing this
-// at once cannot both win (each holds its own before looking at the other's); on
-// a conflict the job lets go and tries again, for a bounded number of rounds. A
-// crashed job's file holds no lock, so it blocks nothing. What remains: a user can
-// hold its own file's lock forever (a block of that GPU, as a process running on
-// it would be, shown with its pid and user), a file squatting under the caller's
-// name or unreadable makes that one GPU unusable with the reason, and root can do
-// anything.
+// Whoever can unlink a held lock file lets the next job make a new one and share
+// the GPU; in a sticky directory that is the file's owner, the directory's owner
+// and root. So the lease directory, and every directory above it, must belong to
+// root or the caller (and be sticky where others may write), else an Error names
+// the owner and how root provisions it; and each user locks a file of its own,
+// <UUID>.<uid>.lock, which only that user and root can remove. A lease: lock the
+// own file, check that its name still names it (fstat and fstatat: same device
+// and inode), then try every other user's file of the GPU with a conflicting
+// lock; any one held means another job's lease, and the own lock is let go and
+// the round tried again, a bounded number of times. Two jobs cannot both win
+// (each holds its own before it looks at the other's). A crashed job's file holds
+// no lock and blocks nothing. What remains: a user's job holds its GPU as long as
+// it runs (shown with pid and user); a file squatting under the caller's name, or
+// unreadable, makes that one GPU unusable, with the reason; root can do anything.
 
 namespace detail {
 

@@ -134,9 +134,10 @@ struct [[nodiscard]] LeasedGpus {
 
 // Picks GPUs of `map` as pick(criteria, map, user) does, and leases them: GPUs
 // held by another lease are rejected with that reason, and a GPU another job
-// leases between the look and the lease is passed over for the next best, so
-// two jobs never get the same GPU. Throws Error, holding nothing, when too few
-// fit or can be leased, or the lease directory cannot be used.
+// leases between the look and the lease, or whose lease files cannot be used, is
+// passed over for the next best (with the reason), so two jobs never get the same
+// GPU. Throws Error, holding nothing, when too few fit or can be leased, or the
+// lease directory cannot be used.
 [[nodiscard]] GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map,
                                                     const std::string& user);
 
