@@ -119,6 +119,10 @@ class FileDescriptor {
 GPUSEL_API const char* network_filesystem(std::uint32_t f_type) noexcept;
 
 struct LeaseTry;
+// lease_holder of each (uuid, parent GPU uuid) of `wanted`, reading the lease
+// directory once; throws Error when it cannot be used.
+GPUSEL_API std::vector<std::optional<std::string>> lease_holders(
+    const std::vector<std::pair<std::string, std::string>>& wanted);
 // A lease of `uuid` (its MIG parent looked up through NVML when not given), or
 // why its lease files cannot be used; throws Error for the directory.
 GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu_uuid);
@@ -219,6 +223,8 @@ GPUSEL_API GpuLease lease_gpu(const std::string& uuid);
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -403,32 +409,61 @@ struct LeaseFile {
   uid_t owner = 0;
 };
 
-// The lock files of `uuid` in `directory` that other users' leases may hold: named
-// for a user and owned by that user, regular files. `problem` is set, naming the
-// file and its owner, for one that cannot be opened: it might hold a lease unseen.
-inline std::vector<LeaseFile> other_users_files(const FileDescriptor& directory, const std::string& path,
-                                                std::string_view uuid, std::string& problem) {
-  std::vector<LeaseFile> files;
-  const int listing = ::openat(directory.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR* entries = listing < 0 ? nullptr : ::fdopendir(listing);
+// Other users' lock files of the directory, by UUID: each "<UUID>.<uid>.lock" whose
+// uid is not this user's, as (name, uid). Read once for every GPU a pick looks at.
+struct LeaseListing {
+  std::map<std::string, std::vector<std::pair<std::string, uid_t>>, std::less<>> others;
+  std::string problem;  // why the directory cannot be listed, or ""
+};
+
+// Lists `directory`; with `only`, keeps that UUID's files alone.
+inline LeaseListing list_other_users_files(const FileDescriptor& directory, const std::string& path,
+                                           std::string_view only = {}) {
+  LeaseListing listing;
+  const int copy = ::openat(directory.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR* entries = copy < 0 ? nullptr : ::fdopendir(copy);
   if (entries == nullptr) {
-    if (listing >= 0) ::close(listing);
-    problem = "the lease directory " + path + " cannot be listed: " + errno_text(errno);
-    return files;
+    const int error = errno;
+    if (copy >= 0) ::close(copy);
+    listing.problem = "the lease directory " + path + " cannot be listed: " + errno_text(error);
+    return listing;
   }
-  const std::string prefix = std::string(uuid) + ".";
   while (const dirent* entry = ::readdir(entries)) {
-    const std::string_view name = entry->d_name;
-    if (name.size() <= prefix.size() + 5 || name.substr(0, prefix.size()) != prefix ||
-        name.substr(name.size() - 5) != ".lock")
+    std::string_view name = entry->d_name;
+    if (name.size() <= 5 || name.substr(name.size() - 5) != ".lock") continue;
+    const std::string_view stem = name.substr(0, name.size() - 5);
+    const std::size_t dot = stem.rfind('.');
+    if (dot == std::string_view::npos || dot == 0) continue;
+    const std::string_view number = stem.substr(dot + 1), uuid = stem.substr(0, dot);
+    if (number.empty() || number.size() > 10 || number.find_first_not_of("0123456789") != std::string_view::npos)
       continue;
-    const std::string_view number = name.substr(prefix.size(), name.size() - prefix.size() - 5);
-    if (number.size() > 10 || number.find_first_not_of("0123456789") != std::string_view::npos) continue;
+    if (!only.empty() && uuid != only) continue;
     const unsigned long uid = std::strtoul(std::string(number).c_str(), nullptr, 10);
     if (uid == ::geteuid() || uid > 0xFFFFFFFEul) continue;
-    LeaseFile found{FileDescriptor(::openat(directory.get(), std::string(name).c_str(),
-                                            O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)),
-                    std::string(name), static_cast<uid_t>(uid)};
+    listing.others[std::string(uuid)].emplace_back(std::string(name), static_cast<uid_t>(uid));
+  }
+  ::closedir(entries);
+  return listing;
+}
+
+// The lock files of `uuid` that other users' leases may hold, from `listing`: named
+// for a user and owned by that user, regular files, opened read-only. `problem` is
+// set, naming the file and its owner, for one that cannot be opened: it might hold a
+// lease unseen; or when the directory could not be listed.
+inline std::vector<LeaseFile> other_users_files(const FileDescriptor& directory, const std::string& path,
+                                                std::string_view uuid, const LeaseListing& listing,
+                                                std::string& problem) {
+  std::vector<LeaseFile> files;
+  if (!listing.problem.empty()) {
+    problem = listing.problem;
+    return files;
+  }
+  const auto named = listing.others.find(uuid);
+  if (named == listing.others.end()) return files;
+  for (const auto& [name, uid] : named->second) {
+    LeaseFile found{
+        FileDescriptor(::openat(directory.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)), name,
+        uid};
     struct stat status {};
     if (found.file.get() < 0) {
       const int error = errno;
@@ -439,12 +474,11 @@ inline std::vector<LeaseFile> other_users_files(const FileDescriptor& directory,
         problem += " cannot be opened (" + errno_text(error);
         problem += "), so whether that user's job holds it cannot be told";
       }
-      continue;  // a symlink, or not that user's own: no lease of theirs
+      continue;  // gone, a symlink, or not that user's own: no lease of theirs
     }
     if (::fstat(found.file.get(), &status) != 0 || !S_ISREG(status.st_mode) || status.st_uid != found.owner) continue;
     files.push_back(std::move(found));
   }
-  ::closedir(entries);
   return files;
 }
 
@@ -570,7 +604,8 @@ inline LockAttempt lock_for_every_user(const FileDescriptor& directory, const st
       attempt.own.file.reset();  // removed or replaced before the lock: lock what the name names now
       continue;
     }
-    std::vector<LeaseFile> others = other_users_files(directory, path, uuid, attempt.reason);
+    std::vector<LeaseFile> others =
+        other_users_files(directory, path, uuid, list_other_users_files(directory, path, uuid), attempt.reason);
     if (!attempt.reason.empty()) {
       attempt.own.file.reset();
       attempt.outcome = LockAttempt::Outcome::unusable;
@@ -645,18 +680,17 @@ GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu
   return result;
 }
 
-inline std::optional<std::string> holder_or_problem(std::string_view uuid, std::string_view parent_gpu_uuid) {
+// Who holds `uuid` (and `parent`), or why it cannot be leased, as lease_holder says, from
+// `listing` of the opened lease directory.
+inline std::optional<std::string> holder_in(const FileDescriptor& directory, const std::string& path,
+                                            const LeaseListing& listing, std::string_view uuid,
+                                            std::string_view parent) {
   if (uuid.empty()) return std::nullopt;  // no lease can name it, so none holds it
-  if (std::string why = unusable_name(uuid); !why.empty()) return "cannot be leased: " + why;
-  const std::string parent = parent_for(uuid, parent_gpu_uuid);
-  if (std::string why = parent.empty() ? std::string() : unusable_name(parent); !why.empty())
-    return "cannot be leased: " + why;
-  const std::string path = lease_directory();
-  const FileDescriptor directory = open_lease_directory(path);
-  for (const std::string_view each : {std::string_view(uuid), std::string_view(parent)}) {
+  for (const std::string_view each : {uuid, parent}) {
     if (each.empty()) continue;
+    if (std::string why = unusable_name(each); !why.empty()) return "cannot be leased: " + why;
     std::string problem;
-    std::vector<LeaseFile> files = other_users_files(directory, path, each, problem);
+    std::vector<LeaseFile> files = other_users_files(directory, path, each, listing, problem);
     if (!problem.empty()) return "cannot be leased: " + problem;
     LeaseFile own{FileDescriptor(), lease_file_name(each, ::geteuid()), ::geteuid()};
     own.file =
@@ -680,6 +714,22 @@ inline std::optional<std::string> holder_or_problem(std::string_view uuid, std::
   return std::nullopt;
 }
 
+GPUSEL_API std::vector<std::optional<std::string>> lease_holders(
+    const std::vector<std::pair<std::string, std::string>>& wanted) {
+  const std::string path = lease_directory();
+  const FileDescriptor directory = open_lease_directory(path);
+  const LeaseListing listing = list_other_users_files(directory, path);
+  std::vector<std::optional<std::string>> holders;
+  holders.reserve(wanted.size());
+  for (const auto& [uuid, parent] : wanted) {
+    if (std::string why = uuid.empty() ? std::string() : unusable_name(uuid); !why.empty())
+      holders.emplace_back("cannot be leased: " + why);
+    else
+      holders.push_back(holder_in(directory, path, listing, uuid, parent_for(uuid, parent)));
+  }
+  return holders;
+}
+
 }  // namespace detail
 
 GPUSEL_API void check_lease_directory() { (void)detail::open_lease_directory(lease_directory()); }
@@ -692,7 +742,7 @@ GPUSEL_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::str
 }
 
 GPUSEL_API std::optional<std::string> lease_holder(std::string_view uuid, std::string_view parent_gpu_uuid) {
-  return detail::holder_or_problem(uuid, parent_gpu_uuid);
+  return detail::lease_holders({{std::string(uuid), std::string(parent_gpu_uuid)}}).front();
 }
 
 GPUSEL_API GpuLease lease_gpus(const std::vector<std::string>& uuids) {

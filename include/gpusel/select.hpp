@@ -401,9 +401,13 @@ GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria, const Devic
 }
 
 GPUSEL_API void reject_leased_gpus(std::vector<Candidate>& assessed) {
-  for (Candidate& candidate : assessed)
-    if (auto holder = lease_holder(candidate.uuid(), candidate.mig_instance ? candidate.gpu.uuid : std::string()))
-      candidate.rejected_because.push_back(std::move(*holder));
+  std::vector<std::pair<std::string, std::string>> wanted;  // the lease directory is read once for all
+  wanted.reserve(assessed.size());
+  for (const Candidate& candidate : assessed)
+    wanted.emplace_back(candidate.uuid(), candidate.mig_instance ? candidate.gpu.uuid : std::string());
+  std::vector<std::optional<std::string>> holders = detail::lease_holders(wanted);
+  for (std::size_t i = 0; i < assessed.size(); ++i)
+    if (holders[i]) assessed[i].rejected_because.push_back(std::move(*holders[i]));
 }
 
 GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria) {
