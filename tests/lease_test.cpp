@@ -113,9 +113,20 @@ class LeaseHeldBy {
   bool held_ = false;
 };
 
-// Skips the test unless it runs as root, which staging other users needs.
-#define SKIP_UNLESS_ROOT() \
-  if (geteuid() != 0) GTEST_SKIP() << "stages other local users with setresuid: needs root (CI runs as root)"
+// Whether this process may become another user (root with CAP_SETUID and CAP_SETGID), tried in a child.
+bool can_become_another_user() {
+  if (geteuid() != 0) return false;
+  const pid_t child = fork();
+  if (child == 0)
+    _exit(setgroups(0, nullptr) == 0 && setresgid(kBob, kBob, kBob) == 0 && setresuid(kBob, kBob, kBob) == 0 ? 0 : 1);
+  int status = 0;
+  return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// Skips the test unless this process can stage other local users (root: CI runs as root).
+#define SKIP_UNLESS_ROOT()        \
+  if (!can_become_another_user()) \
+  GTEST_SKIP() << "stages other local users with setresuid: needs root with CAP_SETUID (CI runs as root)"
 
 // A lease directory `leases` under a directory every staged user may enter.
 class SharedParent {
