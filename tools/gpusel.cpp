@@ -107,7 +107,8 @@ instances, each one GPU for -n, leased apart; it is never picked whole:
 
 Options of run only:
   --wait[=DURATION]      until enough GPUs fit: forever, or at most DURATION
-                         (30s, 5m, 1h; a bare number is seconds)
+                         (30s, 5m, 1h; a bare number is seconds); waiting
+                         jobs are served in arrival order
   --no-lease             take no lease (other jobs may then get the same GPUs)
   --local-rank           this process's GPU as a rank of a job (torchrun, mpirun,
                          srun): local rank i gets the i-th GPU CUDA_VISIBLE_DEVICES
@@ -1000,9 +1001,11 @@ int run_run(const Arguments& arguments) {
   bool said_waiting = false;
   Attempt attempt;
   gpusel::DeviceMap map;
+  std::optional<gpusel::detail::WaitLine> line;    // waiting jobs are served in arrival order (Note [Waiting in line])
   if (arguments.lease || !arguments.local_rank) {  // a lease directory no wait can fix: say so now
     try {
       gpusel::check_lease_directory();
+      if (arguments.wait && arguments.lease && !arguments.local_rank) line.emplace();
     } catch (const gpusel::Error& error) {
       std::cerr << gpusel::escape_for_terminal(error.what()) << "\n";
       return kExitRunFailed;
@@ -1015,7 +1018,13 @@ int run_run(const Arguments& arguments) {
       return kExitRunFailed;
     }
     try {
-      attempt = arguments.local_rank ? attempt_local_rank(arguments, map) : attempt_pick(arguments, map);
+      const std::string ahead = line ? line->ahead() : std::string();
+      if (!ahead.empty()) {
+        attempt = Attempt{};
+        attempt.failure = "another job waits for GPUs first (" + ahead + "): waiting jobs are served in arrival order";
+      } else {
+        attempt = arguments.local_rank ? attempt_local_rank(arguments, map) : attempt_pick(arguments, map);
+      }
     } catch (const gpusel::Error& error) {
       std::cerr << "gpusel: " << gpusel::escape_for_terminal(error.what()) << "\n";
       return kExitRunFailed;
@@ -1026,6 +1035,12 @@ int run_run(const Arguments& arguments) {
     if (!time_left) {
       std::cerr << "gpusel: " << attempt.failure << "\n";
       if (arguments.wait) std::cerr << "gpusel: gave up waiting\n";
+      return kExitRunFailed;
+    }
+    try {
+      if (line) line->join();
+    } catch (const gpusel::Error& error) {
+      std::cerr << gpusel::escape_for_terminal(error.what()) << "\n";
       return kExitRunFailed;
     }
     if (!said_waiting) {
@@ -1041,6 +1056,7 @@ int run_run(const Arguments& arguments) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
+  line.reset();  // leased: the next in line may go
   std::string value;
   for (const gpusel::Candidate& candidate : attempt.chosen)
     value += (value.empty() ? "" : ",") + (arguments.print_uuids || candidate.mig_instance

@@ -419,6 +419,32 @@ EOF
       [ "$distinct" = 4 ] || { echo "FAILED: expected the 6 jobs on the 4 GPUs"; failures=$((failures + 1)); }
       [ "$(grep -l "gpusel: waiting for at least 1 GPU" "$work"/err? | wc -l)" = 2 ] ||
         { echo "FAILED: the 2 waiting jobs say once what they wait for"; failures=$((failures + 1)); }
+      # Waiting jobs are served in arrival order: a 4-GPU job is not overtaken forever by a stream of
+      # 1-GPU jobs (three workers, each starting the next as its last ends, so a GPU is always busy).
+      workers=()
+      for worker in 1 2 3; do
+        (while [ ! -e "$work/stream_stop" ]; do "$gpusel" run -n 1 --wait -- sleep 0.5 2>/dev/null; done) &
+        workers+=($!)
+      done
+      sleep 1
+      run 0 run -n 4 --wait=12s -- true
+      expect stderr "gpusel: leased GPU 3"
+      touch "$work/stream_stop"
+      wait "${workers[@]}"
+      # An earlier waiter's live ticket holds up a waiting job (whose message names it), never one that does
+      # not wait; a ticket a crashed job left (unlocked) holds up no one.
+      : >"$GPUSEL_LEASE_DIR/wait-1-2.$(id -u).ticket"
+      run 0 run -n 1 --wait=10s -- true
+      expect stderr "gpusel: leased GPU"
+      flock "$GPUSEL_LEASE_DIR/wait-1-1.$(id -u).ticket" sleep 3 &
+      earlier=$!
+      sleep 0.5
+      run 0 run -n 1 -- true
+      began=$(date +%s)
+      run 0 run -n 1 --wait=10s -- true
+      expect stderr "another job waits for GPUs first (pid 1, waiting for "
+      [ $(($(date +%s) - began)) -ge 2 ] || { echo "FAILED: a waiting job went before an earlier waiter"; failures=$((failures + 1)); }
+      wait $earlier
       # A lease directory no wait can fix (writable by everyone, not sticky): 125 at once, with the reason.
       mkdir "$work/loose" && chmod 0777 "$work/loose"
       began=$(date +%s)
