@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -834,7 +835,31 @@ TEST(PickThroughNvml, ALeaseOnTheWholeGpuMakesEachOfItsMigInstancesBusy) {
   const std::string message = error_from([&] { (void)gpusel::lease_free_gpus(one); });
   EXPECT_TRUE(contains(message, "0 of 3 GPUs fit")) << message;
   EXPECT_TRUE(contains(message, "leased by another job")) << message;
-  EXPECT_TRUE(contains(message, "GPU-3d4e5f60-0000-4000-8000-000000000003.lock")) << message;
+  EXPECT_TRUE(contains(message, "GPU-3d4e5f60-0000-4000-8000-000000000003." + std::to_string(geteuid()) + ".lock"))
+      << message;
+}
+
+TEST(PickThroughNvml, AGpuThatCannotBeLeasedIsPassedOverWithTheReason) {
+  ScopedLeaseDirectory leases;
+  // The best GPU has no UUID (NVML reported none), and the next one's lock file is a directory.
+  FakeNvmlMachine nvml(
+      "gpu uuid= used_mib=0\n"
+      "gpu uuid=GPU-1b2c3d4e-0000-4000-8000-000000000001 used_mib=1000\n"
+      "gpu uuid=GPU-2c3d4e5f-0000-4000-8000-000000000002 used_mib=2000\n");
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  EXPECT_FALSE(gpusel::lease_holder("GPU-2c3d4e5f-0000-4000-8000-000000000002").has_value());  // makes the directory
+  const std::string planted =
+      leases.leases() + "/GPU-1b2c3d4e-0000-4000-8000-000000000001." + std::to_string(geteuid()) + ".lock";
+  ASSERT_EQ(mkdir(planted.c_str(), 0700), 0);
+  gpusel::LeasedGpus picked;
+  EXPECT_EQ(error_from([&] { picked = gpusel::lease_free_gpus(count(1)); }), "")
+      << "a GPU that cannot be leased failed the whole lease";
+  EXPECT_EQ(uuids(picked.gpus), std::vector<std::string>{"GPU-2c3d4e5f-0000-4000-8000-000000000002"});
+  const std::string none = error_from([&] { (void)gpusel::lease_free_gpus(count(1)); });
+  EXPECT_TRUE(contains(none, "0 of 3 GPUs fit")) << none;
+  EXPECT_TRUE(contains(none, "cannot be leased: cannot lease a GPU without a UUID")) << none;
+  EXPECT_TRUE(contains(none, "cannot be leased: its lease file " + planted + " is not a regular file")) << none;
+  EXPECT_TRUE(contains(none, "leased by another job")) << none;
 }
 
 TEST(PickThroughNvml, UseFreeGpusOverTheWholeMachineLeavesTheAllocationAsAsked) {

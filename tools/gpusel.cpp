@@ -118,8 +118,9 @@ instances, each one GPU for -n, leased apart; it is never picked whole:
 
 Options of run only:
   --wait[=DURATION]      until enough GPUs fit: forever, or at most DURATION
-                         (30s, 5m, 1h; a bare number is seconds); what no wait
-                         can fix (an unusable lease directory) fails at once
+                         (30s, 5m, 1h; a bare number is seconds); waiting
+                         jobs are served in arrival order; what no wait can
+                         fix (an unusable lease directory) fails at once
   --no-lease             take no lease (other jobs may then get the same GPUs)
   --local-rank           this process's GPU as a rank of a job (torchrun, mpirun,
                          srun): local rank i gets the i-th GPU CUDA_VISIBLE_DEVICES
@@ -137,7 +138,7 @@ Environment: CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, GPUSEL_NVML_LIBRARY (the
 NVML library to load; default libnvidia-ml.so.1), GPUSEL_NVML_TIMEOUT (how long
 NVML may take to answer: 30s by default, as --wait takes it; 0: no limit) and
 GPUSEL_LEASE_DIR (where leases are kept; default /tmp/gpusel-leases, shared by
-every user).
+every user once root makes it: install -d -m 1777 -o root /tmp/gpusel-leases).
 
 Exit status:
   0  success
@@ -1272,6 +1273,17 @@ int run_run(const Arguments& arguments) {
   bool said_waiting = false, said_rank = false;
   Attempt attempt;
   gpusel::DeviceMap map;
+  std::optional<gpusel::detail::WaitLine> line;    // waiting jobs are served in arrival order (Note [Waiting in line])
+  if (arguments.lease || !arguments.local_rank) {  // a lease directory no wait can fix: say so now
+    try {
+      gpusel::check_lease_directory();
+      if (arguments.wait && arguments.lease && !arguments.local_rank) line.emplace();
+    } catch (const gpusel::Error& error) {
+      std::cerr << gpusel::escape_for_terminal(error.what()) << "\n";
+      if (arguments.wait) std::cerr << "gpusel: not waiting: no wait can fix this\n";
+      return kExitRunFailed;
+    }
+  }
   while (true) {
     std::optional<gpusel::DeviceMap> read =
         read_devices(usage(arguments.criteria.placement == gpusel::PickPlacement::connected), arguments.nvml_timeout);
@@ -1282,7 +1294,13 @@ int run_run(const Arguments& arguments) {
       return kExitRunFailed;
     }
     try {
-      attempt = arguments.local_rank ? attempt_local_rank(arguments, map, said_rank) : attempt_pick(arguments, map);
+      const std::string ahead = line ? line->ahead() : std::string();
+      if (!ahead.empty()) {
+        attempt = Attempt{};
+        attempt.failure = "another job waits for GPUs first (" + ahead + "): waiting jobs are served in arrival order";
+      } else {
+        attempt = arguments.local_rank ? attempt_local_rank(arguments, map, said_rank) : attempt_pick(arguments, map);
+      }
     } catch (const gpusel::Error& error) {  // no wait can fix it
       const std::string_view message = error.what();
       std::cerr << (message.substr(0, 8) == "gpusel: " ? "" : "gpusel: ") << gpusel::escape_for_terminal(message)
@@ -1298,6 +1316,12 @@ int run_run(const Arguments& arguments) {
       if (arguments.wait) std::cerr << "gpusel: gave up waiting\n";
       return kExitRunFailed;
     }
+    try {
+      if (line) line->join();
+    } catch (const gpusel::Error& error) {
+      std::cerr << gpusel::escape_for_terminal(error.what()) << "\n";
+      return kExitRunFailed;
+    }
     if (!said_waiting) {
       const std::string what =
           arguments.local_rank ? std::string("this rank's GPU to be free") : gpusel::describe(arguments.criteria);
@@ -1311,6 +1335,7 @@ int run_run(const Arguments& arguments) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
+  line.reset();  // leased: the next in line may go
   std::string value;
   for (const gpusel::Candidate& candidate : attempt.chosen)
     value += (value.empty() ? "" : ",") + (arguments.print_uuids || candidate.mig_instance

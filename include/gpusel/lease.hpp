@@ -4,8 +4,8 @@
 //   std::optional<gpusel::GpuLease> maybe = gpusel::try_lease_gpu(uuid);  // nullopt when held
 //   gpusel::lease_holder(uuid);   // "leased by pid 4242 (...)", or nullopt when free
 //
-// A lease is an advisory lock (flock) on a file named after the GPU's UUID in
-// one directory per machine (Note [Leases]). The kernel drops it when the lease
+// A lease is an advisory lock (flock) on a file named after the GPU's UUID and
+// the user, in one directory per machine (Note [Leases]). The kernel drops it when the lease
 // is destroyed or the process ends, however it ends (kill -9 included), so a
 // crashed job never keeps a GPU. Picking (select.hpp) counts a leased GPU as
 // busy; `gpusel run` and `gpusel::use_free_gpus` take leases on what they pick.
@@ -15,6 +15,7 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,6 +24,7 @@
 
 #include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/error.hpp"
+#include "gpusel/inventory.hpp"
 
 namespace gpusel {
 
@@ -37,34 +39,56 @@ namespace gpusel {
 // directory (containers with their own /tmp, systemd's PrivateTmp, other
 // machines) do not see each other's leases.
 //
-// The directory: secure_getenv("GPUSEL_LEASE_DIR") when set and not empty (a
-// private directory, for tests, or a site's own shared one), else
-// /tmp/gpusel-leases, made on first use with mode 1777 (every user may lease,
-// the sticky bit keeps them from deleting each other's files). /tmp because it
-// is the one directory every Linux machine has, local to the machine and
-// writable by every user. It is opened with O_DIRECTORY|O_NOFOLLOW and must be a
-// real directory, not a symlink, and sticky when others can write to it;
-// otherwise leasing is an Error that says so, never a silent fallback.
+// The directory: secure_getenv("GPUSEL_LEASE_DIR") when set and not empty (an
+// absolute path: a relative one is an Error, since jobs in different working
+// directories would not see each other), else /tmp/gpusel-leases, made on first
+// use with mode 1777; a GPUSEL_LEASE_DIR gpusel makes is 0700, the caller's own,
+// since another user's directory is trusted by nobody else anyway. /tmp because
+// it is the one directory every Linux machine has, local and writable by every
+// user. It is opened with O_DIRECTORY|O_NOFOLLOW, must pass Note [Who can break a
+// lease], and must not be on a network filesystem (statfs: NFS, SMB, Lustre,
+// GPFS, ...), where flock can become a POSIX lock that any close drops. Whatever
+// is wrong is an Error that says so and how to fix it, never a silent fallback.
 //
-// The files: <UUID>.lock, opened relative to that directory's descriptor (no path
-// race), first without O_CREAT (fs.protected_regular refuses O_CREAT on another
-// user's file in a sticky directory, even when it exists), else created with
-// O_CREAT|O_EXCL|O_NOFOLLOW and mode 0666 (fchmod: past the umask), again on
-// EEXIST; every descriptor is O_CLOEXEC, so a command the process starts inherits
-// none by accident. `gpusel run` hands its command copies on purpose
-// (file_descriptors(); Note [The job holds the lease] in tools/gpusel.cpp): a
-// flock lock belongs to the open file description, so the lease then lasts until
-// the last process of the job ends. A file must be a regular file. The lock is
-// flock(LOCK_EX|LOCK_NB) on a read-only descriptor.
+// The files: <UUID>.<uid>.lock, one per GPU and user, opened relative to that
+// directory's descriptor (no path race), first without O_CREAT
+// (fs.protected_regular refuses O_CREAT on another user's file in a sticky
+// directory), else created with O_CREAT|O_EXCL|O_NOFOLLOW and mode 0644 (fchmod:
+// past the umask; others need only read it to look); every descriptor is
+// O_CLOEXEC, so a command the process starts inherits none by accident. `gpusel
+// run` hands its command copies on purpose (file_descriptors(); Note [The job
+// holds the lease] in tools/gpusel.cpp): a flock lock belongs to the open file
+// description, so the lease then lasts until the last process of the job ends.
+// A lease is flock(LOCK_NB) on the caller's own file; a GPU whose files cannot
+// be used (not a regular file, another user's under the caller's name,
+// unreadable) is that GPU's problem alone: picks reject it with the reason.
 //
-// MIG: a lease on a MIG instance (a "MIG-" UUID) holds that instance's file
-// exclusively and its GPU's file shared; a lease on a whole GPU holds the GPU's
-// file exclusively. So two instances of one GPU can be leased by two jobs, and a
-// whole GPU and any of its instances exclude each other.
+// MIG: a lease on a MIG instance (a "MIG-" UUID) holds that instance exclusively
+// and its GPU shared (every entry point: the GPU is looked up through NVML when
+// not given); a lease on a whole GPU holds it exclusively. So two instances of
+// one GPU can be leased by two jobs, and a whole GPU and any of its instances
+// exclude each other.
 //
 // Looking (lease_holder) takes a shared lock for an instant; taking a lease that
 // fails because of such a look tries again for a few milliseconds, so two jobs
 // looking and leasing at once do not turn each other away.
+
+// Note [Who can break a lease]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Whoever can unlink a held lock file lets the next job make a new one and share
+// the GPU; in a sticky directory that is the file's owner, the directory's owner
+// and root. So the lease directory, and every directory above it, must belong to
+// root or the caller (and be sticky where others may write), else an Error names
+// the owner and how root provisions it; and each user locks a file of its own,
+// <UUID>.<uid>.lock, which only that user and root can remove. A lease: lock the
+// own file, check that its name still names it (fstat and fstatat: same device
+// and inode), then try every other user's file of the GPU with a conflicting
+// lock; any one held means another job's lease, and the own lock is let go and
+// the round tried again, a bounded number of times. Two jobs cannot both win
+// (each holds its own before it looks at the other's). A crashed job's file holds
+// no lock and blocks nothing. What remains: a user's job holds its GPU as long as
+// it runs (shown with pid and user); a file squatting under the caller's name, or
+// unreadable, makes that one GPU unusable, with the reason; root can do anything.
 
 namespace detail {
 
@@ -95,16 +119,36 @@ class FileDescriptor {
   int fd_ = -1;
 };
 
+// The name of a network filesystem (NFS, CIFS, Lustre, ...) for a statfs f_type,
+// or nullptr for any other: leases refuse a directory on one (Note [Leases]).
+GPUSEL_API const char* network_filesystem(std::uint32_t f_type) noexcept;
+
+struct LeaseTry;
+// lease_holder of each (uuid, parent GPU uuid) of `wanted`, reading the lease
+// directory once; throws Error when it cannot be used.
+GPUSEL_API std::vector<std::optional<std::string>> lease_holders(
+    const std::vector<std::pair<std::string, std::string>>& wanted);
+// A lease of `uuid` (its MIG parent looked up through NVML when not given), or
+// why its lease files cannot be used; throws Error for the directory.
+GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu_uuid);
+
 }  // namespace detail
 
 // The lease directory of this machine (Note [Leases]): GPUSEL_LEASE_DIR, read with
-// secure_getenv, else "/tmp/gpusel-leases".
+// secure_getenv, else "/tmp/gpusel-leases". Throws Error when GPUSEL_LEASE_DIR is
+// a relative path.
 GPUSEL_API std::string lease_directory();
 
+// Opens the lease directory as every lease and look does (making it when missing)
+// and checks it (Note [Who can break a lease]); throws Error saying what is wrong
+// and how to fix it. For a command that would otherwise wait on what no wait fixes.
+GPUSEL_API void check_lease_directory();
+
 class GpuLease;
-// Leases `uuid` (a GPU's UUID, or a MIG instance's with its GPU's UUID as
-// `parent_gpu_uuid`; Note [Leases]); nullopt when another process holds it.
-// Throws Error when the lease directory or file cannot be used.
+// Leases `uuid` (a GPU's UUID, or a MIG instance's, which also holds its GPU
+// shared: `parent_gpu_uuid`, or looked up through NVML when not given; Note
+// [Leases]); nullopt when another process holds it. Throws Error when the lease
+// directory or the GPU's lease files cannot be used, saying why and whose.
 [[nodiscard]] GPUSEL_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid,
                                                                std::string_view parent_gpu_uuid = {});
 
@@ -145,15 +189,58 @@ class [[nodiscard]] GpuLease {
   }
 
  private:
-  friend std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::string_view parent_gpu_uuid);
+  friend detail::LeaseTry detail::lease_one(std::string_view uuid, std::string_view parent_gpu_uuid);
   std::vector<detail::FileDescriptor> descriptors_;
   std::vector<std::string> uuids_;
 };
 
-// Who holds `uuid` (and, for a MIG instance, its GPU `parent_gpu_uuid`), in words
-// ("leased by another job (pid 4242, lock /tmp/gpusel-leases/GPU-....lock)"), or
-// nullopt when no lease holds it. A lease of this very process counts too (flock
-// locks belong to open files, not processes). Throws Error as try_lease_gpu.
+namespace detail {
+struct LeaseTry {
+  std::optional<GpuLease> lease;  // nullopt: held by another job, or unusable
+  std::string unusable;           // why the GPU's lease files cannot be used, or ""
+};
+
+// Note [Waiting in line]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// `gpusel run --wait` jobs are served in arrival order, so a job that needs 4 GPUs
+// is not overtaken forever by a stream of 1-GPU jobs. A job notes when it arrived
+// (CLOCK_REALTIME); once an attempt fails it joins the line: a ticket,
+// wait-<ns>-<pid>.<uid>.ticket in the lease directory, flock'ed while it waits,
+// made under a temporary name and renamed into place once locked, so no one sees
+// it unlocked. A waiting job tries only while no locked ticket of an earlier
+// arrival exists, and gives its ticket up once it has leased or given up. A ticket
+// left by a crash holds no lock and is passed over. Only waiting jobs keep to the
+// line: a job that does not wait takes what is free, and a ticket holds up only
+// later waiters, never anyone's GPUs; a waiter that never gets what it waits for
+// (no time limit) holds up the waiters behind it, and their message names it.
+class WaitLine {
+ public:
+  // Notes the arrival; throws Error when the lease directory cannot be used.
+  WaitLine();
+  ~WaitLine();
+  WaitLine(const WaitLine&) = delete;
+  WaitLine& operator=(const WaitLine&) = delete;
+  // Takes the place of this arrival in the line, once; throws Error when it cannot.
+  void join();
+  // "" when no earlier arrival waits, else who is first ("pid 4242 of uid 1001, waiting for 12 s").
+  std::string ahead() const;
+
+ private:
+  std::string path_;
+  std::string name_;  // the ticket's, once joined
+  FileDescriptor directory_;
+  FileDescriptor file_;
+  unsigned long long arrived_ = 0;
+  long pid_ = 0;
+};
+}  // namespace detail
+
+// Who holds `uuid` (and, for a MIG instance, its GPU `parent_gpu_uuid`, looked up
+// through NVML when not given), in words ("leased by another job (pid 4242, lock
+// /tmp/gpusel-leases/GPU-....0.lock)", with the user when another's), or why it
+// cannot be leased ("cannot be leased: its lease file ... belongs to ..."); nullopt
+// when it is free. A lease of this very process counts too (flock locks belong to
+// open files, not processes). Throws Error when the lease directory cannot be used.
 [[nodiscard]] GPUSEL_API std::optional<std::string> lease_holder(std::string_view uuid,
                                                                  std::string_view parent_gpu_uuid = {});
 
@@ -169,15 +256,23 @@ GPUSEL_API GpuLease lease_gpu(const std::string& uuid);
 // --- definitions (Note [Compile-once mode]) ---------------------------------
 #if GPUSEL_DEFINITIONS
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 
 #include <cerrno>
 #include <chrono>
+#include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -185,23 +280,128 @@ namespace gpusel {
 
 GPUSEL_API std::string lease_directory() {
   const char* named = secure_getenv("GPUSEL_LEASE_DIR");
-  if (named != nullptr && *named != '\0') return named;
-  return "/tmp/gpusel-leases";
+  if (named == nullptr || *named == '\0') return "/tmp/gpusel-leases";
+  if (*named != '/')
+    throw Error("gpusel: GPUSEL_LEASE_DIR=\"" + std::string(named) +
+                "\" is a relative path, so jobs started in different directories would not see each other's "
+                "leases; give an absolute one");
+  return named;
 }
 
 namespace detail {
 
 inline std::string errno_text(int error) { return std::strerror(error); }
 
+GPUSEL_API const char* network_filesystem(std::uint32_t f_type) noexcept {
+  switch (f_type) {
+    case 0x6969u:
+      return "NFS";
+    case 0x517Bu:
+      return "SMB";
+    case 0xFF534D42u:
+      return "CIFS";
+    case 0xFE534D42u:
+      return "SMB2";
+    case 0x0BD00BD0u:
+      return "Lustre";
+    case 0x47504653u:
+      return "GPFS";
+    case 0x00C36400u:
+      return "CephFS";
+    case 0x5346414Fu:  // AFS_FS_MAGIC
+    case 0x6B414653u:  // AFS_SUPER_MAGIC
+      return "AFS";
+    case 0x01021997u:
+      return "9P";
+    case 0x19830326u:
+      return "BeeGFS";
+    case 0x7461636Fu:
+      return "OCFS2";
+    case 0x01161970u:
+      return "GFS2";
+    case 0x73757245u:
+      return "Coda";
+    default:
+      return nullptr;
+  }
+}
+
+// "alice (uid 1001)", or "uid 1001" for a uid with no name.
+inline std::string user_text(uid_t uid) {
+  passwd entry{};
+  passwd* found = nullptr;
+  char buffer[1024];
+  std::string number = "uid " + std::to_string(uid);
+  if (getpwuid_r(uid, &entry, buffer, sizeof buffer, &found) == 0 && found != nullptr)
+    return std::string(found->pw_name) + " (" + number + ")";
+  return number;
+}
+
+// Whether files owned by `uid` may hold leases this process trusts: only root and
+// this process's own user can then remove them (Note [Who can break a lease]).
+inline bool trusted_owner(uid_t uid) noexcept { return uid == 0 || uid == ::geteuid(); }
+
+// How to make `path` a directory every user may lease in.
+inline std::string provision_hint(const std::string& path) {
+  return "; on a machine shared by several users, root makes it once (install -d -m 1777 -o root " + path +
+         ", or a systemd-tmpfiles line 'd " + path +
+         " 1777 root root -'), or set GPUSEL_LEASE_DIR to a directory of your own";
+}
+
+// Why directory `status` (at `path`) may not hold leases, or "" when it may.
+inline std::string untrusted_directory(const struct stat& status, const std::string& path) {
+  if (!S_ISDIR(status.st_mode)) return path + " is not a directory";
+  if (!trusted_owner(status.st_uid))
+    return path + " belongs to " + user_text(status.st_uid) + ", who could remove other users' leases";
+  if ((status.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (status.st_mode & S_ISVTX) == 0)
+    return path + " is writable by other users but not sticky, so they could replace what it holds";
+  return {};
+}
+
+// Every directory above `path` (absolute), resolved, must be one only root or this
+// user can change, or another user could swap the lease directory for another.
+inline void check_directories_above(const std::string& path) {
+  std::string above = path.substr(0, path.find_last_of('/'));
+  if (above.empty()) above = "/";
+  char resolved[PATH_MAX];
+  if (::realpath(above.c_str(), resolved) == nullptr)
+    throw Error("gpusel: the lease directory " + path + " cannot be made: " + above + ": " + errno_text(errno));
+  const std::string real = resolved;
+  std::vector<std::string> prefixes{"/"};
+  for (std::size_t end = 1; end <= real.size(); ++end)
+    if (end == real.size() || real[end] == '/') prefixes.push_back(real.substr(0, end));
+  for (const std::string& prefix : prefixes) {
+    struct stat status {};
+    std::string message = "gpusel: the lease directory " + path;
+    if (::lstat(prefix.c_str(), &status) != 0) {
+      const int error = errno;
+      message += " cannot be used: ";
+      message += prefix + ": " + errno_text(error);
+      throw Error(message);
+    }
+    const std::string why = untrusted_directory(status, prefix);
+    if (!why.empty()) {
+      message += " cannot be trusted: ";
+      message += why;
+      throw Error(message);
+    }
+  }
+}
+
 // The lease directory, opened and checked (Note [Leases]); throws Error saying what is wrong.
 inline FileDescriptor open_lease_directory(const std::string& path) {
   const bool shared_default = path == "/tmp/gpusel-leases" && secure_getenv("GPUSEL_LEASE_DIR") == nullptr;
   const std::string what = "gpusel: the lease directory " + path;
+  check_directories_above(path);
   if (::mkdir(path.c_str(), shared_default ? 01777 : 0700) != 0 && errno != EEXIST)
     throw Error(what + " cannot be made: " + errno_text(errno));
   FileDescriptor directory(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (directory.get() < 0) {
     const int error = errno;
+    struct stat status {};
+    if (error == EACCES && ::lstat(path.c_str(), &status) == 0 && !trusted_owner(status.st_uid))
+      throw Error(what + " belongs to " + user_text(status.st_uid) + " and is private to that user" +
+                  provision_hint(path));
     throw Error(what + " cannot be opened" +
                 (error == ELOOP || error == ENOTDIR ? std::string(": it is a symlink or not a directory")
                                                     : ": " + errno_text(error)));
@@ -211,49 +411,170 @@ inline FileDescriptor open_lease_directory(const std::string& path) {
   if (shared_default && status.st_uid == ::geteuid() && (status.st_mode & 07777) != 01777)
     (void)::fchmod(directory.get(), 01777);  // ours, made under a umask: every user must be able to lease
   if (::fstat(directory.get(), &status) != 0) throw Error(what + " cannot be read: " + errno_text(errno));
+  if (!trusted_owner(status.st_uid))
+    throw Error(what + " cannot be trusted: it belongs to " + user_text(status.st_uid) +
+                ", who could remove other users' leases" + provision_hint(path));
   if ((status.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (status.st_mode & S_ISVTX) == 0)
     throw Error(what +
                 " is writable by other users but not sticky, so they could replace its lock files; make it mode 1777 "
                 "(or set GPUSEL_LEASE_DIR to a directory of your own)");
+  struct statfs filesystem {};
+  if (::fstatfs(directory.get(), &filesystem) == 0)
+    if (const char* network = network_filesystem(static_cast<std::uint32_t>(filesystem.f_type)))
+      throw Error(what + " is on " + network +
+                  ", a network filesystem, where flock may become a lock of each process that a second open "
+                  "silently drops; set GPUSEL_LEASE_DIR to a directory on a local filesystem (such as /tmp)");
   return directory;
 }
 
-// `uuid` as a file name: the characters UUIDs have only, so it cannot leave the directory.
-inline std::string lease_file_name(std::string_view uuid) {
+// `uuid` checked as a file name: the characters UUIDs have only, so it cannot leave the directory.
+inline void check_lease_name(std::string_view uuid) {
   if (uuid.empty()) throw Error("gpusel: cannot lease a GPU without a UUID (NVML reported none)");
   for (const char c : uuid) {
     const bool allowed = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-';
     if (!allowed) throw Error("gpusel: cannot lease \"" + std::string(uuid) + "\": not a GPU or MIG UUID");
   }
-  return std::string(uuid) + ".lock";
 }
 
-// The lock file of `uuid` in `directory`, opened read-only (made when missing).
-inline FileDescriptor open_lease_file(const FileDescriptor& directory, const std::string& directory_path,
-                                      std::string_view uuid) {
-  const std::string name = lease_file_name(uuid);
+// The lock file of `uuid` for user `uid`: "<UUID>.<uid>.lock" (Note [Who can break a lease]).
+inline std::string lease_file_name(std::string_view uuid, uid_t uid) {
+  return std::string(uuid) + "." + std::to_string(uid) + ".lock";
+}
+
+// "its lease file <path>/<name>", for messages.
+inline std::string lease_file_text(const std::string& path, const std::string& name) {
+  std::string text = "its lease file ";
+  text += path;
+  text += '/';
+  text += name;
+  return text;
+}
+
+// One user's lock file of a GPU, opened read-only.
+struct LeaseFile {
+  FileDescriptor file;
+  std::string name;
+  uid_t owner = 0;
+};
+
+// Other users' lock files of the directory, by UUID: each "<UUID>.<uid>.lock" whose
+// uid is not this user's, as (name, uid). Read once for every GPU a pick looks at.
+struct LeaseListing {
+  std::map<std::string, std::vector<std::pair<std::string, uid_t>>, std::less<>> others;
+  std::string problem;  // why the directory cannot be listed, or ""
+};
+
+// Lists `directory`; with `only`, keeps that UUID's files alone.
+inline LeaseListing list_other_users_files(const FileDescriptor& directory, const std::string& path,
+                                           std::string_view only = {}) {
+  LeaseListing listing;
+  const int copy = ::openat(directory.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR* entries = copy < 0 ? nullptr : ::fdopendir(copy);
+  if (entries == nullptr) {
+    const int error = errno;
+    if (copy >= 0) ::close(copy);
+    listing.problem = "the lease directory " + path + " cannot be listed: " + errno_text(error);
+    return listing;
+  }
+  while (const dirent* entry = ::readdir(entries)) {
+    std::string_view name = entry->d_name;
+    if (name.size() <= 5 || name.substr(name.size() - 5) != ".lock") continue;
+    const std::string_view stem = name.substr(0, name.size() - 5);
+    const std::size_t dot = stem.rfind('.');
+    if (dot == std::string_view::npos || dot == 0) continue;
+    const std::string_view number = stem.substr(dot + 1), uuid = stem.substr(0, dot);
+    if (number.empty() || number.size() > 10 || number.find_first_not_of("0123456789") != std::string_view::npos)
+      continue;
+    if (!only.empty() && uuid != only) continue;
+    const unsigned long uid = std::strtoul(std::string(number).c_str(), nullptr, 10);
+    if (uid == ::geteuid() || uid > 0xFFFFFFFEul) continue;
+    listing.others[std::string(uuid)].emplace_back(std::string(name), static_cast<uid_t>(uid));
+  }
+  ::closedir(entries);
+  return listing;
+}
+
+// The lock files of `uuid` that other users' leases may hold, from `listing`: named
+// for a user and owned by that user, regular files, opened read-only. `problem` is
+// set, naming the file and its owner, for one that cannot be opened: it might hold a
+// lease unseen; or when the directory could not be listed.
+inline std::vector<LeaseFile> other_users_files(const FileDescriptor& directory, const std::string& path,
+                                                std::string_view uuid, const LeaseListing& listing,
+                                                std::string& problem) {
+  std::vector<LeaseFile> files;
+  if (!listing.problem.empty()) {
+    problem = listing.problem;
+    return files;
+  }
+  const auto named = listing.others.find(uuid);
+  if (named == listing.others.end()) return files;
+  for (const auto& [name, uid] : named->second) {
+    LeaseFile found{
+        FileDescriptor(::openat(directory.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)), name,
+        uid};
+    struct stat status {};
+    if (found.file.get() < 0) {
+      const int error = errno;
+      if (::fstatat(directory.get(), found.name.c_str(), &status, AT_SYMLINK_NOFOLLOW) == 0 &&
+          S_ISREG(status.st_mode) && status.st_uid == found.owner && problem.empty()) {
+        problem = lease_file_text(path, found.name);
+        problem += " of " + user_text(status.st_uid);
+        problem += " cannot be opened (" + errno_text(error);
+        problem += "), so whether that user's job holds it cannot be told";
+      }
+      continue;  // gone, a symlink, or not that user's own: no lease of theirs
+    }
+    if (::fstat(found.file.get(), &status) != 0 || !S_ISREG(status.st_mode) || status.st_uid != found.owner) continue;
+    files.push_back(std::move(found));
+  }
+  return files;
+}
+
+// This user's lock file of `uuid`, made when missing; "" in `problem` unless it cannot be
+// used, then why (naming its owner).
+inline FileDescriptor open_own_file(const FileDescriptor& directory, const std::string& path, const std::string& name,
+                                    std::string& problem) {
   for (int attempt = 0; attempt < 16; ++attempt) {
     FileDescriptor file(::openat(directory.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
     if (file.get() < 0 && errno == ENOENT) {
       file = FileDescriptor(
-          ::openat(directory.get(), name.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666));
-      if (file.get() < 0 && errno == EEXIST) continue;  // another process made it first: open theirs
-      if (file.get() >= 0) (void)::fchmod(file.get(), 0666);
+          ::openat(directory.get(), name.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+      if (file.get() < 0 && errno == EEXIST) continue;  // made by another process of ours first: open that
+      if (file.get() >= 0) (void)::fchmod(file.get(), 0644);
     }
-    if (file.get() < 0) {
-      std::string message = "gpusel: cannot open the lease file " + directory_path;
-      message += "/" + name + ": " + errno_text(errno);
-      throw Error(message);
-    }
+    const int open_error = file.get() < 0 ? errno : 0;
     struct stat status {};
-    if (::fstat(file.get(), &status) != 0 || !S_ISREG(status.st_mode)) {
-      std::string message = "gpusel: the lease file " + directory_path;
-      message += "/" + name + " is not a regular file";
-      throw Error(message);
+    const bool seen = ::fstatat(directory.get(), name.c_str(), &status, AT_SYMLINK_NOFOLLOW) == 0;
+    const std::string owner = seen ? " (it belongs to " + user_text(status.st_uid) + ")" : std::string();
+    problem = lease_file_text(path, name);
+    if (file.get() < 0) {
+      problem += " cannot be opened: " + errno_text(open_error);
+      problem += owner;
+      return file;
     }
+    if (::fstat(file.get(), &status) != 0 || !S_ISREG(status.st_mode)) {
+      problem += " is not a regular file" + owner;
+      return FileDescriptor();
+    }
+    if (status.st_uid != ::geteuid()) {
+      problem += " is not this user's: it belongs to " + user_text(status.st_uid);
+      problem += ", who could remove it while a job holds it";
+      return FileDescriptor();
+    }
+    problem.clear();
     return file;
   }
-  throw Error("gpusel: the lease file " + directory_path + "/" + name + " keeps disappearing");
+  problem = lease_file_text(path, name) + " keeps disappearing";
+  return FileDescriptor();
+}
+
+// Whether `file` is still what `name` in `directory` names (lock-then-verify).
+inline bool still_named(const FileDescriptor& directory, const std::string& name, const FileDescriptor& file) {
+  struct stat held {
+  }, named{};
+  return ::fstat(file.get(), &held) == 0 &&
+         ::fstatat(directory.get(), name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 && held.st_dev == named.st_dev &&
+         held.st_ino == named.st_ino;
 }
 
 // Who holds a lock on `file`, from /proc/locks: "pid 4242", or "" when it cannot be told
@@ -286,40 +607,274 @@ inline bool lock_briefly_retrying(int fd, int operation, bool retry) {
   }
 }
 
-inline std::string held_text(std::string_view uuid, const std::string& holder, const std::string& directory) {
+inline std::string held_text(const LeaseFile& file, const std::string& directory) {
+  const std::string holder = lock_holder(file.file);
   return "leased by another job (" + (holder.empty() ? std::string("holder not visible from here") : holder) +
-         ", lock " + directory + "/" + std::string(uuid) + ".lock)";
+         (file.owner == ::geteuid() ? std::string() : ", " + user_text(file.owner)) + ", lock " + directory + "/" +
+         file.name + ")";
+}
+
+// One GPU's lock: taken, held by another job, or not to be had (with the reason).
+struct LockAttempt {
+  enum class Outcome { taken, held, unusable } outcome = Outcome::held;
+  LeaseFile own;       // taken: this user's file, locked
+  std::string reason;  // unusable: why, naming the file and its owner
+};
+
+// Locks `uuid` in `mode` (LOCK_EX or LOCK_SH) against every user (Note [Who can break
+// a lease]): this user's file first, verified, then a look at every other user's that
+// would conflict; on a conflict this user's lock is let go and the round tried again,
+// so two jobs that lock at once do not both lose for long.
+inline LockAttempt lock_for_every_user(const FileDescriptor& directory, const std::string& path, std::string_view uuid,
+                                       int mode) {
+  LockAttempt attempt;
+  attempt.own.name = lease_file_name(uuid, ::geteuid());
+  attempt.own.owner = ::geteuid();
+  for (int round = 0; round < 24; ++round) {
+    if (round > 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(
+          500 + (static_cast<unsigned>(::getpid()) * 7919u + static_cast<unsigned>(round)) % 1500u));
+    if (attempt.own.file.get() < 0) {
+      attempt.own.file = open_own_file(directory, path, attempt.own.name, attempt.reason);
+      if (!attempt.reason.empty()) {
+        attempt.outcome = LockAttempt::Outcome::unusable;
+        return attempt;
+      }
+    }
+    if (::flock(attempt.own.file.get(), mode | LOCK_NB) != 0) {
+      const int error = errno;
+      if (error == EWOULDBLOCK || error == EINTR) continue;  // another job of ours, or someone looking
+      attempt.outcome = LockAttempt::Outcome::unusable;
+      attempt.reason = lease_file_text(path, attempt.own.name) + " cannot be locked: " + errno_text(error);
+      return attempt;
+    }
+    if (!still_named(directory, attempt.own.name, attempt.own.file)) {
+      attempt.own.file.reset();  // removed or replaced before the lock: lock what the name names now
+      continue;
+    }
+    std::vector<LeaseFile> others =
+        other_users_files(directory, path, uuid, list_other_users_files(directory, path, uuid), attempt.reason);
+    if (!attempt.reason.empty()) {
+      attempt.own.file.reset();
+      attempt.outcome = LockAttempt::Outcome::unusable;
+      return attempt;
+    }
+    bool conflict = false;
+    for (const LeaseFile& other : others)
+      if (::flock(other.file.get(), (mode == LOCK_EX ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) conflict = true;
+    if (!conflict) {
+      attempt.outcome = LockAttempt::Outcome::taken;
+      return attempt;
+    }
+    (void)::flock(attempt.own.file.get(), LOCK_UN);
+  }
+  attempt.own.file.reset();
+  attempt.outcome = LockAttempt::Outcome::held;
+  return attempt;
+}
+
+// The GPU of MIG instance `uuid`, from NVML; throws Error when NVML does not list it.
+inline std::string mig_parent(std::string_view uuid) {
+  const Inventory inventory = query_inventory();
+  for (const Gpu& gpu : inventory.gpus)
+    for (const MigInstance& instance : gpu.mig_instances)
+      if (instance.uuid == uuid) return gpu.uuid;
+  throw Error("gpusel: cannot lease " + std::string(uuid) + ": NVML does not list it as a MIG instance (" +
+              (inventory.ok() ? "not found" : inventory.reason) +
+              "), so its GPU, which the lease must hold shared, is unknown; pass the GPU's UUID too");
+}
+
+inline std::string parent_for(std::string_view uuid, std::string_view parent_gpu_uuid) {
+  if (!parent_gpu_uuid.empty() || uuid.substr(0, 4) != "MIG-") return std::string(parent_gpu_uuid);
+  return mig_parent(uuid);
+}
+
+// Why `uuid` cannot name a lease file, without "gpusel: ", or "".
+inline std::string unusable_name(std::string_view uuid) {
+  try {
+    check_lease_name(uuid);
+  } catch (const Error& error) {
+    return std::string(error.what()).substr(std::string_view("gpusel: ").size());
+  }
+  return {};
+}
+
+GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu_uuid) {
+  LeaseTry result;
+  result.unusable = unusable_name(uuid);
+  if (!result.unusable.empty()) return result;  // this GPU's problem alone: a pick passes it over
+  const std::string parent = parent_for(uuid, parent_gpu_uuid);
+  if (!parent.empty()) result.unusable = unusable_name(parent);
+  if (!result.unusable.empty()) return result;
+  const std::string path = lease_directory();
+  const FileDescriptor directory = open_lease_directory(path);
+  LockAttempt own = lock_for_every_user(directory, path, uuid, LOCK_EX);
+  if (own.outcome != LockAttempt::Outcome::taken) {
+    result.unusable = std::move(own.reason);
+    return result;
+  }
+  GpuLease lease;
+  if (!parent.empty()) {
+    LockAttempt shared = lock_for_every_user(directory, path, parent, LOCK_SH);
+    if (shared.outcome != LockAttempt::Outcome::taken) {
+      result.unusable = std::move(shared.reason);
+      return result;
+    }
+    lease.descriptors_.push_back(std::move(shared.own.file));
+  }
+  lease.descriptors_.push_back(std::move(own.own.file));
+  lease.uuids_.emplace_back(uuid);
+  result.lease = std::move(lease);
+  return result;
+}
+
+// Who holds `uuid` (and `parent`), or why it cannot be leased, as lease_holder says, from
+// `listing` of the opened lease directory.
+inline std::optional<std::string> holder_in(const FileDescriptor& directory, const std::string& path,
+                                            const LeaseListing& listing, std::string_view uuid,
+                                            std::string_view parent) {
+  if (uuid.empty()) return std::nullopt;  // no lease can name it, so none holds it
+  for (const std::string_view each : {uuid, parent}) {
+    if (each.empty()) continue;
+    if (std::string why = unusable_name(each); !why.empty()) return "cannot be leased: " + why;
+    std::string problem;
+    std::vector<LeaseFile> files = other_users_files(directory, path, each, listing, problem);
+    if (!problem.empty()) return "cannot be leased: " + problem;
+    LeaseFile own{FileDescriptor(), lease_file_name(each, ::geteuid()), ::geteuid()};
+    own.file =
+        FileDescriptor(::openat(directory.get(), own.name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    const bool missing = own.file.get() < 0 && errno == ENOENT;
+    if (!missing) {
+      struct stat status {};
+      if (own.file.get() < 0 || ::fstat(own.file.get(), &status) != 0 || !S_ISREG(status.st_mode) ||
+          status.st_uid != ::geteuid()) {
+        own.file.reset();
+        (void)open_own_file(directory, path, own.name, problem);  // says what is wrong with it
+        if (!problem.empty()) return "cannot be leased: " + problem;
+      } else {
+        files.push_back(std::move(own));
+      }
+    }
+    // A shared look fails only against an exclusive lease: on the instance itself, or on its whole GPU.
+    for (const LeaseFile& file : files)
+      if (!lock_briefly_retrying(file.file.get(), LOCK_SH, false)) return held_text(file, path);
+  }
+  return std::nullopt;
+}
+
+GPUSEL_API std::vector<std::optional<std::string>> lease_holders(
+    const std::vector<std::pair<std::string, std::string>>& wanted) {
+  const std::string path = lease_directory();
+  const FileDescriptor directory = open_lease_directory(path);
+  const LeaseListing listing = list_other_users_files(directory, path);
+  std::vector<std::optional<std::string>> holders;
+  holders.reserve(wanted.size());
+  for (const auto& [uuid, parent] : wanted) {
+    if (std::string why = uuid.empty() ? std::string() : unusable_name(uuid); !why.empty())
+      holders.emplace_back("cannot be leased: " + why);
+    else
+      holders.push_back(holder_in(directory, path, listing, uuid, parent_for(uuid, parent)));
+  }
+  return holders;
 }
 
 }  // namespace detail
 
-GPUSEL_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::string_view parent_gpu_uuid) {
-  const std::string path = lease_directory();
-  const detail::FileDescriptor directory = detail::open_lease_directory(path);
-  GpuLease lease;
-  detail::FileDescriptor own = detail::open_lease_file(directory, path, uuid);
-  if (!detail::lock_briefly_retrying(own.get(), LOCK_EX, true)) return std::nullopt;
-  if (!parent_gpu_uuid.empty()) {
-    detail::FileDescriptor parent = detail::open_lease_file(directory, path, parent_gpu_uuid);
-    if (!detail::lock_briefly_retrying(parent.get(), LOCK_SH, true)) return std::nullopt;
-    lease.descriptors_.push_back(std::move(parent));
+namespace detail {
+
+// A ticket's place from its name "wait-<ns>-<pid>.<uid>.ticket": arrival, pid and uid; nullopt for another name.
+struct TicketPlace {
+  unsigned long long arrived = 0;
+  long pid = 0;
+  unsigned long uid = 0;
+};
+inline std::optional<TicketPlace> ticket_place(std::string_view name) {
+  constexpr std::string_view start = "wait-", end = ".ticket";
+  if (name.size() <= start.size() + end.size() || name.substr(0, start.size()) != start ||
+      name.substr(name.size() - end.size()) != end)
+    return std::nullopt;
+  const std::string middle(name.substr(start.size(), name.size() - start.size() - end.size()));
+  TicketPlace place;
+  char tail = 0;
+  if (std::sscanf(middle.c_str(), "%20llu-%19ld.%10lu%c", &place.arrived, &place.pid, &place.uid, &tail) != 3)
+    return std::nullopt;
+  return place;
+}
+
+GPUSEL_API WaitLine::WaitLine()
+    : path_(lease_directory()), directory_(open_lease_directory(path_)), pid_(static_cast<long>(::getpid())) {
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  arrived_ = static_cast<unsigned long long>(now.tv_sec) * 1000000000ull + static_cast<unsigned long long>(now.tv_nsec);
+}
+
+GPUSEL_API void WaitLine::join() {
+  if (file_.get() >= 0) return;
+  const std::string uid = std::to_string(::geteuid());
+  const std::string name = "wait-" + std::to_string(arrived_) + "-" + std::to_string(pid_) + "." + uid + ".ticket";
+  const std::string temporary = ".wait-" + std::to_string(pid_) + "." + uid + ".new";
+  (void)::unlinkat(directory_.get(), temporary.c_str(), 0);  // this pid's own, left by a crash
+  FileDescriptor file(
+      ::openat(directory_.get(), temporary.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (file.get() < 0 || ::flock(file.get(), LOCK_EX | LOCK_NB) != 0 ||
+      ::renameat(directory_.get(), temporary.c_str(), directory_.get(), name.c_str()) != 0) {
+    const int error = errno;
+    (void)::unlinkat(directory_.get(), temporary.c_str(), 0);
+    throw Error("gpusel: cannot take a place in line in the lease directory " + path_ + ": " + errno_text(error));
   }
-  lease.descriptors_.push_back(std::move(own));
-  lease.uuids_.emplace_back(uuid);
-  return lease;
+  file_ = std::move(file);
+  name_ = name;
+}
+
+GPUSEL_API WaitLine::~WaitLine() {
+  if (file_.get() >= 0 && still_named(directory_, name_, file_)) (void)::unlinkat(directory_.get(), name_.c_str(), 0);
+}
+
+GPUSEL_API std::string WaitLine::ahead() const {
+  const int copy = ::openat(directory_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR* entries = copy < 0 ? nullptr : ::fdopendir(copy);
+  if (entries == nullptr) {
+    if (copy >= 0) ::close(copy);
+    return {};  // cannot tell: the lease itself will say what is wrong
+  }
+  std::optional<TicketPlace> first;
+  while (const dirent* entry = ::readdir(entries)) {
+    const std::optional<TicketPlace> place = ticket_place(entry->d_name);
+    if (!place || place->arrived > arrived_ || (place->arrived == arrived_ && place->pid >= pid_)) continue;
+    if (first && (first->arrived < place->arrived || (first->arrived == place->arrived && first->pid < place->pid)))
+      continue;  // a still earlier one is already known to wait
+    const FileDescriptor ticket(
+        ::openat(directory_.get(), entry->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat status {};
+    if (ticket.get() < 0 || ::fstat(ticket.get(), &status) != 0 || !S_ISREG(status.st_mode) ||
+        status.st_uid != place->uid)
+      continue;                                                   // not that user's own ticket: no place of theirs
+    if (::flock(ticket.get(), LOCK_SH | LOCK_NB) == 0) continue;  // its job has ended: a stale ticket
+    first = place;
+  }
+  ::closedir(entries);
+  if (!first) return {};
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const long long since = static_cast<long long>(now.tv_sec) - static_cast<long long>(first->arrived / 1000000000ull);
+  return "pid " + std::to_string(first->pid) +
+         (first->uid == ::geteuid() ? std::string() : " of " + user_text(static_cast<uid_t>(first->uid))) +
+         ", waiting for " + std::to_string(since < 0 ? 0 : since) + " s";
+}
+
+}  // namespace detail
+
+GPUSEL_API void check_lease_directory() { (void)detail::open_lease_directory(lease_directory()); }
+
+GPUSEL_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::string_view parent_gpu_uuid) {
+  detail::check_lease_name(uuid);  // its own words, as always
+  detail::LeaseTry attempt = detail::lease_one(uuid, parent_gpu_uuid);
+  if (!attempt.unusable.empty()) throw Error("gpusel: cannot lease " + std::string(uuid) + ": " + attempt.unusable);
+  return std::move(attempt.lease);
 }
 
 GPUSEL_API std::optional<std::string> lease_holder(std::string_view uuid, std::string_view parent_gpu_uuid) {
-  const std::string path = lease_directory();
-  const detail::FileDescriptor directory = detail::open_lease_directory(path);
-  for (const std::string_view each : {uuid, parent_gpu_uuid}) {
-    if (each.empty()) continue;
-    const detail::FileDescriptor file = detail::open_lease_file(directory, path, each);
-    // A shared look fails only against an exclusive lease: on the instance itself, or on its whole GPU.
-    if (!detail::lock_briefly_retrying(file.get(), LOCK_SH, false))
-      return detail::held_text(each, detail::lock_holder(file), path);
-  }
-  return std::nullopt;
+  return detail::lease_holders({{std::string(uuid), std::string(parent_gpu_uuid)}}).front();
 }
 
 GPUSEL_API GpuLease lease_gpus(const std::vector<std::string>& uuids) {

@@ -136,8 +136,9 @@ GPUSEL_API std::string describe_connection(const std::vector<Candidate>& picked,
                                                      const std::string& user, unsigned int caller_pid = 0);
 
 // Rejects, among `assessed`, every GPU another lease holds (Note [Leases] in
-// lease.hpp), with who holds it as the reason. Throws Error when the lease
-// directory cannot be used.
+// lease.hpp), with who holds it as the reason, and every GPU whose lease files
+// cannot be used, with why and whose. Throws Error when the lease directory cannot
+// be used.
 GPUSEL_API void reject_leased_gpus(std::vector<Candidate>& assessed);
 
 // The GPUs of this machine that fit, read through NVML now, GPUs that another
@@ -153,9 +154,10 @@ struct [[nodiscard]] LeasedGpus {
 
 // Picks GPUs of `map` as pick(criteria, map, user) does, and leases them: GPUs
 // held by another lease are rejected with that reason, and a GPU another job
-// leases between the look and the lease is passed over for the next best, so
-// two jobs never get the same GPU. Throws Error, holding nothing, when too few
-// fit or can be leased, or the lease directory cannot be used.
+// leases between the look and the lease, or whose lease files cannot be used, is
+// passed over for the next best (with the reason), so two jobs never get the same
+// GPU. Throws Error, holding nothing, when too few fit or can be leased, or the
+// lease directory cannot be used.
 [[nodiscard]] GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map,
                                                     const std::string& user, unsigned int caller_pid = 0);
 
@@ -451,9 +453,13 @@ GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria, const Devic
 }
 
 GPUSEL_API void reject_leased_gpus(std::vector<Candidate>& assessed) {
-  for (Candidate& candidate : assessed)
-    if (auto holder = lease_holder(candidate.uuid(), candidate.mig_instance ? candidate.gpu.uuid : std::string()))
-      candidate.rejected_because.push_back(std::move(*holder));
+  std::vector<std::pair<std::string, std::string>> wanted;  // the lease directory is read once for all
+  wanted.reserve(assessed.size());
+  for (const Candidate& candidate : assessed)
+    wanted.emplace_back(candidate.uuid(), candidate.mig_instance ? candidate.gpu.uuid : std::string());
+  std::vector<std::optional<std::string>> holders = detail::lease_holders(wanted);
+  for (std::size_t i = 0; i < assessed.size(); ++i)
+    if (holders[i]) assessed[i].rejected_because.push_back(std::move(*holders[i]));
 }
 
 GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria) {
@@ -475,22 +481,27 @@ GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const Device
   while (true) {
     LeasedGpus result;
     result.gpus = choose(criteria, assessed);
-    const Candidate* taken = nullptr;  // leased by another job since we looked
+    const Candidate* taken = nullptr;  // leased by another job since we looked, or its files became unusable
+    std::string unusable;
     for (const Candidate& candidate : result.gpus) {
       const std::string parent = candidate.mig_instance ? candidate.gpu.uuid : std::string();
-      std::optional<GpuLease> one = try_lease_gpu(candidate.uuid(), parent);
-      if (!one) {
+      detail::LeaseTry one = detail::lease_one(candidate.uuid(), parent);
+      if (!one.lease) {
         taken = &candidate;
+        unusable = "cannot be leased: " + one.unusable;
         break;
       }
-      result.lease.merge(std::move(*one));
+      result.lease.merge(std::move(*one.lease));
     }
     if (taken == nullptr) return result;
     result.lease.release();
     const std::string parent = taken->mig_instance ? taken->gpu.uuid : std::string();
+    const std::string why = unusable != "cannot be leased: "
+                                ? unusable
+                                : lease_holder(taken->uuid(), parent).value_or("leased by another job");
     for (Candidate& verdict : assessed)
       if (verdict.physical_index == taken->physical_index && verdict.uuid() == taken->uuid())
-        verdict.rejected_because.push_back(lease_holder(taken->uuid(), parent).value_or("leased by another job"));
+        verdict.rejected_because.push_back(why);
   }
 }
 

@@ -456,7 +456,7 @@ EOF
       holder=$!
       until_file "$work/holder_command"
       run 1 pick --exclude 1,2,3
-      expect stderr "leased by another job (pid $holder, lock $GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.lock)"
+      expect stderr "leased by another job (pid $holder, lock $GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.$(id -u).lock)"
       run 1 pick --json --exclude 1,2,3
       expect_json
       expect stdout '"cuda_visible_devices": null'
@@ -469,6 +469,37 @@ EOF
       until_free --exclude 1,2,3
       run 0 pick --exclude 1,2,3
       [ "$out" = 0 ] || { echo "FAILED: kill -9 of the job must release the lease"; failures=$((failures + 1)); }
+      # One unusable lock file (a directory where GPU 3's would be, under either name gpusel
+      # ever gave it) rejects GPU 3 alone, with the reason; the other GPUs are picked as before.
+      rm -f "$GPUSEL_LEASE_DIR"/GPU-fa4e0000-0000-0000-0000-000000000003.*lock
+      mkdir "$GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000003.lock" \
+        "$GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000003.$(id -u).lock"
+      run 0 pick -n 3 --order index
+      [ "$out" = 0,1,2 ] || { echo "FAILED: one unusable lock file must not stop the other GPUs' picks"; failures=$((failures + 1)); }
+      run 1 pick -n 4
+      expect stderr "GPU-fa4e0000-0000-0000-0000-000000000003), 140.4 GiB free, 0% utilized: cannot be leased: its lease file $GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000003.$(id -u).lock is not a regular file (it belongs to "
+      run 0 pick --json --order index
+      expect_in_json 'any("not a regular file" in r for r in d["assessed"][3]["rejected_because"])'
+      run 125 run --exclude 0,1,2 -- true
+      expect stderr "cannot be leased: its lease file"
+      rmdir "$GPUSEL_LEASE_DIR"/GPU-fa4e0000-0000-0000-0000-000000000003.*lock
+      # Another local user made the lease directory: every other user's run is refused, naming the owner and
+      # the fix (Note [Who can break a lease]); staged with setpriv, as root only.
+      if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+        chmod 755 "$work"
+        mkdir -m 1777 "$work/shared"
+        as() { local uid=$1; shift; GPUSEL_LEASE_DIR="$work/shared/leases" setpriv --reuid "$uid" --regid "$uid" --clear-groups "$@"; }
+        as 4101 "$gpusel" run -- true 2>/dev/null || { echo "FAILED: uid 4101 could not lease in a directory of its own"; failures=$((failures + 1)); }
+        as 4102 "$gpusel" run -- true >"$work/out" 2>"$work/err"
+        status=$?
+        err=$(cat "$work/err")
+        echo "\$ (as uid 4102) gpusel run -- true -> exit $status"
+        [ "$status" = 125 ] || { echo "FAILED: expected 125 for a lease directory of another user"; failures=$((failures + 1)); }
+        expect stderr "$work/shared/leases belongs to uid 4101 and is private to that user"
+        expect stderr "install -d -m 1777 -o root $work/shared/leases"
+      else
+        echo "skipped: staging another local user needs root and setpriv"
+      fi
       # --no-lease takes none: while such a job runs, its GPU can still be picked
       "$gpusel" run --no-lease --exclude 1,2,3 -- sleep 30 &
       holder=$!
@@ -483,6 +514,38 @@ EOF
       [ "$distinct" = 4 ] || { echo "FAILED: expected the 6 jobs on the 4 GPUs"; failures=$((failures + 1)); }
       [ "$(grep -l "gpusel: waiting for at least 1 GPU" "$work"/err? | wc -l)" = 2 ] ||
         { echo "FAILED: the 2 waiting jobs say once what they wait for"; failures=$((failures + 1)); }
+      # Waiting jobs are served in arrival order: a 4-GPU job is not overtaken forever by a stream of
+      # 1-GPU jobs (three workers, each starting the next as its last ends, so a GPU is always busy).
+      workers=()
+      for worker in 1 2 3; do
+        (while [ ! -e "$work/stream_stop" ]; do "$gpusel" run -n 1 --wait -- sleep 0.5 2>/dev/null; done) &
+        workers+=($!)
+      done
+      sleep 1
+      run 0 run -n 4 --wait=12s -- true
+      expect stderr "gpusel: leased GPU 3"
+      touch "$work/stream_stop"
+      wait "${workers[@]}"
+      # An earlier waiter's live ticket holds up a waiting job (whose message names it), never one that does
+      # not wait; a ticket a crashed job left (unlocked) holds up no one.
+      : >"$GPUSEL_LEASE_DIR/wait-1-2.$(id -u).ticket"
+      run 0 run -n 1 --wait=10s -- true
+      expect stderr "gpusel: leased GPU"
+      flock "$GPUSEL_LEASE_DIR/wait-1-1.$(id -u).ticket" sleep 3 &
+      earlier=$!
+      sleep 0.5
+      run 0 run -n 1 -- true
+      began=$(date +%s)
+      run 0 run -n 1 --wait=10s -- true
+      expect stderr "another job waits for GPUs first (pid 1, waiting for "
+      [ $(($(date +%s) - began)) -ge 2 ] || { echo "FAILED: a waiting job went before an earlier waiter"; failures=$((failures + 1)); }
+      wait $earlier
+      # A lease directory no wait can fix (writable by everyone, not sticky): 125 at once, with the reason.
+      mkdir "$work/loose" && chmod 0777 "$work/loose"
+      began=$(date +%s)
+      GPUSEL_LEASE_DIR="$work/loose" run 125 run --wait=15s -- true
+      expect stderr "writable by other users but not sticky"
+      [ $(($(date +%s) - began)) -lt 10 ] || { echo "FAILED: run --wait waited on a lease directory no wait can fix"; failures=$((failures + 1)); }
     fi
     ;;
   run_job)
@@ -578,10 +641,17 @@ sys.exit(0 if loop.returncode == -signal.SIGINT and open(log).read().split() == 
     GPUSEL_LEASE_DIR="$work/open" run 125 run --wait -- true
     expect stderr "gpusel: the lease directory $work/open is writable by other users but not sticky"
     expect stderr "gpusel: not waiting: no wait can fix this"
-    mkdir -p "$GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.lock"
-    run 125 run --wait=1h -- true
-    expect stderr "GPU-fa4e0000-0000-0000-0000-000000000000.lock is not a regular file"
-    rmdir "$GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.lock"
+    # An unusable lease file is its GPU's problem alone (Note [Who can break a lease]): that GPU is passed over
+    # with the reason, and a wait for the others goes on until it gives up.
+    own_lock="$GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.$(id -u).lock"
+    mkdir -p "$own_lock"
+    run 0 run -- sh -c 'echo $CUDA_VISIBLE_DEVICES'
+    [ "$out" = GPU-fa4e0000-0000-0000-0000-000000000001 ] ||
+      { echo "FAILED: a GPU whose lease file is unusable must be passed over for the next"; failures=$((failures + 1)); }
+    run 125 run --wait=1s -n 2 -- true
+    expect stderr "$own_lock is not a regular file"
+    expect stderr "gpusel: gave up waiting"
+    rmdir "$own_lock"
     printf 'gpu uuid=\n' >"$work/no_uuid.txt"
     GPUSEL_FAKE_NVML_CONFIG="$work/no_uuid.txt" run 125 run --wait -- true
     expect stderr "NVML reports no UUID for it"
