@@ -129,6 +129,25 @@ TEST(CopyEngineOptions, ABadVariableIsNamedAndTheOthersStillApply) {
   EXPECT_EQ(settings.chunk_bytes.load(), kMiB);
 }
 
+TEST(CopyEngineOptions, AZeroInAVariableIsNamedAsOutOfRangeNotAsNotANumber) {
+  gpusel::detail::CopyEngineSettings settings;
+  {
+    const ScopedVariable workers("GPUSEL_COPY_WORKERS", "0");
+    gpusel::detail::read_copy_environment(settings);
+  }
+  EXPECT_STREQ(settings.environment_problem,
+               "GPUSEL_COPY_WORKERS=0: workers must be 1 to 16 (unset the variable for the default)");
+  EXPECT_EQ(settings.host_to_device_workers.load(), 0u);
+  gpusel::detail::CopyEngineSettings chunk_settings;
+  {
+    const ScopedVariable chunk("GPUSEL_COPY_CHUNK", "0M");
+    gpusel::detail::read_copy_environment(chunk_settings);
+  }
+  EXPECT_STREQ(chunk_settings.environment_problem,
+               "GPUSEL_COPY_CHUNK=0M: chunk_bytes must be a multiple of 4096 from 65536 to 16777216 (unset the "
+               "variable for the default)");
+}
+
 TEST(CopyEngine, WorkersSlotsAndChunkSizeTakeEffect) {
   if (auto why = gpusel_test::need_devices(1)) GTEST_SKIP() << *why;
   const DefaultOptionsAfter restore;

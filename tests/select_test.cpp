@@ -833,7 +833,7 @@ TEST(PickThroughNvml, ALeaseOnTheWholeGpuMakesEachOfItsMigInstancesBusy) {
   gpusel::PickCriteria one = count(1);
   one.min_free_memory = "30GiB";
   const std::string message = error_from([&] { (void)gpusel::lease_free_gpus(one); });
-  EXPECT_TRUE(contains(message, "0 of 3 GPUs fit")) << message;
+  EXPECT_TRUE(contains(message, "0 of 3 GPUs and MIG instances fit")) << message;
   EXPECT_TRUE(contains(message, "leased by another job")) << message;
   EXPECT_TRUE(contains(message, "GPU-3d4e5f60-0000-4000-8000-000000000003." + std::to_string(geteuid()) + ".lock"))
       << message;

@@ -62,6 +62,16 @@ constexpr int kExitRunFailed = 125;
 constexpr int kExitCannotRun = 126;
 constexpr int kExitNotFound = 127;
 
+// What an Error says, for a line the command begins with "gpusel: " itself: without the
+// library's own "gpusel: " where a message begins with it (the leases' do), so that no
+// line reads "gpusel: gpusel: ...".
+std::string error_text(const gpusel::Error& error) {
+  std::string_view text = error.what();
+  constexpr std::string_view kPrefix = "gpusel: ";
+  if (text.substr(0, kPrefix.size()) == kPrefix) text.remove_prefix(kPrefix.size());
+  return std::string(text);
+}
+
 constexpr const char* kUsage = R"(usage: gpusel <command> [options]
 
 Commands (none of them starts CUDA or creates a context on any GPU):
@@ -145,7 +155,7 @@ Exit status:
   1  pick: fewer GPUs fit than asked for (each GPU and why, on stderr)
   2  usage error: unknown command or option, malformed value, extra argument
   3  no NVIDIA driver: NVML could not be loaded (explain still prints what it can)
-  4  NVML failed while reading the GPUs, or did not answer in time
+  4  NVML failed: it was loaded, but could not start or read the GPUs, or did not answer in time
   5  internal error: a bug in gpusel (the message says what failed; please report it)
   6  the output could not be written (stdout closed, full or broken)
 run exits with the command's status, or with its own:
@@ -609,10 +619,13 @@ void process_array(JsonWriter& json, const std::optional<std::vector<gpusel::Gpu
   json.end_array();
 }
 
-// The exit status for GPUs that cannot be seen: 4 when NVML failed while
-// reading them, else 3 (no NVML, or one that would not start).
+// The exit status for GPUs that cannot be seen: 4 when NVML was loaded but
+// failed (nvmlInit, or while reading the GPUs), else 3 (no usable NVML: no driver).
 int no_gpus_status(const gpusel::Inventory& inventory) {
-  return inventory.status == gpusel::InventoryStatus::query_failed ? kExitNvmlFailed : kExitNoDriver;
+  return inventory.status == gpusel::InventoryStatus::query_failed ||
+                 inventory.status == gpusel::InventoryStatus::init_failed
+             ? kExitNvmlFailed
+             : kExitNoDriver;
 }
 
 // A failure as the JSON document of a --json run: every --json run prints one,
@@ -631,11 +644,13 @@ void print_error_json(std::string_view error, const std::string& reason, int sta
 // Says why no GPU can be seen (on stderr, and as JSON on stdout for --json); returns the exit status.
 int report_no_gpus(const gpusel::DeviceMap& map, bool json) {
   if (json)
-    print_error_json(map.inventory.status == gpusel::InventoryStatus::query_failed ? "nvml_failed" : "no_driver",
+    print_error_json(no_gpus_status(map.inventory) == kExitNvmlFailed ? "nvml_failed" : "no_driver",
                      map.inventory.reason, no_gpus_status(map.inventory));
   if (map.inventory.status == gpusel::InventoryStatus::query_failed)
     std::cerr << "gpusel: NVML failed while reading the GPUs: " << gpusel::escape_for_terminal(map.inventory.reason)
               << "\n";
+  else if (map.inventory.status == gpusel::InventoryStatus::init_failed)
+    std::cerr << "gpusel: NVML failed to start: " << gpusel::escape_for_terminal(map.inventory.reason) << "\n";
   else
     std::cerr << "gpusel: no NVIDIA driver to ask, so no GPU can be seen: "
               << gpusel::escape_for_terminal(map.inventory.reason) << "\n";
@@ -951,6 +966,21 @@ void say_what_was_chosen(const Arguments& arguments, const std::vector<gpusel::C
                  "CUDA_VISIBLE_DEVICES lists; give each process one\n";
 }
 
+// What the order's caveat says of GPUs printed by their index: not its parts on GPUs in
+// MIG mode, whose instances pick prints by their MIG- UUIDs, exact whatever the order.
+std::string index_caveat(const gpusel::CudaPhysicalOrder& order) {
+  std::string kept;
+  std::string_view rest = order.caveat;
+  while (!rest.empty()) {
+    const std::size_t end = std::min(rest.find("; "), rest.size());
+    const std::string_view part = rest.substr(0, end);
+    if (part.find(" is in MIG mode: ") == std::string_view::npos)
+      kept += (kept.empty() ? "" : "; ") + std::string(part);
+    rest.remove_prefix(std::min(end + 2, rest.size()));
+  }
+  return kept;
+}
+
 int run_pick(const Arguments& arguments) {
   const std::optional<gpusel::DeviceMap> read =
       read_devices(usage(arguments.criteria.placement == gpusel::PickPlacement::connected), arguments.nvml_timeout);
@@ -977,7 +1007,7 @@ int run_pick(const Arguments& arguments) {
     picked =
         gpusel::choose(arguments.criteria, assessed);  // assess checked the criteria: this fails only when too few fit
   } catch (const gpusel::Error& error) {
-    failure = error.what();
+    failure = error_text(error);
   }
   std::string value;
   for (const gpusel::Candidate& candidate : picked)
@@ -998,8 +1028,9 @@ int run_pick(const Arguments& arguments) {
       !arguments.print_uuids && std::any_of(picked.begin(), picked.end(), [](const gpusel::Candidate& candidate) {
         return !candidate.mig_instance;  // a MIG instance is printed as its UUID, exact whatever the order
       });
-  if (printed_an_index && !map.order.exact)
-    std::cerr << "gpusel: caution: " << map.order.caveat << "; --format uuid names the GPUs exactly\n";
+  const std::string caveat = index_caveat(map.order);
+  if (printed_an_index && !map.order.exact && !caveat.empty())
+    std::cerr << "gpusel: caution: " << caveat << "; --format uuid names the GPUs exactly\n";
   return kExitOk;
 }
 
@@ -1248,7 +1279,7 @@ Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
   try {
     attempt.chosen = gpusel::choose(arguments.criteria, std::move(assessed));
   } catch (const gpusel::Error& error) {
-    attempt.failure = error.what();
+    attempt.failure = error_text(error);
     return attempt;
   }
   if (!arguments.lease) return attempt;
@@ -1262,7 +1293,7 @@ Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
     attempt.lease = std::move(leased.lease);
   } catch (const gpusel::Error& error) {
     attempt.chosen.clear();
-    attempt.failure = error.what();
+    attempt.failure = error_text(error);
   }
   return attempt;
 }
@@ -1302,9 +1333,7 @@ int run_run(const Arguments& arguments) {
         attempt = arguments.local_rank ? attempt_local_rank(arguments, map, said_rank) : attempt_pick(arguments, map);
       }
     } catch (const gpusel::Error& error) {  // no wait can fix it
-      const std::string_view message = error.what();
-      std::cerr << (message.substr(0, 8) == "gpusel: " ? "" : "gpusel: ") << gpusel::escape_for_terminal(message)
-                << "\n";
+      std::cerr << "gpusel: " << gpusel::escape_for_terminal(error_text(error)) << "\n";
       if (arguments.wait) std::cerr << "gpusel: not waiting: no wait can fix this\n";
       return kExitRunFailed;
     }
@@ -1323,9 +1352,13 @@ int run_run(const Arguments& arguments) {
       return kExitRunFailed;
     }
     if (!said_waiting) {
-      const std::string what =
-          arguments.local_rank ? std::string("this rank's GPU to be free") : gpusel::describe(arguments.criteria);
-      const std::string first_line = attempt.failure.substr(0, attempt.failure.find('\n'));
+      const std::string what = arguments.local_rank ? std::string("this rank's GPU to be free of other leases")
+                                                    : gpusel::describe(arguments.criteria);
+      // The failure's first line, less what `what` says already and the colon that led to its list.
+      std::string first_line = attempt.failure.substr(0, attempt.failure.find('\n'));
+      for (const std::string& said : {std::string("gpusel::pick: "), " (" + what + ")"})
+        if (const auto at = first_line.find(said); at != std::string::npos) first_line.erase(at, said.size());
+      if (!first_line.empty() && first_line.back() == ':') first_line.pop_back();
       std::cerr << "gpusel: waiting for " << what
                 << (arguments.wait_at_most
                         ? " (at most " + std::to_string(arguments.wait_at_most->count() / 1000) + "s)"

@@ -93,6 +93,7 @@ GPUSEL_API void set_copy_engine_options(const CopyEngineOptions& options);
 
 #include <cstdlib>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -128,38 +129,50 @@ inline std::string copy_options_problem(const CopyEngineOptions& options) {
   return {};
 }
 
-// "10" -> 10, "2M" -> 2 MiB, "64K" -> 64 KiB; 0 for anything else.
-inline std::size_t parse_option(const char* text, bool bytes) noexcept {
+// "10" -> 10, "2M" -> 2 MiB, "64K" -> 64 KiB; nullopt for anything else.
+inline std::optional<std::size_t> read_option(const char* text, bool bytes) noexcept {
   char* end = nullptr;
   const unsigned long long value = std::strtoull(text, &end, 10);
-  if (end == text || value > (1ull << 40)) return 0;
+  if (end == text || value > (1ull << 40)) return std::nullopt;
   auto result = static_cast<std::size_t>(value);
   if (bytes && (*end == 'K' || *end == 'k')) result <<= 10, ++end;
   if (bytes && (*end == 'M' || *end == 'm')) result <<= 20, ++end;
   if (bytes && (*end == 'i' || *end == 'B')) ++end;
   if (bytes && *end == 'B') ++end;
-  return *end == '\0' ? result : 0;
+  if (*end != '\0') return std::nullopt;
+  return result;
 }
 
+// As read_option, with 0 for anything else.
+inline std::size_t parse_option(const char* text, bool bytes) noexcept { return read_option(text, bytes).value_or(0); }
+
 inline void read_copy_environment(CopyEngineSettings& settings) noexcept {
+  // `outside`: a value out of the variable's range. Written in a variable, 0 is a number out of
+  // range (0 means the default only in CopyEngineOptions), and its problem names the range.
   struct Variable {
     const char* name;
     detail::Atomic<std::size_t>* field;
     bool bytes;
+    std::size_t outside;
   };
-  const Variable variables[] = {{"GPUSEL_COPY_WORKERS", &settings.host_to_device_workers, false},
-                                {"GPUSEL_COPY_SLOTS", &settings.slots, false},
-                                {"GPUSEL_COPY_CHUNK", &settings.chunk_bytes, true}};
+  const Variable variables[] = {{"GPUSEL_COPY_WORKERS", &settings.host_to_device_workers, false, kMaxCopyWorkers + 1},
+                                {"GPUSEL_COPY_SLOTS", &settings.slots, false, 1},
+                                {"GPUSEL_COPY_CHUNK", &settings.chunk_bytes, true, 1}};
   for (const Variable& variable : variables) {
     const char* text = std::getenv(variable.name);
     if (text == nullptr || *text == '\0') continue;
-    const std::size_t value = parse_option(text, variable.bytes);
+    const std::optional<std::size_t> read = read_option(text, variable.bytes);
+    const std::size_t value = read.value_or(0);
+    const bool zero = read == std::size_t{0};
     CopyEngineOptions one;
-    if (variable.field == &settings.host_to_device_workers) one.host_to_device_workers = value;
-    if (variable.field == &settings.slots) one.slots = value;
-    if (variable.field == &settings.chunk_bytes) one.chunk_bytes = value;
+    const std::size_t checked = zero ? variable.outside : value;
+    if (variable.field == &settings.host_to_device_workers) one.host_to_device_workers = checked;
+    if (variable.field == &settings.slots) one.slots = checked;
+    if (variable.field == &settings.chunk_bytes) one.chunk_bytes = checked;
     try {
-      const std::string problem = value == 0 ? std::string("not a number") : copy_options_problem(one);
+      const std::string problem = zero         ? copy_options_problem(one) + " (unset the variable for the default)"
+                                  : value == 0 ? std::string("not a number")
+                                               : copy_options_problem(one);
       if (!problem.empty()) {
         if (settings.environment_problem[0] == '\0')
           (std::string(variable.name) + "=" + text + ": " + problem)

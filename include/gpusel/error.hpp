@@ -6,6 +6,15 @@
 // Layer: core (docs/layers.md).
 #pragma once
 
+// What gpusel needs, said in one sentence each rather than in a page of errors
+// from the code below: every header includes this one.
+#if !defined(__cpp_exceptions) && !defined(__EXCEPTIONS)
+#error "gpusel needs C++ exceptions (every failure is a thrown gpusel::Error): compile without -fno-exceptions"
+#endif
+#if !defined(__linux__)
+#error "gpusel supports Linux only: it loads NVML with dlopen, leases GPUs with flock and needs POSIX threads"
+#endif
+
 #include <stdexcept>
 #include <string>
 #include <string_view>

@@ -68,6 +68,10 @@ struct GuardState {
   static int checked_enter(int index, const char* who) {
     const EnterResult entered = enter_device(index);
     if (entered.status != cudaSuccess) {
+      // cudaGetDevice takes no device: name the guard's target beside `who`, and what the call asked for.
+      if (std::string_view(entered.call) == "cudaGetDevice")
+        throw cuda_error(entered.status, std::string(who) + "(" + cuda(index).str() + "): " + entered.call,
+                         "current device", describe_visible_devices());
       throw cuda_error(entered.status, std::string(who) + ": " + entered.call, cuda(index), describe_visible_devices());
     }
     return entered.original;

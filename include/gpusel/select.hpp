@@ -386,17 +386,36 @@ GPUSEL_API std::vector<Candidate> choose(const PickCriteria& criteria, std::vect
   });
 
   if (static_cast<long long>(fitting.size()) < criteria.at_least) {
+    // MIG instances are candidates beside whole GPUs: the count says so. A reason every candidate
+    // shares (an invalid CUDA_DEVICE_ORDER) is said once, before the list.
+    const bool instances = std::any_of(all.begin(), all.end(), [](const Candidate& c) { return c.mig_instance; });
+    const std::string candidates = instances ? "GPUs and MIG instances" : "GPUs";
+    std::vector<std::string> shared;
+    if (all.size() > 1)
+      for (const std::string& reason : all.front().rejected_because)
+        if (std::all_of(all.begin(), all.end(), [&reason](const Candidate& c) {
+              return std::find(c.rejected_because.begin(), c.rejected_because.end(), reason) !=
+                     c.rejected_because.end();
+            }))
+          shared.push_back(reason);
     std::string message = "gpusel::pick: " + std::to_string(fitting.size()) + " of " + std::to_string(all.size()) +
-                          (all.size() == 1 ? " GPU fits" : " GPUs fit") + ", " + std::to_string(criteria.at_least) +
-                          (criteria.at_least == 1 ? " is" : " are") + " needed (" + describe(criteria) + "):";
+                          (all.size() == 1 ? " GPU fits" : " " + candidates + " fit") + ", " +
+                          std::to_string(criteria.at_least) + (criteria.at_least == 1 ? " is" : " are") + " needed (" +
+                          describe(criteria) + "):";
+    for (const std::string& reason : shared)
+      message += "\n  every " + std::string(instances ? "GPU and MIG instance" : "GPU") + ": " + reason;
     for (const Candidate& candidate : all) {
-      message += "\n  " + describe(candidate) + ": ";
+      message += "\n  " + describe(candidate);
       if (candidate.fits()) {
-        message += "fits";
+        message += ": fits";
         continue;
       }
-      for (std::size_t i = 0; i < candidate.rejected_because.size(); ++i)
-        message += (i == 0 ? "" : "; ") + candidate.rejected_because[i];
+      std::string separator = ": ";
+      for (const std::string& reason : candidate.rejected_because) {
+        if (std::find(shared.begin(), shared.end(), reason) != shared.end()) continue;
+        message += separator + reason;
+        separator = "; ";
+      }
     }
     if (all.empty()) message += "\n  (NVML sees no GPU)";
     throw Error(message);

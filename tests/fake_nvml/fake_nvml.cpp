@@ -5,6 +5,8 @@
 // GPUSEL_FAKE_NVML_CONFIG names the file; it is read again by nvmlInit_v2, by
 // every nvmlDeviceGetCount_v2 and by the nvmlSystem* queries, so a test may
 // rewrite it (or point the variable elsewhere) between queries.
+// docs/trying-without-a-gpu.md documents this format for users: a new directive
+// or key goes there too.
 // Unset: a machine with no GPU. One directive per line, '#' starts a comment,
 // values with blanks in double quotes:
 //

@@ -4,7 +4,7 @@
 #   check_tool.sh <gpusel program> <fake NVML library> <scenario>
 # Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, nvml_hangs, odd_uuids, json,
 # usage, run, run_leases, run_wait, run_wait_unfixable, run_job, run_signals, run_local_rank, exclude_numbering,
-# device_order, memory, impossible_readings, hostile_text, output, mig, topology.
+# device_order, memory, impossible_readings, hostile_text, output, mig, topology, messages.
 set -uo pipefail
 gpusel=$1
 export GPUSEL_NVML_LIBRARY=$2
@@ -96,6 +96,24 @@ expect() {
     failures=$((failures + 1))
   fi
 }
+# expect_line <stdout|stderr> <line>: the last run printed exactly this line there.
+expect_line() {
+  local stream=$1 text=$2 where
+  if [ "$stream" = stdout ]; then where=$out; else where=$err; fi
+  if ! grep -qxF -- "$text" <<<"$where"; then
+    echo "FAILED: expected the line on $stream: $text"
+    failures=$((failures + 1))
+  fi
+}
+# expect_not <stdout|stderr> <text>: the last run did not print text there (a fixed string).
+expect_not() {
+  local stream=$1 text=$2 where
+  if [ "$stream" = stdout ]; then where=$out; else where=$err; fi
+  if grep -qF -- "$text" <<<"$where"; then
+    echo "FAILED: not expected on $stream: $text"
+    failures=$((failures + 1))
+  fi
+}
 # The last run's stdout is valid UTF-8, strictly decoded.
 expect_utf8() {
   if ! python3 -c 'import sys; sys.stdin.buffer.read().decode("utf-8", "strict")' <"$work/out"; then
@@ -133,6 +151,44 @@ print("signal %d" % -r if r < 0 else "exit %d" % r)' "$@"
 }
 
 case $scenario in
+  messages)
+    # The messages people read every day, word for word.
+    printf 'gpu\ngpu\n' >"$work/two.txt"
+    export GPUSEL_FAKE_NVML_CONFIG="$work/two.txt"
+    # One "gpusel: " per line, also before an Error of the library's leases.
+    touch "$work/not-a-directory"
+    GPUSEL_LEASE_DIR="$work/not-a-directory" run 125 run -n 1 -- true
+    expect stderr "gpusel: the lease directory $work/not-a-directory cannot be opened"
+    expect_not stderr "gpusel: gpusel:"
+    # --wait says what it waits for and why not yet, in one line that ends in a word, not a colon.
+    run 125 run -n 3 --wait=1s -- true
+    expect_line stderr "gpusel: waiting for at least 3 GPUs (at most 3); no compute process (this user's own included); most free memory first (at most 1s): 2 of 2 GPUs fit, 3 are needed"
+    expect stderr "gpusel: gave up waiting"
+    # An invalid CUDA_DEVICE_ORDER is said once, not once for every GPU.
+    CUDA_DEVICE_ORDER=pci_bus_id run 1 pick
+    expect_line stderr "gpusel: gpusel::pick: 0 of 2 GPUs fit, 1 is needed (at least 1 GPU (at most 1); no compute process (this user's own included); most free memory first):"
+    expect_line stderr "  every GPU: CUDA_DEVICE_ORDER=pci_bus_id is neither FASTEST_FIRST nor PCI_BUS_ID, so the CUDA runtime fails with cudaErrorInvalidDevice"
+    expect_line stderr "  GPU 0 (nvidia-smi 0, NVIDIA H200, GPU-fa4e0000-0000-0000-0000-000000000000), 140.4 GiB free, 0% utilized"
+    if [ "$(grep -o 'neither FASTEST_FIRST' <<<"$err" | wc -l)" != 1 ]; then
+      echo "FAILED: the CUDA_DEVICE_ORDER sentence is printed more than once"
+      failures=$((failures + 1))
+    fi
+    # MIG instances are counted as such, and their caution comes only with a picked instance.
+    export GPUSEL_FAKE_NVML_CONFIG="$work/mig.txt"
+    run 1 pick -n 5
+    expect stderr "gpusel: gpusel::pick: 3 of 4 GPUs and MIG instances fit, 5 are needed"
+    run 0 pick -n 1 --order index
+    expect stdout "0"
+    expect_not stderr "MIG"
+    # NVML loaded but nvmlInit failed (here: a machine-file line that does not parse) is NVML failing (4), not
+    # the absence of a driver (3).
+    printf 'gpu\nnot a directive\n' >"$work/unparsable.txt"
+    export GPUSEL_FAKE_NVML_CONFIG="$work/unparsable.txt"
+    run 4 list
+    expect stderr "gpusel: NVML failed to start: nvmlInit failed: Unknown Error (NVML status 999)"
+    run 4 pick --json
+    expect_in_json 'd["error"] == "nvml_failed" and d["exit_status"] == 4'
+    ;;
   list)
     run 0 list
     expect stdout "CUDA    PHYS  SMI  NAME         UUID"

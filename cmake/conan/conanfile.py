@@ -1,0 +1,74 @@
+# The Conan 2 recipe of gpusel:
+#   conan create cmake/conan                 (from a gpusel checkout; works offline: gpusel requires no package)
+#
+# Like the vcpkg overlay port (cmake/vcpkg/ports/gpusel), this recipe lives in
+# gpusel's own repository and packages the checkout it lives in, two directories
+# up. It installs with gpusel's own CMake install, so the package holds what
+# `cmake --install` gives: the headers, gpuselConfig.cmake with the targets
+# gpusel::gpusel, gpusel::gpusel_static and gpusel::headers, the pkg-config
+# files and the docs. Consumers find it with find_package(gpusel CONFIG): the
+# package's own config, not one CMakeDeps writes, so the targets link the CUDA
+# runtime exactly as they do everywhere else (the CUDA Toolkit is found on the
+# consumer's machine; Conan does not provide CUDA).
+import os
+import re
+
+from conan import ConanFile
+from conan.tools.cmake import CMake, CMakeToolchain, cmake_layout
+from conan.tools.files import copy, load
+
+
+class GpuselConan(ConanFile):
+    name = "gpusel"
+    description = ("Choose your GPU and move your data, PyTorch-style, in C++: Device values, device guards, "
+                   "CUDA_VISIBLE_DEVICES explained, Buffer and Module transfers")
+    license = "MIT"
+    topics = ("cuda", "gpu", "cuda-visible-devices", "nvml", "header-only")
+    package_type = "header-library"
+    settings = "os", "arch", "compiler", "build_type"
+    no_copy_source = True
+
+    def _source_root(self):
+        return os.path.join(self.recipe_folder, "..", "..")
+
+    def set_version(self):
+        header = load(self, os.path.join(self._source_root(), "include", "gpusel", "version.hpp"))
+        self.version = re.search(r'#define GPUSEL_VERSION_STRING "([^"]+)"', header).group(1)
+
+    def export_sources(self):
+        root = self._source_root()
+        for pattern in ("CMakeLists.txt", "LICENSE", "README.md", "CHANGELOG.md", "include/*", "cmake/*.in",
+                        "cmake/*.cmake", "docs/*.md", "examples/machines/*.machine"):
+            copy(self, pattern, root, self.export_sources_folder)
+
+    def validate(self):
+        if self.settings.os != "Linux":
+            from conan.errors import ConanInvalidConfiguration
+            raise ConanInvalidConfiguration("gpusel supports Linux only")
+
+    def layout(self):
+        cmake_layout(self, src_folder=".")
+
+    def generate(self):
+        toolchain = CMakeToolchain(self)
+        for option in ("GPUSEL_BUILD_TESTS", "GPUSEL_BUILD_EXAMPLES", "GPUSEL_BUILD_BENCHMARKS", "GPUSEL_BUILD_TOOLS"):
+            toolchain.cache_variables[option] = False
+        toolchain.cache_variables["GPUSEL_INSTALL"] = True
+        toolchain.generate()
+
+    def build(self):
+        CMake(self).configure()
+
+    def package(self):
+        CMake(self).install()
+
+    def package_id(self):
+        self.info.clear()  # headers: one package for every compiler and build type
+
+    def package_info(self):
+        # find_package(gpusel CONFIG) finds share/gpusel/gpuselConfig.cmake below the package root.
+        self.cpp_info.set_property("cmake_find_mode", "none")
+        self.cpp_info.builddirs = ["."]
+        self.cpp_info.bindirs = []
+        self.cpp_info.libdirs = []
+        self.cpp_info.set_property("pkg_config_name", "none")  # the package installs its own gpusel.pc
