@@ -352,15 +352,19 @@ class Call {
       s_.teardown_registered = true;
       (void)std::atexit(&tear_down_at_exit);
     }
-    for (auto it = s_.failures.begin(); it != s_.failures.end(); ++it) {
-      if (it->function != function) continue;
-      if (it->remaining_calls > 1) {
+    // Every failure armed for this function counts this call, so failures armed
+    // for calls 1 and 2 fail calls 1 and 2; where two fire at once, the first
+    // armed gives the status.
+    for (auto it = s_.failures.begin(); it != s_.failures.end();) {
+      if (it->function != function) {
+        ++it;
+      } else if (it->remaining_calls > 1) {
         --it->remaining_calls;
-        continue;
+        ++it;
+      } else {
+        if (armed_ == cudaSuccess) armed_ = it->status;
+        it = it->persistent ? it + 1 : s_.failures.erase(it);
       }
-      armed_ = it->status;
-      if (!it->persistent) s_.failures.erase(it);
-      break;
     }
     if (counts_as_initialization) load_driver(s_);
     if (counts_as_initialization && s_.config.initialization_error != cudaSuccess && armed_ == cudaSuccess)

@@ -94,7 +94,9 @@ int operations_left_to_stream_destroy();
 
 // --- making things fail -----------------------------------------------------
 // The nth call to `function` from now (1 = the next one) fails with `status`,
-// without doing anything else, as a real failure would. Several can be armed.
+// without doing anything else, as a real failure would. Several can be armed;
+// each counts the calls made after it was armed, so armed for calls 1 and 2,
+// calls 1 and 2 fail.
 void fail_call(const std::string& function, int nth, cudaError_t status);
 // Every call to `function` from the nth on fails with `status`.
 void fail_calls_from(const std::string& function, int nth, cudaError_t status);
