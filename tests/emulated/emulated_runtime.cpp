@@ -591,7 +591,36 @@ Config devices(int count, std::size_t memory_bytes) {
   return config;
 }
 
+namespace {
+struct ResetHooks {
+  std::mutex mutex;
+  std::vector<void (*)() noexcept> hooks;
+};
+
+ResetHooks& reset_hooks() {
+  static ResetHooks* hooks = new ResetHooks;  // never destroyed, like the state
+  return *hooks;
+}
+
+void reset_locked(const Config& config);
+}  // namespace
+
+void on_reset(void (*forget)() noexcept) {
+  ResetHooks& hooks = reset_hooks();
+  std::lock_guard<std::mutex> lock(hooks.mutex);
+  if (hooks.hooks.size() == 8) std::abort();
+  hooks.hooks.push_back(forget);
+}
+
 void reset(const Config& config) {
+  reset_locked(config);
+  ResetHooks& hooks = reset_hooks();
+  std::lock_guard<std::mutex> lock(hooks.mutex);
+  for (auto* forget : hooks.hooks) forget();
+}
+
+namespace {
+void reset_locked(const Config& config) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   for (auto& [address, allocation] : s.allocations) std::free(reinterpret_cast<void*>(address));
@@ -634,6 +663,7 @@ void reset(const Config& config) {
   }
   s.libcuda = nullptr;
 }
+}  // namespace
 
 int calls(const std::string& function) {
   State& s = state();
@@ -796,6 +826,7 @@ int driver_device_get(int* device, int ordinal) {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (device == nullptr) return 1;
   if (ordinal < 0 || ordinal >= static_cast<int>(s.devices.size())) return 101;
+  ++s.call_counts["cuDeviceGet"];
   *device = ordinal;
   return 0;
 }

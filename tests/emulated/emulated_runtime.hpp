@@ -47,6 +47,11 @@ Config devices(int count, std::size_t memory_bytes = std::size_t{16} << 30);
 // Starts a new emulated process: forgets every device, allocation, stream,
 // context, counter and armed failure, and every thread's current device.
 void reset(const Config& config = Config{});
+// Has reset() call `forget` (after its own work, without its lock held), so
+// that what the program knew about the old emulated process (gpusel's facts
+// about devices: tests/support/gpusel_test.hpp) goes with it, as a new process
+// starts without it. At most 8; each is called in the order registered.
+void on_reset(void (*forget)() noexcept);
 
 // --- what happened --------------------------------------------------------
 // How many times `function` ("cudaSetDevice") was called since the last reset or clear_calls().
