@@ -6,6 +6,8 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "fake_nvml_machine.hpp"
@@ -36,6 +38,19 @@ std::optional<std::string> need_cuda_not_started() {
   gpusel_emulated::reset(gpusel_emulated::devices(2));
 #endif
   if (gpusel::cuda_started()) return std::string("CUDA has already started in this test process");
+  return std::nullopt;
+}
+
+// Tests that count GPUs through NVML before CUDA starts: also the driver library
+// must load (Note [NVML without the driver library]). The emulated fake NVML loads
+// the stand-in libcuda.so.1; a real machine needs the driver's.
+std::optional<std::string> need_counting_through_nvml() {
+  if (auto why = need_cuda_not_started()) return why;
+#if !GPUSEL_TEST_EMULATED
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver == nullptr) return std::string("no libcuda.so.1 here: NVML's GPUs are not counted without it");
+  dlclose(driver);
+#endif
   return std::nullopt;
 }
 
@@ -122,7 +137,7 @@ TEST(Visibility, ExplainSaysWhyNoDeviceIsVisible) {
 TEST(Visibility, LocalRankDeviceBeforeCudaStartsCountsThroughNvmlAndStartsNothing) {
   // local_rank_device() is documented safe before workers fork: it counts as device_count() does, and its
   // error text (which asks the runtime) is made only when there is an error.
-  if (auto why = need_cuda_not_started()) GTEST_SKIP() << *why;
+  if (auto why = need_counting_through_nvml()) GTEST_SKIP() << *why;
   FakeNvmlMachine machine(kFourGpus);
   ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "3,1");
   ScopedEnvironment order("CUDA_DEVICE_ORDER", std::nullopt);
@@ -138,7 +153,7 @@ TEST(Visibility, LocalRankDeviceBeforeCudaStartsCountsThroughNvmlAndStartsNothin
 }
 
 TEST(Visibility, DeviceCountBeforeCudaStartsComesFromNvmlAndTheEnvironment) {
-  if (auto why = need_cuda_not_started()) GTEST_SKIP() << *why;
+  if (auto why = need_counting_through_nvml()) GTEST_SKIP() << *why;
   FakeNvmlMachine machine(kFourGpus);
   ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "3,1");
   ScopedEnvironment order("CUDA_DEVICE_ORDER", std::nullopt);
@@ -151,6 +166,41 @@ TEST(Visibility, DeviceCountBeforeCudaStartsComesFromNvmlAndTheEnvironment) {
 #if GPUSEL_TEST_EMULATED
   EXPECT_TRUE(gpusel_emulated::call_log().empty()) << "the runtime was not asked";
 #endif
+}
+
+// Run in a new process: what a machine whose NVML sees four GPUs but which has
+// no driver library (a container with NVIDIA_DRIVER_CAPABILITIES=utility)
+// shows, as exit code bits (0: no GPU is available, and nothing started).
+[[noreturn]] void exit_with_what_a_machine_without_the_driver_library_shows() {
+#if GPUSEL_TEST_EMULATED
+  gpusel_emulated::Config config;
+  config.initialization_error = cudaErrorInsufficientDriver;
+  gpusel_emulated::reset(config);
+#endif
+  FakeNvmlMachine machine(kFourGpus, FakeNvmlMachine::without_driver_library);
+  int bits = gpusel::visible_devices().known() ? 0 : 32;
+  if (gpusel::device_count() != 0) bits |= 1;
+  if (gpusel::is_available()) bits |= 2;
+  if (gpusel::preferred_device() != gpusel::cpu()) bits |= 4;
+  if (gpusel::cuda_started()) bits |= 8;
+#if GPUSEL_TEST_EMULATED
+  if (!gpusel_emulated::call_log().empty()) bits |= 16;
+#endif
+  std::exit(bits);
+}
+
+// Note [NVML without the driver library]
+TEST(VisibilityDeathTest, WithNvmlButNoDriverLibraryNoGpuIsAvailable) {
+#if !GPUSEL_TEST_EMULATED
+  if (void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
+    dlclose(driver);
+    GTEST_SKIP() << "this machine has the driver library; the emulated build tests a machine without it";
+  }
+#endif
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a new process: no earlier test loaded a libcuda
+  EXPECT_EXIT(exit_with_what_a_machine_without_the_driver_library_shows(), ::testing::ExitedWithCode(0), "")
+      << "exit code bits: 1 = device_count() is not 0, 2 = is_available(), 4 = preferred_device() is not cpu, "
+         "8 = CUDA started, 16 = the runtime was asked, 32 = NVML did not see the GPUs";
 }
 
 TEST(Visibility, DeviceCountIsZeroWhenTheDriverIsOlderThanTheRuntime) {

@@ -177,6 +177,26 @@ inline bool cuda_driver_initialized() noexcept {
   dlclose(handle);  // NOLOAD took a reference: give it back
   return initialized;
 }
+
+// Note [NVML without the driver library]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// NVML can see GPUs that CUDA cannot use: a container started with
+// NVIDIA_DRIVER_CAPABILITIES=utility has libnvidia-ml.so.1 but no
+// libcuda.so.1, and every runtime call fails (cudaErrorInsufficientDriver).
+// So device_count() counts from NVML only when the driver library loads:
+// dlopen("libcuda.so.1", RTLD_NOLOAD) finds it when NVML loaded it (as the
+// real nvmlInit does), else gpusel loads it itself, as NVML would have, and
+// keeps it loaded. Neither calls cuInit, so nothing starts (Note [Knowing
+// whether CUDA has started]) and a parent can still fork workers. Nothing is
+// cached: a process may load the library later, and a failed load costs one
+// search of the library path per count.
+inline bool cuda_driver_library_loads() noexcept {
+  if (void* handle = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY)) {
+    dlclose(handle);  // NOLOAD took a reference: give it back
+    return true;
+  }
+  return dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL) != nullptr;  // kept loaded, as NVML keeps it
+}
 }  // namespace detail
 
 GPUSEL_API bool cuda_started() noexcept { return detail::cuda_driver_initialized(); }
@@ -198,6 +218,7 @@ GPUSEL_API std::optional<int> count_devices_without_cuda(int runtime_version) no
     if (cuda_driver_initialized()) return std::nullopt;
     const DeviceMap map = visible_devices();
     if (!map.known()) return std::nullopt;
+    if (!cuda_driver_library_loads()) return 0;  // Note [NVML without the driver library]
     const int driver = map.inventory.cuda_driver_version;
     if (driver > 0 && driver / 1000 < runtime_version / 1000) return 0;
     for (const Gpu& gpu : map.inventory.gpus)
