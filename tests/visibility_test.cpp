@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "fake_nvml_machine.hpp"
 #include "gpusel/launcher.hpp"
@@ -201,6 +203,20 @@ TEST(VisibilityDeathTest, WithNvmlButNoDriverLibraryNoGpuIsAvailable) {
   EXPECT_EXIT(exit_with_what_a_machine_without_the_driver_library_shows(), ::testing::ExitedWithCode(0), "")
       << "exit code bits: 1 = device_count() is not 0, 2 = is_available(), 4 = preferred_device() is not cpu, "
          "8 = CUDA started, 16 = the runtime was asked, 32 = NVML did not see the GPUs";
+}
+
+TEST(Visibility, CudaWouldFailWhereTheRuntimeFailsNotWhereCudaDecides) {
+  FakeNvmlMachine machine(kFourGpus);
+  ScopedEnvironment order("CUDA_DEVICE_ORDER", std::nullopt);
+  for (const auto& [value, fails] : std::vector<std::pair<std::string, bool>>{
+           {"0,0", true}, {"-1", true}, {"", true}, {"1,0", false}, {"MIG-4a5b6c7d", false}, {"1,MIG-4a5b", false}}) {
+    ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", value);
+    EXPECT_EQ(gpusel::visible_devices().cuda_would_fail(), fails) << "CUDA_VISIBLE_DEVICES=" << value;
+  }
+  ScopedEnvironment bad_order("CUDA_DEVICE_ORDER", "pci_bus_id");
+  EXPECT_TRUE(gpusel::visible_devices().cuda_would_fail()) << "an invalid CUDA_DEVICE_ORDER";
+  ScopedEnvironment nvml("GPUSEL_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1");
+  EXPECT_FALSE(gpusel::visible_devices().cuda_would_fail()) << "unknown GPUs: nothing is known to fail";
 }
 
 TEST(Visibility, DeviceCountIsZeroWhenTheDriverIsOlderThanTheRuntime) {

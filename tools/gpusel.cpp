@@ -124,7 +124,9 @@ leases are kept; default /tmp/gpusel-leases, shared by every user).
 
 Exit status:
   0  success
-  1  pick: fewer GPUs fit than asked for (each GPU and why, on stderr)
+  1  pick: fewer GPUs fit than asked for (each GPU and why, on stderr);
+     explain: CUDA would fail with these variables (a GPU named twice, an
+     invalid CUDA_DEVICE_ORDER, every GPU hidden)
   2  usage error: unknown command or option, malformed value, extra argument
   3  no NVIDIA driver: NVML could not be loaded (explain still prints what it can)
   4  NVML failed while reading the GPUs
@@ -749,7 +751,8 @@ int run_explain(const Arguments& arguments) {
     print_explain_json(map);
   else
     std::cout << gpusel::explain(map);
-  return map.known() ? kExitOk : no_gpus_status(map.inventory);
+  if (!map.known()) return no_gpus_status(map.inventory);
+  return map.cuda_would_fail() ? kExitNothingFits : kExitOk;  // so a job script can test its environment
 }
 
 // A candidate's members: its GPU's, and the MIG instance it is (null: the whole GPU).

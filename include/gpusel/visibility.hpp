@@ -52,6 +52,11 @@ struct DeviceMap {
     const std::size_t position = order.positions[static_cast<std::size_t>(physical)];
     return position < inventory.gpus.size() ? &inventory.gpus[position] : nullptr;
   }
+  // Whether the CUDA runtime is known to fail under these variables (a GPU
+  // named twice, an invalid CUDA_DEVICE_ORDER, every GPU hidden): known() and
+  // !visible.ok(), unless a MIG instance's UUID ended the list, after which
+  // what CUDA shows is CUDA's to decide. `gpusel explain` exits 1 then.
+  GPUSEL_API bool cuda_would_fail() const noexcept;
 };
 
 // The map for this process from CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER and
@@ -234,6 +239,15 @@ inline std::string pad(std::string text, std::size_t width) {
   return text;
 }
 
+// The first token not kept, when it is a MIG- one: from there on what CUDA
+// shows is CUDA's to decide, not known to fail. nullptr otherwise.
+inline const VisibleToken* mig_token_ending_list(const VisibleDevices& visible) noexcept {
+  for (const VisibleToken& token : visible.tokens())
+    if (!token.kept())
+      return token.outcome == TokenOutcome::unknown_uuid && token.text.rfind("MIG-", 0) == 0 ? &token : nullptr;
+  return nullptr;
+}
+
 // Escaped for a terminal (Note [Hostile text]), as all of explain() is.
 inline std::string describe_gpu(int physical, const Gpu& gpu) {
   std::string text = "physical " + std::to_string(physical) + "  nvidia-smi " + std::to_string(gpu.nvml_index) + "  ";
@@ -242,6 +256,10 @@ inline std::string describe_gpu(int physical, const Gpu& gpu) {
 }
 
 }  // namespace detail
+
+GPUSEL_API bool DeviceMap::cuda_would_fail() const noexcept {
+  return known() && !visible.ok() && detail::mig_token_ending_list(visible) == nullptr;
+}
 
 GPUSEL_API std::string explain(const DeviceMap& map) {
   const VisibleDevices& visible = map.visible;
@@ -263,13 +281,7 @@ GPUSEL_API std::string explain(const DeviceMap& map) {
       text += " (CUDA " + std::to_string(inventory.cuda_driver_version / 1000) + "." +
               std::to_string(inventory.cuda_driver_version % 1000 / 10) + ")";
     text += ".\n";
-    // The first token not kept: a MIG- one means the rest is CUDA's to decide, not known to fail.
-    const VisibleToken* mig_end = nullptr;
-    for (const VisibleToken& token : visible.tokens())
-      if (!token.kept()) {
-        if (token.outcome == TokenOutcome::unknown_uuid && token.text.rfind("MIG-", 0) == 0) mig_end = &token;
-        break;
-      }
+    const VisibleToken* mig_end = detail::mig_token_ending_list(visible);
     if (mig_end != nullptr) {
       // The instance, when NVML lists it (Note [MIG instances]); CUDA's enumeration stays CUDA's.
       std::string owner;

@@ -138,6 +138,14 @@ case $scenario in
     CUDA_VISIBLE_DEVICES=1,7,0 run 0 explain
     expect stdout "\"7\""
     expect stdout "ends the list"
+    # A value that makes CUDA fail is an exit status a job script can test, with and without --json.
+    CUDA_VISIBLE_DEVICES=0,0 run 1 explain
+    expect stdout "names physical GPU 0 twice"
+    CUDA_VISIBLE_DEVICES=0,0 run 1 explain --json
+    expect_json
+    expect stdout '"ok": false'
+    CUDA_VISIBLE_DEVICES=-1 run 1 explain
+    expect stdout "No CUDA device is visible"
     ;;
   pick)
     run 0 pick
@@ -439,7 +447,7 @@ EOF
     expect_json
     expect stdout '"ok": false'
     CUDA_DEVICE_ORDER=pci_bus_id run 125 run -- true
-    CUDA_DEVICE_ORDER=pci_bus_id run 0 explain --json
+    CUDA_DEVICE_ORDER=pci_bus_id run 1 explain --json
     expect stdout '"ok": false'
     # pick never prints an empty list: --at-least 0 is refused, and a visible set that hides everything fails
     run 2 pick --at-least 0
