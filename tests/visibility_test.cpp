@@ -128,6 +128,43 @@ TEST(Visibility, ExplainWarnsWhenNvidiaSmiNumbersMayNotBeCudas) {
   EXPECT_FALSE(contains(gpusel::explain(), "Caution")) << "PCI_BUS_ID order is exact";
 }
 
+// GPU 1 in MIG mode, with two instances, between two whole GPUs.
+const char* kMigInTheMiddle = R"(
+gpu uuid=GPU-00000000-aaaa-0000-0000-000000000000 pci=00000000:17:00.0
+gpu uuid=GPU-11111111-aaaa-0000-0000-000000000000 pci=00000000:18:00.0 mig=1
+gpu uuid=GPU-22222222-aaaa-0000-0000-000000000000 pci=00000000:3A:00.0
+mig gpu=1 uuid=MIG-4a5b6c7d-0000-4000-8000-000000000000 gi=1 ci=0
+mig gpu=1 uuid=MIG-5b6c7d8e-0000-4000-8000-000000000001 gi=2 ci=0
+)";
+
+TEST(Visibility, ExplainGivesAGpuInMigModeNoCudaNumber) {
+  FakeNvmlMachine machine(kMigInTheMiddle);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  ScopedEnvironment order("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+  const std::string text = gpusel::explain();
+  EXPECT_TRUE(contains(text, "  cuda:0  physical 0  nvidia-smi 0")) << text;
+  EXPECT_FALSE(contains(text, "cuda:1  physical 1")) << "CUDA shows GPU 1's instances, not GPU 1: " << text;
+  EXPECT_TRUE(contains(text, "  MIG     physical 1  nvidia-smi 1")) << text;
+  EXPECT_FALSE(contains(text, "cuda:2  physical 2")) << "after a MIG GPU the numbers are CUDA's: " << text;
+  EXPECT_TRUE(contains(text, "  cuda:?  physical 2  nvidia-smi 2")) << text;
+  EXPECT_FALSE(contains(text, "CUDA devices are visible (cuda:0..cuda:2)")) << text;
+}
+
+TEST(Visibility, ExplainOfAMigInstanceNvmlListsDoesNotCallItsGpuHidden) {
+  FakeNvmlMachine machine(kMigInTheMiddle);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "MIG-5b");
+  ScopedEnvironment order("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+  const std::string text = gpusel::explain();
+  EXPECT_TRUE(contains(text, "an instance of physical GPU 1 (nvidia-smi 1; GI 2, CI 0)")) << text;
+  EXPECT_TRUE(contains(text, "Hidden from this process:\n  physical 0  nvidia-smi 0")) << text;
+  EXPECT_FALSE(contains(text, "  physical 1  nvidia-smi 1")) << "GPU 1 holds the instance named: " << text;
+  EXPECT_FALSE(contains(text, "gpusel does not see MIG instances")) << "it saw this one: " << text;
+  EXPECT_TRUE(contains(text, "\"MIG-5b\"       ends gpusel's list: MIG instance (GI 2, CI 0) of physical GPU 1"))
+      << text;
+  ScopedEnvironment unknown("CUDA_VISIBLE_DEVICES", "MIG-77");
+  EXPECT_TRUE(contains(gpusel::explain(), "gpusel does not see MIG instances")) << "an instance NVML does not list";
+}
+
 TEST(Visibility, ExplainSaysWhyNoDeviceIsVisible) {
   FakeNvmlMachine machine(kFourGpus);
   ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "0,0");

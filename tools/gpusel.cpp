@@ -963,6 +963,13 @@ Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& 
   const int physical = map.visible.physical(device.index());
   const gpusel::Gpu& gpu = *map.physical_device(physical);
   const std::string who = rank ? rank->describe() : std::string("local rank 0 (no launcher variable is set)");
+  if (gpu.mig_enabled) {  // CUDA would show its instances, not the GPU: never given whole (README, MIG instances)
+    attempt.failure = who + ": its GPU, cuda:" + std::to_string(device.index()) + " of the job (physical " +
+                      std::to_string(physical) + ", " + gpusel::escape_for_terminal(gpu.uuid) +
+                      "), is in MIG mode, and gpusel never gives a GPU in MIG mode whole; name the rank's MIG "
+                      "instance in CUDA_VISIBLE_DEVICES, or leave out --local-rank to pick an instance";
+    return attempt;
+  }
   if (arguments.lease) {
     std::optional<gpusel::GpuLease> lease = gpusel::try_lease_gpu(gpu.uuid);
     if (!lease) {

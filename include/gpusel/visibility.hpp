@@ -268,6 +268,9 @@ GPUSEL_API std::string explain(const DeviceMap& map) {
                      (visible.device_order() ? "" : " (FASTEST_FIRST)") + "\n";
   text += cuda_started() ? "CUDA has started in this process: changing these variables now has no effect here.\n"
                          : "CUDA has not started in this process: the variables can still be changed.\n";
+  const VisibleToken* mig_end = nullptr;  // a MIG- token that ended the list
+  int mig_owner = -1;                     // the physical GPU of the instance it names, when NVML lists it
+  std::string mig_end_why;                // what that token is, then
   if (!map.known()) {
     text += "The physical GPUs are unknown: " + escape_for_terminal(map.inventory.reason) +
             ".\nWithout NVML gpusel cannot list them without starting CUDA; gpusel::device_count() asks the CUDA "
@@ -281,17 +284,22 @@ GPUSEL_API std::string explain(const DeviceMap& map) {
       text += " (CUDA " + std::to_string(inventory.cuda_driver_version / 1000) + "." +
               std::to_string(inventory.cuda_driver_version % 1000 / 10) + ")";
     text += ".\n";
-    const VisibleToken* mig_end = detail::mig_token_ending_list(visible);
+    mig_end = detail::mig_token_ending_list(visible);
     if (mig_end != nullptr) {
       // The instance, when NVML lists it (Note [MIG instances]); CUDA's enumeration stays CUDA's.
       std::string owner;
       for (int physical = 0; physical < map.order.count() && owner.empty(); ++physical) {
         const Gpu& gpu = map.order.gpu(inventory, physical);
         for (const MigInstance& instance : gpu.mig_instances)
-          if (detail::starts_with_ignoring_case(instance.uuid, mig_end->text))
+          if (owner.empty() && detail::starts_with_ignoring_case(instance.uuid, mig_end->text)) {
             owner = ", an instance of physical GPU " + std::to_string(physical) + " (nvidia-smi " +
                     std::to_string(gpu.nvml_index) + "; GI " + std::to_string(instance.gpu_instance_id) + ", CI " +
                     std::to_string(instance.compute_instance_id) + ")";
+            mig_owner = physical;
+            mig_end_why = "ends gpusel's list: MIG instance (GI " + std::to_string(instance.gpu_instance_id) + ", CI " +
+                          std::to_string(instance.compute_instance_id) + ") of physical GPU " +
+                          std::to_string(physical) + "; what CUDA shows from this token on is CUDA's to decide";
+          }
       }
       text += "CUDA_VISIBLE_DEVICES names a MIG instance (" + escape_for_terminal(detail::quote(mig_end->text)) +
               (owner.empty() ? std::string("), which is none of the GPUs or MIG instances NVML lists") : ")" + owner) +
@@ -303,18 +311,30 @@ GPUSEL_API std::string explain(const DeviceMap& map) {
       text += "No CUDA device is visible: " + escape_for_terminal(visible.reason()) + "; the CUDA runtime fails with " +
               visible.error_name() + ".\n";
     } else if (visible.ok()) {
-      text += detail::visible_count_text(visible.count()) + ":\n";
+      // A GPU in MIG mode is not a CUDA device: CUDA shows its instances instead
+      // and numbers the devices from there on itself, so it gets no cuda:N, nor do those after it.
+      int first_mig = -1;
+      for (int logical = 0; logical < visible.count() && first_mig < 0; ++logical)
+        if (map.device(logical)->mig_enabled) first_mig = logical;
+      text += first_mig < 0 ? detail::visible_count_text(visible.count()) + ":\n"
+                            : std::to_string(visible.count()) + (visible.count() == 1 ? " GPU is" : " GPUs are") +
+                                  " visible; CUDA shows the MIG instances of a GPU in MIG mode instead, and numbers "
+                                  "the devices from cuda:" +
+                                  std::to_string(first_mig) + " on itself:\n";
       // As wide as the widest label and two blanks: "cuda:1000" needs more than "cuda:0".
       const std::size_t width = std::string("cuda:").size() + std::to_string(visible.count() - 1).size() + 2;
-      for (int logical = 0; logical < visible.count(); ++logical)
-        text +=
-            "  " + detail::pad("cuda:" + std::to_string(logical), width < 8 ? 8 : width) +
-            detail::describe_gpu(visible.physical_indices()[static_cast<std::size_t>(logical)], *map.device(logical)) +
-            "\n";
+      for (int logical = 0; logical < visible.count(); ++logical) {
+        const Gpu& gpu = *map.device(logical);
+        const std::string label = first_mig < 0 || logical < first_mig ? "cuda:" + std::to_string(logical)
+                                  : gpu.mig_enabled                    ? std::string("MIG")
+                                                                       : std::string("cuda:?");
+        text += "  " + detail::pad(label, width < 8 ? 8 : width) +
+                detail::describe_gpu(visible.physical_indices()[static_cast<std::size_t>(logical)], gpu) + "\n";
+      }
     }
     std::string hidden;
     for (int physical = 0; physical < map.order.count(); ++physical)
-      if (!visible.logical(physical))
+      if (!visible.logical(physical) && physical != mig_owner)  // the GPU of the instance named is not hidden
         hidden += "  " + detail::describe_gpu(physical, map.order.gpu(map.inventory, physical)) + "\n";
     if (!hidden.empty()) text += "Hidden from this process:\n" + hidden;
     if (!map.order.exact) text += "Caution: " + map.order.caveat + ".\n";
@@ -323,8 +343,9 @@ GPUSEL_API std::string explain(const DeviceMap& map) {
     text += "How CUDA reads CUDA_VISIBLE_DEVICES (split on ','; the first token not kept ends the list):\n";
     for (const VisibleToken& token : visible.tokens())
       text += "  " + detail::pad(escape_for_terminal(detail::quote(token.text)), 14) + " " +
-              (map.known() ? escape_for_terminal(token.why(visible.physical_count()))
-                           : std::string("not checked: the GPUs are unknown")) +
+              (!map.known()                                ? std::string("not checked: the GPUs are unknown")
+               : &token == mig_end && !mig_end_why.empty() ? mig_end_why
+                                                           : escape_for_terminal(token.why(visible.physical_count()))) +
               "\n";
   }
   return text;

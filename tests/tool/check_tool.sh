@@ -425,6 +425,14 @@ EOF
     LOCAL_RANK=1 run 0 run --local-rank --no-lease -- true
     kill $holder
     wait $holder 2>/dev/null
+    # a rank whose GPU is in MIG mode is not given the GPU whole (CUDA would show its instances), leased or not
+    export GPUSEL_FAKE_NVML_CONFIG="$work/mig.txt"
+    for lease in "" --no-lease; do
+      LOCAL_RANK=1 run 125 run --local-rank $lease -- touch "$work/mig_started"
+      expect stderr "local rank 1 (torchrun: LOCAL_RANK=1): its GPU, cuda:1 of the job (physical 1, GPU-3d4e5f60-0000-4000-8000-000000000003), is in MIG mode"
+      [ ! -e "$work/mig_started" ] || { echo "FAILED: the rank ran on a GPU in MIG mode"; failures=$((failures + 1)); }
+    done
+    LOCAL_RANK=0 run 0 run --local-rank -- true
     ;;
   exclude_numbering)
     # What pick prints, --exclude takes: on mixed models CUDA's physical 0 is the H200, nvidia-smi's 0 the A100.
