@@ -584,7 +584,8 @@ int no_gpus_status(const gpusel::Inventory& inventory) {
 }
 
 // A failure as the JSON document of a --json run: every --json run prints one,
-// errors included. `error` is "usage", "no_driver", "nvml_failed" or "internal".
+// errors included. `error` is a code ("usage", "no_driver", "nvml_failed",
+// "internal", "leases"), `reason` the message (docs/reference.md).
 void print_error_json(std::string_view error, const std::string& reason, int status) {
   JsonWriter json;
   json.begin_object();
@@ -776,7 +777,8 @@ void print_pick_json(const Arguments& arguments, const gpusel::DeviceMap& map,
   json.begin_object();
   json.key("criteria").value(gpusel::describe(arguments.criteria));
   json.key("ok").value(failure.empty());
-  json.key("error").value(failure);
+  json.key("error").value(failure.empty() ? "" : "nothing_fits");  // a code, as in every error document
+  json.key("reason").value(failure);
   json.key("cuda_visible_devices");
   if (failure.empty())
     json.value(value);
@@ -838,8 +840,9 @@ int run_pick(const Arguments& arguments) {
   }
   try {
     gpusel::reject_leased_gpus(assessed);  // another job's lease makes a GPU busy
-  } catch (const gpusel::Error& error) {
-    std::cerr << error.what() << "\n";
+  } catch (const gpusel::Error& error) {   // the lease directory or a lease file cannot be used
+    std::cerr << gpusel::escape_for_terminal(error.what()) << "\n";
+    if (arguments.json) print_error_json("leases", error.what(), kExitNothingFits);
     return kExitNothingFits;
   }
   std::vector<gpusel::Candidate> picked;
@@ -859,9 +862,9 @@ int run_pick(const Arguments& arguments) {
   if (arguments.json)
     print_pick_json(arguments, map, assessed, picked, value, failure);
   else if (failure.empty())
-    std::cout << value << "\n";
+    std::cout << gpusel::escape_for_terminal(value) << "\n";
   if (!failure.empty()) {
-    std::cerr << "gpusel: " << failure << "\n";
+    std::cerr << "gpusel: " << gpusel::escape_for_terminal(failure) << "\n";
     return kExitNothingFits;
   }
   say_what_was_chosen(arguments, picked);
@@ -870,7 +873,8 @@ int run_pick(const Arguments& arguments) {
         return !candidate.mig_instance;  // a MIG instance is printed as its UUID, exact whatever the order
       });
   if (printed_an_index && !map.order.exact)
-    std::cerr << "gpusel: caution: " << map.order.caveat << "; --format uuid names the GPUs exactly\n";
+    std::cerr << "gpusel: caution: " << gpusel::escape_for_terminal(map.order.caveat)
+              << "; --format uuid names the GPUs exactly\n";
   return kExitOk;
 }
 
@@ -914,7 +918,8 @@ int start_and_wait(const std::vector<std::string>& command_line) {
   posix_spawnattr_destroy(&attributes);
   if (error != 0) {
     sigprocmask(SIG_SETMASK, &previous, nullptr);
-    std::cerr << "gpusel: cannot run \"" << command_line[0] << "\": " << std::strerror(error) << "\n";
+    std::cerr << "gpusel: cannot run \"" << gpusel::escape_for_terminal(command_line[0])
+              << "\": " << std::strerror(error) << "\n";
     return error == ENOENT ? kExitNotFound : kExitCannotRun;
   }
   g_child = child;
@@ -1025,7 +1030,7 @@ int run_run(const Arguments& arguments) {
     const bool time_left =
         arguments.wait && (!arguments.wait_at_most || Clock::now() - started < *arguments.wait_at_most);
     if (!time_left) {
-      std::cerr << "gpusel: " << attempt.failure << "\n";
+      std::cerr << "gpusel: " << gpusel::escape_for_terminal(attempt.failure) << "\n";
       if (arguments.wait) std::cerr << "gpusel: gave up waiting\n";
       return kExitRunFailed;
     }
@@ -1037,7 +1042,7 @@ int run_run(const Arguments& arguments) {
                 << (arguments.wait_at_most
                         ? " (at most " + std::to_string(arguments.wait_at_most->count() / 1000) + "s)"
                         : std::string(" (no time limit)"))
-                << ": " << first_line << "\n";
+                << ": " << gpusel::escape_for_terminal(first_line) << "\n";
       said_waiting = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -1048,9 +1053,11 @@ int run_run(const Arguments& arguments) {
                                                ? candidate.uuid()
                                                : std::to_string(pci_bus_index(map, candidate.physical_index)));
   for (const gpusel::Candidate& candidate : attempt.chosen)
-    std::cerr << "gpusel: " << (attempt.lease.empty() ? "using " : "leased ") << gpusel::describe(candidate) << "\n";
+    std::cerr << "gpusel: " << (attempt.lease.empty() ? "using " : "leased ")
+              << gpusel::escape_for_terminal(gpusel::describe(candidate)) << "\n";
   say_what_was_chosen(arguments, attempt.chosen);
-  std::cerr << "gpusel: running " << arguments.command_line[0] << " with CUDA_VISIBLE_DEVICES=" << value
+  std::cerr << "gpusel: running " << gpusel::escape_for_terminal(arguments.command_line[0])
+            << " with CUDA_VISIBLE_DEVICES=" << gpusel::escape_for_terminal(value)
             << (arguments.print_uuids ? "" : " CUDA_DEVICE_ORDER=PCI_BUS_ID") << "\n";
   if (setenv("CUDA_VISIBLE_DEVICES", value.c_str(), 1) != 0 ||
       (!arguments.print_uuids && setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1) != 0)) {

@@ -543,6 +543,26 @@ EOF
     CUDA_VISIBLE_DEVICES=$'0,\e[2J\xff' run 0 explain
     if LC_ALL=C grep -q $'[\x1b\xff]' "$work/out"; then echo "FAILED: explain printed raw bytes"; failures=$((failures + 1)); fi
     expect stdout 'CUDA_VISIBLE_DEVICES=0,\x1b[2J\xff'
+    # A UUID from NVML that would clear the terminal: pick's and run's messages escape it, and pick --json
+    # still prints one document when the UUID cannot name a lease file.
+    printf 'gpu uuid=GPU-\e[2J00\n' >"$work/hostile_uuid.txt"
+    for command in "pick" "pick --json" "run -- true" "run --wait=1 -- true"; do
+      # shellcheck disable=SC2086
+      GPUSEL_FAKE_NVML_CONFIG="$work/hostile_uuid.txt" run "$([ "${command%% *}" = run ] && echo 125 || echo 1)" $command
+      if LC_ALL=C grep -q $'\x1b' "$work/out" "$work/err"; then
+        echo "FAILED: $command printed a raw escape"
+        failures=$((failures + 1))
+      fi
+      expect stderr 'cannot lease "GPU-\x1b[2J00": not a GPU or MIG UUID'
+    done
+    GPUSEL_FAKE_NVML_CONFIG="$work/hostile_uuid.txt" run 1 pick --json
+    expect_json
+    expect_in_json 'd["ok"] is False and d["error"] == "leases" and "not a GPU or MIG UUID" in d["reason"]'
+    # A lease directory that cannot be trusted: one JSON document too.
+    mkdir -m 0777 "$work/open_leases" && chmod 0777 "$work/open_leases"
+    GPUSEL_LEASE_DIR="$work/open_leases" run 1 pick --json
+    expect_json
+    expect_in_json 'd["ok"] is False and d["error"] == "leases" and "not sticky" in d["reason"] and d["exit_status"] == 1'
     ;;
   output)
     # A failed write is an error (6): a full disk, a closed stdout.
@@ -581,6 +601,12 @@ EOF
     run 2 pick --json --exclude 9
     expect_json
     expect stdout '"error": "usage"'
+    # pick's own document: "error" is a code, "reason" the message, as in every error document
+    run 1 pick --json -n 9 --allow-other-users
+    expect_json
+    expect_in_json 'd["ok"] is False and d["error"] == "nothing_fits" and "9 are needed" in d["reason"]'
+    run 0 pick --json
+    expect_in_json 'd["ok"] is True and d["error"] == "" and d["reason"] == ""'
     run 2 --json
     expect_json
     ;;
