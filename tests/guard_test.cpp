@@ -370,6 +370,62 @@ TEST(DeviceGuardCalls, ASwitchCostsOneGetAndTwoSets) {
   EXPECT_EQ(calls("cuDevicePrimaryCtxGetState"), 1) << "the context state is read once, to switch back";
 }
 
+// Note [What a restore remembers about a device]
+TEST(DeviceGuardCalls, ASwitchAsksTheDriverOnlyWhatCanStillChange) {
+  ASSERT_FALSE(gpusel_test::need_devices(2));
+  gpusel::set_device(0);
+  gpusel_emulated::clear_calls();
+  { gpusel::DeviceGuard guard(1); }
+  EXPECT_EQ(calls("cuDeviceGet"), 1) << "cuda:0's CUdevice is asked the first time";
+  EXPECT_EQ(calls("cuDevicePrimaryCtxGetState"), 1);
+  gpusel_emulated::clear_calls();
+  for (int i = 0; i < 3; ++i) {
+    gpusel::DeviceGuard guard(1);
+  }
+  EXPECT_EQ(calls("cudaGetDevice"), 3);
+  EXPECT_EQ(calls("cudaSetDevice"), 6);
+  EXPECT_EQ(calls("cuDeviceGet"), 0) << "a runtime ordinal's CUdevice cannot change";
+  EXPECT_EQ(calls("cuDevicePrimaryCtxGetState"), 0) << "a context known to exist stays until cudaDeviceReset";
+  EXPECT_EQ(gpusel_emulated::call_log().size(), 9u) << "the raw get + set + set, three times, and nothing else";
+}
+
+TEST(DeviceGuardCalls, ADeviceWithoutItsContextIsAskedAgainAtEveryRestore) {
+  ASSERT_FALSE(gpusel_test::need_devices(2));
+  { gpusel::DeviceGuard guard(1); }  // the thread never chose a device: cuda:0 has no context
+  gpusel_emulated::clear_calls();
+  { gpusel::DeviceGuard guard(1); }
+  EXPECT_EQ(calls("cuDeviceGet"), 0);
+  EXPECT_EQ(calls("cuDevicePrimaryCtxGetState"), 1) << "another thread may have made the context meanwhile";
+  EXPECT_FALSE(has_primary_context(0));
+  std::thread([] { gpusel::set_device(0); }).join();
+  gpusel_emulated::clear_calls();
+  { gpusel::DeviceGuard guard(1); }
+  EXPECT_EQ(calls("cuDevicePrimaryCtxGetState"), 1);
+  EXPECT_EQ(raw_current_device(), 0) << "the context another thread made is seen, and the restore is made";
+}
+
+TEST(DeviceGuardCalls, ReleasingCachedResourcesForgetsWhichDevicesHaveTheirContext) {
+  ASSERT_FALSE(gpusel_test::need_devices(2));
+  gpusel::set_device(0);
+  { gpusel::DeviceGuard guard(1); }
+  gpusel::release_cached_resources();  // as before cudaDeviceReset
+  gpusel_emulated::clear_calls();
+  { gpusel::DeviceGuard guard(1); }
+  EXPECT_EQ(calls("cuDevicePrimaryCtxGetState"), 1) << "the context is asked about again";
+  EXPECT_EQ(calls("cuDeviceGet"), 0) << "the CUdevice is still known";
+}
+
+TEST(DeviceGuardCalls, ANewEmulatedProcessKnowsNoContext) {
+  ASSERT_FALSE(gpusel_test::need_devices(2));
+  gpusel::set_device(0);
+  { gpusel::DeviceGuard guard(1); }
+  gpusel_emulated::reset(gpusel_emulated::devices(2));  // cuda:0 has no context now
+  { gpusel::DeviceGuard guard(1); }
+  EXPECT_FALSE(has_primary_context(0)) << "the restore did not trust what the old process knew";
+  EXPECT_EQ(raw_current_device(), 1) << "the restore of cuda:0 was deferred";
+  EXPECT_EQ(gpusel::current_device(), 0);
+}
+
 TEST(DeviceGuardCalls, NestedGuardsOnTheSameDeviceMakeNoSet) {
   gpusel_emulated::reset(gpusel_emulated::devices(2));
   gpusel::set_device(1);

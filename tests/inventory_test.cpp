@@ -371,7 +371,9 @@ int exit_status_within(pid_t child, std::chrono::seconds deadline) {
 // count them as device_count() does before CUDA starts. The loader once held
 // its lock across dlopen and nvmlInit, and the children waited for it forever.
 TEST(InventoryFork, AChildForkedDuringTheFirstLoadStillReadsTheGpus) {
-  FakeNvmlMachine machine("init_delay_ms 300\ngpu\ngpu\n");
+  // nvmlInit loads the driver library, as the real one does: NVML's GPUs count only where it loads
+  // (Note [NVML without the driver library]).
+  FakeNvmlMachine machine("libcuda " GPUSEL_FAKE_LIBCUDA "\ninit_delay_ms 300\ngpu\ngpu\n");
   for (int round = 0; round < 3; ++round) {
     // A spelling of the fake's path not loaded before, so this round's load is a first one.
     gpusel::InventoryOptions options;

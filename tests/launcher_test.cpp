@@ -143,6 +143,57 @@ TEST(FindLocalRank, RejectsAMalformedProcessCountAndARankNotBelowIt) {
             "below the number of processes");
 }
 
+// --- srun --gpus-per-task / --gpu-bind: each task sees its own GPUs ------------
+
+TEST(FindLocalRank, SlurmTasksWithGpusOfTheirOwnTakeTheirFirstVisibleGpu) {
+  const std::vector<std::pair<std::string, std::string>> bindings = {
+      {"SLURM_GPUS_PER_TASK", "1"},
+      {"SLURM_GPU_BIND", "closest"},
+      {"SLURM_TRES_PER_TASK", "cpu:4,gres/gpu:1"},
+  };
+  for (const auto& [variable, value] : bindings) {
+    for (int task = 0; task < 4; ++task) {
+      const auto rank =
+          gpusel::find_local_rank(environment({{"SLURM_LOCALID", std::to_string(task)}, {variable, value}}));
+      ASSERT_TRUE(rank.has_value()) << variable;
+      EXPECT_EQ(rank->rank, task);
+      EXPECT_EQ(rank->task_gpus, variable + "=" + value);
+      EXPECT_EQ(rank->describe(), "local rank " + std::to_string(task) +
+                                      " (Slurm: SLURM_LOCALID=" + std::to_string(task) +
+                                      "; each task has GPUs of its own: " + variable + "=" + value + ")");
+      for (const auto placement :
+           {gpusel::Placement::rank_or_cpu, gpusel::Placement::round_robin, gpusel::Placement::one_gpu_per_rank}) {
+        EXPECT_EQ(gpusel::device_for_local_rank(rank, 1, placement), gpusel::cuda(0)) << variable << " task " << task;
+        EXPECT_EQ(gpusel::device_for_local_rank(rank, 2, placement), gpusel::cuda(0)) << variable << " task " << task;
+      }
+      EXPECT_EQ(gpusel::device_for_local_rank(rank, 0), gpusel::cpu());
+      EXPECT_THROW((void)gpusel::device_for_local_rank(rank, 0, gpusel::Placement::one_gpu_per_rank), gpusel::Error);
+    }
+  }
+}
+
+TEST(FindLocalRank, SlurmTasksWithoutGpusOfTheirOwnKeepTheRankRule) {
+  for (const auto& [variable, value] : std::vector<std::pair<std::string, std::string>>{
+           {"SLURM_TRES_PER_TASK", "cpu:4"}, {"SLURM_GPU_BIND", "none"}, {"SLURM_GPU_BIND", "verbose,none"}}) {
+    const auto rank = gpusel::find_local_rank(environment({{"SLURM_LOCALID", "1"}, {variable, value}}));
+    ASSERT_TRUE(rank.has_value());
+    EXPECT_EQ(rank->task_gpus, "") << variable << "=" << value;
+    EXPECT_EQ(gpusel::device_for_local_rank(rank, 2), gpusel::cuda(1)) << variable << "=" << value;
+    EXPECT_THROW((void)gpusel::device_for_local_rank(rank, 1), gpusel::Error) << variable << "=" << value;
+  }
+  const auto plain = gpusel::find_local_rank(environment({{"SLURM_LOCALID", "1"}}));
+  EXPECT_THROW((void)gpusel::device_for_local_rank(plain, 1), gpusel::Error) << "srun without GPU binding";
+}
+
+TEST(FindLocalRank, ALauncherInsideABoundSlurmTaskKeepsItsOwnRank) {
+  // srun --gpus-per-task=4 torchrun --nproc-per-node 4: torchrun's workers share the task's four GPUs.
+  const auto rank =
+      gpusel::find_local_rank(environment({{"LOCAL_RANK", "2"}, {"SLURM_LOCALID", "0"}, {"SLURM_GPUS_PER_TASK", "4"}}));
+  ASSERT_TRUE(rank.has_value());
+  EXPECT_EQ(rank->task_gpus, "");
+  EXPECT_EQ(gpusel::device_for_local_rank(rank, 4), gpusel::cuda(2));
+}
+
 // --- from the rank to the device -------------------------------------------
 
 gpusel::LocalRank rank_of(int rank, std::optional<int> size = std::nullopt) {

@@ -6,7 +6,11 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "fake_nvml_machine.hpp"
 #include "gpusel/launcher.hpp"
@@ -36,6 +40,19 @@ std::optional<std::string> need_cuda_not_started() {
   gpusel_emulated::reset(gpusel_emulated::devices(2));
 #endif
   if (gpusel::cuda_started()) return std::string("CUDA has already started in this test process");
+  return std::nullopt;
+}
+
+// Tests that count GPUs through NVML before CUDA starts: also the driver library
+// must load (Note [NVML without the driver library]). The emulated fake NVML loads
+// the stand-in libcuda.so.1; a real machine needs the driver's.
+std::optional<std::string> need_counting_through_nvml() {
+  if (auto why = need_cuda_not_started()) return why;
+#if !GPUSEL_TEST_EMULATED
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver == nullptr) return std::string("no libcuda.so.1 here: NVML's GPUs are not counted without it");
+  dlclose(driver);
+#endif
   return std::nullopt;
 }
 
@@ -111,6 +128,43 @@ TEST(Visibility, ExplainWarnsWhenNvidiaSmiNumbersMayNotBeCudas) {
   EXPECT_FALSE(contains(gpusel::explain(), "Caution")) << "PCI_BUS_ID order is exact";
 }
 
+// GPU 1 in MIG mode, with two instances, between two whole GPUs.
+const char* kMigInTheMiddle = R"(
+gpu uuid=GPU-00000000-aaaa-0000-0000-000000000000 pci=00000000:17:00.0
+gpu uuid=GPU-11111111-aaaa-0000-0000-000000000000 pci=00000000:18:00.0 mig=1
+gpu uuid=GPU-22222222-aaaa-0000-0000-000000000000 pci=00000000:3A:00.0
+mig gpu=1 uuid=MIG-4a5b6c7d-0000-4000-8000-000000000000 gi=1 ci=0
+mig gpu=1 uuid=MIG-5b6c7d8e-0000-4000-8000-000000000001 gi=2 ci=0
+)";
+
+TEST(Visibility, ExplainGivesAGpuInMigModeNoCudaNumber) {
+  FakeNvmlMachine machine(kMigInTheMiddle);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  ScopedEnvironment order("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+  const std::string text = gpusel::explain();
+  EXPECT_TRUE(contains(text, "  cuda:0  physical 0  nvidia-smi 0")) << text;
+  EXPECT_FALSE(contains(text, "cuda:1  physical 1")) << "CUDA shows GPU 1's instances, not GPU 1: " << text;
+  EXPECT_TRUE(contains(text, "  MIG     physical 1  nvidia-smi 1")) << text;
+  EXPECT_FALSE(contains(text, "cuda:2  physical 2")) << "after a MIG GPU the numbers are CUDA's: " << text;
+  EXPECT_TRUE(contains(text, "  cuda:?  physical 2  nvidia-smi 2")) << text;
+  EXPECT_FALSE(contains(text, "CUDA devices are visible (cuda:0..cuda:2)")) << text;
+}
+
+TEST(Visibility, ExplainOfAMigInstanceNvmlListsDoesNotCallItsGpuHidden) {
+  FakeNvmlMachine machine(kMigInTheMiddle);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "MIG-5b");
+  ScopedEnvironment order("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+  const std::string text = gpusel::explain();
+  EXPECT_TRUE(contains(text, "an instance of physical GPU 1 (nvidia-smi 1; GI 2, CI 0)")) << text;
+  EXPECT_TRUE(contains(text, "Hidden from this process:\n  physical 0  nvidia-smi 0")) << text;
+  EXPECT_FALSE(contains(text, "  physical 1  nvidia-smi 1")) << "GPU 1 holds the instance named: " << text;
+  EXPECT_FALSE(contains(text, "gpusel does not see MIG instances")) << "it saw this one: " << text;
+  EXPECT_TRUE(contains(text, "\"MIG-5b\"       ends gpusel's list: MIG instance (GI 2, CI 0) of physical GPU 1"))
+      << text;
+  ScopedEnvironment unknown("CUDA_VISIBLE_DEVICES", "MIG-77");
+  EXPECT_TRUE(contains(gpusel::explain(), "gpusel does not see MIG instances")) << "an instance NVML does not list";
+}
+
 TEST(Visibility, ExplainSaysWhyNoDeviceIsVisible) {
   FakeNvmlMachine machine(kFourGpus);
   ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "0,0");
@@ -122,7 +176,7 @@ TEST(Visibility, ExplainSaysWhyNoDeviceIsVisible) {
 TEST(Visibility, LocalRankDeviceBeforeCudaStartsCountsThroughNvmlAndStartsNothing) {
   // local_rank_device() is documented safe before workers fork: it counts as device_count() does, and its
   // error text (which asks the runtime) is made only when there is an error.
-  if (auto why = need_cuda_not_started()) GTEST_SKIP() << *why;
+  if (auto why = need_counting_through_nvml()) GTEST_SKIP() << *why;
   FakeNvmlMachine machine(kFourGpus);
   ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "3,1");
   ScopedEnvironment order("CUDA_DEVICE_ORDER", std::nullopt);
@@ -138,7 +192,7 @@ TEST(Visibility, LocalRankDeviceBeforeCudaStartsCountsThroughNvmlAndStartsNothin
 }
 
 TEST(Visibility, DeviceCountBeforeCudaStartsComesFromNvmlAndTheEnvironment) {
-  if (auto why = need_cuda_not_started()) GTEST_SKIP() << *why;
+  if (auto why = need_counting_through_nvml()) GTEST_SKIP() << *why;
   FakeNvmlMachine machine(kFourGpus);
   ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "3,1");
   ScopedEnvironment order("CUDA_DEVICE_ORDER", std::nullopt);
@@ -151,6 +205,55 @@ TEST(Visibility, DeviceCountBeforeCudaStartsComesFromNvmlAndTheEnvironment) {
 #if GPUSEL_TEST_EMULATED
   EXPECT_TRUE(gpusel_emulated::call_log().empty()) << "the runtime was not asked";
 #endif
+}
+
+// Run in a new process: what a machine whose NVML sees four GPUs but which has
+// no driver library (a container with NVIDIA_DRIVER_CAPABILITIES=utility)
+// shows, as exit code bits (0: no GPU is available, and nothing started).
+[[noreturn]] void exit_with_what_a_machine_without_the_driver_library_shows() {
+#if GPUSEL_TEST_EMULATED
+  gpusel_emulated::Config config;
+  config.initialization_error = cudaErrorInsufficientDriver;
+  gpusel_emulated::reset(config);
+#endif
+  FakeNvmlMachine machine(kFourGpus, FakeNvmlMachine::without_driver_library);
+  int bits = gpusel::visible_devices().known() ? 0 : 32;
+  if (gpusel::device_count() != 0) bits |= 1;
+  if (gpusel::is_available()) bits |= 2;
+  if (gpusel::preferred_device() != gpusel::cpu()) bits |= 4;
+  if (gpusel::cuda_started()) bits |= 8;
+#if GPUSEL_TEST_EMULATED
+  if (!gpusel_emulated::call_log().empty()) bits |= 16;
+#endif
+  std::exit(bits);
+}
+
+// Note [NVML without the driver library]
+TEST(VisibilityDeathTest, WithNvmlButNoDriverLibraryNoGpuIsAvailable) {
+#if !GPUSEL_TEST_EMULATED
+  if (void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
+    dlclose(driver);
+    GTEST_SKIP() << "this machine has the driver library; the emulated build tests a machine without it";
+  }
+#endif
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a new process: no earlier test loaded a libcuda
+  EXPECT_EXIT(exit_with_what_a_machine_without_the_driver_library_shows(), ::testing::ExitedWithCode(0), "")
+      << "exit code bits: 1 = device_count() is not 0, 2 = is_available(), 4 = preferred_device() is not cpu, "
+         "8 = CUDA started, 16 = the runtime was asked, 32 = NVML did not see the GPUs";
+}
+
+TEST(Visibility, CudaWouldFailWhereTheRuntimeFailsNotWhereCudaDecides) {
+  FakeNvmlMachine machine(kFourGpus);
+  ScopedEnvironment order("CUDA_DEVICE_ORDER", std::nullopt);
+  for (const auto& [value, fails] : std::vector<std::pair<std::string, bool>>{
+           {"0,0", true}, {"-1", true}, {"", true}, {"1,0", false}, {"MIG-4a5b6c7d", false}, {"1,MIG-4a5b", false}}) {
+    ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", value);
+    EXPECT_EQ(gpusel::visible_devices().cuda_would_fail(), fails) << "CUDA_VISIBLE_DEVICES=" << value;
+  }
+  ScopedEnvironment bad_order("CUDA_DEVICE_ORDER", "pci_bus_id");
+  EXPECT_TRUE(gpusel::visible_devices().cuda_would_fail()) << "an invalid CUDA_DEVICE_ORDER";
+  ScopedEnvironment nvml("GPUSEL_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1");
+  EXPECT_FALSE(gpusel::visible_devices().cuda_would_fail()) << "unknown GPUs: nothing is known to fail";
 }
 
 TEST(Visibility, DeviceCountIsZeroWhenTheDriverIsOlderThanTheRuntime) {

@@ -65,6 +65,19 @@ constexpr int kExitNotFound = 127;
 // What an Error says, for a line the command begins with "gpusel: " itself: without the
 // library's own "gpusel: " where a message begins with it (the leases' do), so that no
 // line reads "gpusel: gpusel: ...".
+// A message of several lines (pick's verdicts, one GPU a line) escaped line by line
+// (Note [Hostile text]): control bytes within a line are shown, the line breaks stay.
+std::string escape_lines(std::string_view text) {
+  std::string escaped;
+  while (true) {
+    const std::size_t end = std::min(text.find('\n'), text.size());
+    escaped += gpusel::escape_for_terminal(text.substr(0, end));
+    if (end == text.size()) return escaped;
+    escaped += '\n';
+    text.remove_prefix(end + 1);
+  }
+}
+
 std::string error_text(const gpusel::Error& error) {
   std::string_view text = error.what();
   constexpr std::string_view kPrefix = "gpusel: ";
@@ -152,7 +165,9 @@ every user once root makes it: install -d -m 1777 -o root /tmp/gpusel-leases).
 
 Exit status:
   0  success
-  1  pick: fewer GPUs fit than asked for (each GPU and why, on stderr)
+  1  pick: fewer GPUs fit than asked for (each GPU and why, on stderr);
+     explain: CUDA would fail with these variables (a GPU named twice, an
+     invalid CUDA_DEVICE_ORDER, every GPU hidden)
   2  usage error: unknown command or option, malformed value, extra argument
   3  no NVIDIA driver: NVML could not be loaded (explain still prints what it can)
   4  NVML failed: it was loaded, but could not start or read the GPUs, or did not answer in time
@@ -629,7 +644,8 @@ int no_gpus_status(const gpusel::Inventory& inventory) {
 }
 
 // A failure as the JSON document of a --json run: every --json run prints one,
-// errors included. `error` is "usage", "no_driver", "nvml_failed" or "internal".
+// errors included. `error` is a code ("usage", "no_driver", "nvml_failed",
+// "internal", "leases"), `reason` the message (docs/reference.md).
 void print_error_json(std::string_view error, const std::string& reason, int status) {
   JsonWriter json;
   json.begin_object();
@@ -891,7 +907,8 @@ int run_explain(const Arguments& arguments) {
     print_explain_json(map);
   else
     std::cout << gpusel::explain(map);
-  return map.known() ? kExitOk : no_gpus_status(map.inventory);
+  if (!map.known()) return no_gpus_status(map.inventory);
+  return map.cuda_would_fail() ? kExitNothingFits : kExitOk;  // so a job script can test its environment
 }
 
 // A candidate's members: its GPU's, and the MIG instance it is (null: the whole GPU).
@@ -915,7 +932,8 @@ void print_pick_json(const Arguments& arguments, const gpusel::DeviceMap& map,
   json.begin_object();
   json.key("criteria").value(gpusel::describe(arguments.criteria));
   json.key("ok").value(failure.empty());
-  json.key("error").value(failure);
+  json.key("error").value(failure.empty() ? "" : "nothing_fits");  // a code, as in every error document
+  json.key("reason").value(failure);
   json.key("cuda_visible_devices");
   if (failure.empty())
     json.value(value);
@@ -997,8 +1015,9 @@ int run_pick(const Arguments& arguments) {
   }
   try {
     gpusel::reject_leased_gpus(assessed);  // another job's lease makes a GPU busy
-  } catch (const gpusel::Error& error) {
-    std::cerr << error.what() << "\n";
+  } catch (const gpusel::Error& error) {   // the lease directory or a lease file cannot be used
+    std::cerr << escape_lines(error.what()) << "\n";
+    if (arguments.json) print_error_json("leases", error.what(), kExitNothingFits);
     return kExitNothingFits;
   }
   std::vector<gpusel::Candidate> picked;
@@ -1018,9 +1037,9 @@ int run_pick(const Arguments& arguments) {
   if (arguments.json)
     print_pick_json(arguments, map, assessed, picked, value, failure);
   else if (failure.empty())
-    std::cout << value << "\n";
+    std::cout << gpusel::escape_for_terminal(value) << "\n";
   if (!failure.empty()) {
-    std::cerr << "gpusel: " << failure << "\n";
+    std::cerr << "gpusel: " << escape_lines(failure) << "\n";
     return kExitNothingFits;
   }
   say_what_was_chosen(arguments, picked);
@@ -1030,7 +1049,8 @@ int run_pick(const Arguments& arguments) {
       });
   const std::string caveat = index_caveat(map.order);
   if (printed_an_index && !map.order.exact && !caveat.empty())
-    std::cerr << "gpusel: caution: " << caveat << "; --format uuid names the GPUs exactly\n";
+    std::cerr << "gpusel: caution: " << gpusel::escape_for_terminal(caveat)
+              << "; --format uuid names the GPUs exactly\n";
   return kExitOk;
 }
 
@@ -1240,6 +1260,12 @@ Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& 
   const std::string who = rank ? rank->describe() : std::string("local rank 0 (no launcher variable is set)");
   const std::string its_gpu = "its GPU, cuda:" + std::to_string(device.index()) + " of the job (physical " +
                               std::to_string(physical) + ", " + gpusel::escape_for_terminal(gpu.uuid) + "), is ";
+  if (gpu.mig_enabled) {  // CUDA would show its instances, not the GPU: never given whole (docs/mig.md)
+    attempt.failure = who + ": " + its_gpu +
+                      "in MIG mode, and gpusel never gives a GPU in MIG mode whole; name the rank's MIG "
+                      "instance in CUDA_VISIBLE_DEVICES, or leave out --local-rank to pick an instance";
+    return attempt;
+  }
   // Busy as pick judges it (Note [Whose process is it]): a compute process on it is the rank's error.
   gpusel::PickCriteria rule;
   rule.allow_other_users = arguments.criteria.allow_other_users;
@@ -1310,7 +1336,7 @@ int run_run(const Arguments& arguments) {
       gpusel::check_lease_directory();
       if (arguments.wait && arguments.lease && !arguments.local_rank) line.emplace();
     } catch (const gpusel::Error& error) {
-      std::cerr << gpusel::escape_for_terminal(error.what()) << "\n";
+      std::cerr << escape_lines(error.what()) << "\n";
       if (arguments.wait) std::cerr << "gpusel: not waiting: no wait can fix this\n";
       return kExitRunFailed;
     }
@@ -1333,7 +1359,7 @@ int run_run(const Arguments& arguments) {
         attempt = arguments.local_rank ? attempt_local_rank(arguments, map, said_rank) : attempt_pick(arguments, map);
       }
     } catch (const gpusel::Error& error) {  // no wait can fix it
-      std::cerr << "gpusel: " << gpusel::escape_for_terminal(error_text(error)) << "\n";
+      std::cerr << "gpusel: " << escape_lines(error_text(error)) << "\n";
       if (arguments.wait) std::cerr << "gpusel: not waiting: no wait can fix this\n";
       return kExitRunFailed;
     }
@@ -1341,14 +1367,14 @@ int run_run(const Arguments& arguments) {
     const bool time_left =
         arguments.wait && (!arguments.wait_at_most || Clock::now() - started < *arguments.wait_at_most);
     if (!time_left) {
-      std::cerr << "gpusel: " << attempt.failure << "\n";
+      std::cerr << "gpusel: " << escape_lines(attempt.failure) << "\n";
       if (arguments.wait) std::cerr << "gpusel: gave up waiting\n";
       return kExitRunFailed;
     }
     try {
       if (line) line->join();
     } catch (const gpusel::Error& error) {
-      std::cerr << gpusel::escape_for_terminal(error.what()) << "\n";
+      std::cerr << escape_lines(error.what()) << "\n";
       return kExitRunFailed;
     }
     if (!said_waiting) {
@@ -1363,7 +1389,7 @@ int run_run(const Arguments& arguments) {
                 << (arguments.wait_at_most
                         ? " (at most " + std::to_string(arguments.wait_at_most->count() / 1000) + "s)"
                         : std::string(" (no time limit)"))
-                << ": " << first_line << "\n";
+                << ": " << gpusel::escape_for_terminal(first_line) << "\n";
       said_waiting = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -1375,9 +1401,11 @@ int run_run(const Arguments& arguments) {
                                                ? candidate.uuid()
                                                : std::to_string(pci_bus_index(map, candidate.physical_index)));
   for (const gpusel::Candidate& candidate : attempt.chosen)
-    std::cerr << "gpusel: " << (attempt.lease.empty() ? "using " : "leased ") << gpusel::describe(candidate) << "\n";
+    std::cerr << "gpusel: " << (attempt.lease.empty() ? "using " : "leased ")
+              << gpusel::escape_for_terminal(gpusel::describe(candidate)) << "\n";
   say_what_was_chosen(arguments, attempt.chosen);
-  std::cerr << "gpusel: running " << arguments.command_line[0] << " with CUDA_VISIBLE_DEVICES=" << value
+  std::cerr << "gpusel: running " << gpusel::escape_for_terminal(arguments.command_line[0])
+            << " with CUDA_VISIBLE_DEVICES=" << gpusel::escape_for_terminal(value)
             << (arguments.print_uuids ? "" : " CUDA_DEVICE_ORDER=PCI_BUS_ID") << "\n";
   if (setenv("CUDA_VISIBLE_DEVICES", value.c_str(), 1) != 0 ||
       (!arguments.print_uuids && setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1) != 0)) {

@@ -17,7 +17,8 @@ namespace gpusel {
 // its worker threads and destroys their streams and events, gives the device
 // memory the memory pools cache back to each GPU (after waiting for the GPU:
 // the frees still queued run first) and destroys the pools, forgets which GPU
-// pairs have peer access enabled, and frees the large host blocks kept for
+// pairs have peer access enabled and which GPUs have their primary context
+// (Note [What a restore remembers about a device]), and frees the large host blocks kept for
 // reuse (at most GPUSEL_HOST_CACHE bytes: Note [The host block cache]). Live
 // Buffers are untouched. Call it before cudaDeviceReset (which destroys them
 // behind gpusel's back), or to give the pinned memory (workers times slots
@@ -33,6 +34,7 @@ GPUSEL_API void release_cached_resources() noexcept;
 #if GPUSEL_DEFINITIONS
 
 #include "gpusel/detail/core/fork_state.hpp"
+#include "gpusel/detail/cuda/primary_context.hpp"
 #include "gpusel/detail/data/device_pool.hpp"
 #include "gpusel/detail/data/engine_cache.hpp"
 #include "gpusel/detail/data/host_block_cache.hpp"
@@ -48,6 +50,7 @@ GPUSEL_API void release_cached_resources() noexcept {
   detail::StagingPool::instance().release_idle();
   detail::DevicePools::instance().release();
   detail::PeerAccess::instance().forget();
+  detail::DeviceFacts::instance().forget_contexts();
 }
 
 }  // namespace gpusel

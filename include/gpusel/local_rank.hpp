@@ -47,6 +47,19 @@ namespace gpusel {
 // the next one: guessing a rank puts two processes on one GPU.
 // When no variable is set the process was started alone: local rank 0 of 1.
 
+// Note [Slurm tasks with GPUs of their own]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// `srun --gpus-per-task=N` (and `--gpu-bind=...`, or a `--tres-per-task` with
+// gres/gpu) gives every task its own CUDA_VISIBLE_DEVICES with its GPUs only,
+// and SLURM_LOCALID 0..N-1: task 1 sees one GPU, as cuda:0, and "cuda:1 for
+// local rank 1" names nothing. Slurm says so in the task's environment:
+// SLURM_GPUS_PER_TASK, SLURM_GPU_BIND (except "none", which binds nothing), or
+// SLURM_TRES_PER_TASK naming gres/gpu. When SLURM_LOCALID is the rank that
+// wins and one of those is set, every task's device is its first visible GPU,
+// cuda:0 (LocalRank::task_gpus says which variable said so). A launcher inside
+// such a task (`srun --gpus-per-task=4 torchrun ...`) sets its own rank, which
+// wins, and its workers share the task's GPUs by their ranks as usual.
+
 // One launcher's pair of variables: this process's rank on the node, and how
 // many processes of the job run on the node (nullptr where the launcher sets none).
 struct LauncherVariables {
@@ -75,6 +88,10 @@ struct LocalRank {
   std::string source;
   // Other launchers' rank variables that were set but lost, e.g. "SLURM_LOCALID=0".
   std::vector<std::string> overridden;
+  // What says that the launcher gave each task GPUs of its own, so that this
+  // process's device is its first visible GPU whatever its rank
+  // ("SLURM_GPUS_PER_TASK=1": Note [Slurm tasks with GPUs of their own]); empty otherwise.
+  std::string task_gpus;
 
   // "local rank 2 of 4 (torchrun: LOCAL_RANK=2, LOCAL_WORLD_SIZE=4)", or
   // "local rank 0 (no launcher variable is set)".
@@ -132,6 +149,7 @@ GPUSEL_API std::string LocalRank::describe() const {
   std::string text = "local rank " + std::to_string(rank);
   if (size) text += " of " + std::to_string(*size);
   text += launcher.empty() ? " (no launcher variable is set" : " (" + launcher + ": " + source;
+  if (!task_gpus.empty()) text += "; each task has GPUs of its own: " + task_gpus;
   for (const std::string& other : overridden) text += "; " + other + " ignored";
   return text + ")";
 }
@@ -149,6 +167,22 @@ inline int parse_launcher_number(const char* variable, const std::string& value)
   if (!number.ok) throw reject("is not a non-negative decimal integer");
   if (number.overflow || number.value > static_cast<std::uint64_t>(Device::kMaxIndex)) throw reject("is out of range");
   return static_cast<int>(number.value);
+}
+
+// The variable that says Slurm gave each task GPUs of its own, as "NAME=value";
+// empty when none does (Note [Slurm tasks with GPUs of their own]).
+inline std::string slurm_task_gpus(const ReadVariable& read) {
+  if (const std::optional<std::string> per_task = read("SLURM_GPUS_PER_TASK"); per_task && !per_task->empty())
+    return "SLURM_GPUS_PER_TASK=" + *per_task;
+  if (const std::optional<std::string> bind = read("SLURM_GPU_BIND")) {
+    std::string_view kind = *bind;
+    if (kind.substr(0, 8) == "verbose,") kind.remove_prefix(8);
+    if (!kind.empty() && kind != "none") return "SLURM_GPU_BIND=" + *bind;
+  }
+  if (const std::optional<std::string> tres = read("SLURM_TRES_PER_TASK");
+      tres && tres->find("gres/gpu") != std::string::npos)
+    return "SLURM_TRES_PER_TASK=" + *tres;
+  return {};
 }
 
 }  // namespace detail
@@ -175,6 +209,7 @@ GPUSEL_API std::optional<LocalRank> find_local_rank(const ReadVariable& read) {
         }
       }
     }
+    if (std::string_view(variables.rank_variable) == "SLURM_LOCALID") rank.task_gpus = detail::slurm_task_gpus(read);
     found = std::move(rank);
   }
   return found;
@@ -213,20 +248,23 @@ GPUSEL_API Device device_for_local_rank(const std::optional<LocalRank>& rank, in
     return Error(std::string("gpusel::local_rank_device(") + detail::placement_name(placement) + "): " + need +
                  ", but " + visible + "; this process is " + process.describe() + std::string(advice));
   };
+  // The number of the rank's device among the visible ones: its first when the
+  // task sees only its own GPUs (Note [Slurm tasks with GPUs of their own]).
+  const int number = process.task_gpus.empty() ? process.rank : 0;
   if (placement == Placement::one_gpu_per_rank) {
     if (process.size && *process.size > visible_devices) {
       throw too_few(std::to_string(*process.size) + " processes on this node each need a GPU of their own", "");
     }
-    if (process.rank >= visible_devices) {
+    if (number >= visible_devices) {
       throw too_few("local rank " + std::to_string(process.rank) + " needs a GPU of its own", "");
     }
   }
   if (visible_devices == 0) return cpu();
-  if (placement == Placement::rank_or_cpu && process.rank >= visible_devices) {
+  if (placement == Placement::rank_or_cpu && number >= visible_devices) {
     throw too_few("local rank " + std::to_string(process.rank) + " has no GPU of its number",
                   "; to share GPUs between ranks, ask for it: local_rank_device(gpusel::Placement::round_robin)");
   }
-  return cuda(process.rank % visible_devices);
+  return cuda(number % visible_devices);
 }
 
 }  // namespace gpusel

@@ -27,7 +27,8 @@ namespace gpusel {
 
 // The number of CUDA devices this process can use; 0, never an error, when
 // there is no driver, no GPU, or CUDA_VISIBLE_DEVICES hides them all.
-// Before CUDA has started it answers from NVML and the environment, without
+// Before CUDA has started it answers from NVML and the environment (where the
+// driver library loads: Note [NVML without the driver library]), without
 // starting CUDA (so a parent can count GPUs and still fork workers that use
 // them, like PyTorch's PYTORCH_NVML_BASED_CUDA_CHECK); once CUDA has started,
 // or without NVML, or with a GPU in MIG mode, the CUDA runtime answers.

@@ -53,6 +53,11 @@ struct DeviceMap {
     const std::size_t position = order.positions[static_cast<std::size_t>(physical)];
     return position < inventory.gpus.size() ? &inventory.gpus[position] : nullptr;
   }
+  // Whether the CUDA runtime is known to fail under these variables (a GPU
+  // named twice, an invalid CUDA_DEVICE_ORDER, every GPU hidden): known() and
+  // !visible.ok(), unless a MIG instance's UUID ended the list, after which
+  // what CUDA shows is CUDA's to decide. `gpusel explain` exits 1 then.
+  GPUSEL_API bool cuda_would_fail() const noexcept;
 };
 
 // The map for this process from CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER and
@@ -178,6 +183,26 @@ inline bool cuda_driver_initialized() noexcept {
   dlclose(handle);  // NOLOAD took a reference: give it back
   return initialized;
 }
+
+// Note [NVML without the driver library]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// NVML can see GPUs that CUDA cannot use: a container started with
+// NVIDIA_DRIVER_CAPABILITIES=utility has libnvidia-ml.so.1 but no
+// libcuda.so.1, and every runtime call fails (cudaErrorInsufficientDriver).
+// So device_count() counts from NVML only when the driver library loads:
+// dlopen("libcuda.so.1", RTLD_NOLOAD) finds it when NVML loaded it (as the
+// real nvmlInit does), else gpusel loads it itself, as NVML would have, and
+// keeps it loaded. Neither calls cuInit, so nothing starts (Note [Knowing
+// whether CUDA has started]) and a parent can still fork workers. Nothing is
+// cached: a process may load the library later, and a failed load costs one
+// search of the library path per count.
+inline bool cuda_driver_library_loads() noexcept {
+  if (void* handle = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY)) {
+    dlclose(handle);  // NOLOAD took a reference: give it back
+    return true;
+  }
+  return dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL) != nullptr;  // kept loaded, as NVML keeps it
+}
 }  // namespace detail
 
 GPUSEL_API bool cuda_started() noexcept { return detail::cuda_driver_initialized(); }
@@ -199,6 +224,7 @@ GPUSEL_API std::optional<int> count_devices_without_cuda(int runtime_version) no
     if (cuda_driver_initialized()) return std::nullopt;
     const DeviceMap map = visible_devices();
     if (!map.known()) return std::nullopt;
+    if (!cuda_driver_library_loads()) return 0;  // Note [NVML without the driver library]
     const int driver = map.inventory.cuda_driver_version;
     if (driver > 0 && driver / 1000 < runtime_version / 1000) return 0;
     for (const Gpu& gpu : map.inventory.gpus)
@@ -214,6 +240,15 @@ inline std::string pad(std::string text, std::size_t width) {
   return text;
 }
 
+// The first token not kept, when it is a MIG- one: from there on what CUDA
+// shows is CUDA's to decide, not known to fail. nullptr otherwise.
+inline const VisibleToken* mig_token_ending_list(const VisibleDevices& visible) noexcept {
+  for (const VisibleToken& token : visible.tokens())
+    if (!token.kept())
+      return token.outcome == TokenOutcome::unknown_uuid && token.text.rfind("MIG-", 0) == 0 ? &token : nullptr;
+  return nullptr;
+}
+
 // Escaped for a terminal (Note [Hostile text]), as all of explain() is.
 inline std::string describe_gpu(int physical, const Gpu& gpu) {
   std::string text = "physical " + std::to_string(physical) + "  nvidia-smi " + std::to_string(gpu.nvml_index) + "  ";
@@ -223,6 +258,10 @@ inline std::string describe_gpu(int physical, const Gpu& gpu) {
 
 }  // namespace detail
 
+GPUSEL_API bool DeviceMap::cuda_would_fail() const noexcept {
+  return known() && !visible.ok() && detail::mig_token_ending_list(visible) == nullptr;
+}
+
 GPUSEL_API std::string explain(const DeviceMap& map) {
   const VisibleDevices& visible = map.visible;
   std::string text = escape_for_terminal(detail::describe_value("CUDA_VISIBLE_DEVICES", visible.variable())) + "  " +
@@ -230,6 +269,9 @@ GPUSEL_API std::string explain(const DeviceMap& map) {
                      (visible.device_order() ? "" : " (FASTEST_FIRST)") + "\n";
   text += cuda_started() ? "CUDA has started in this process: changing these variables now has no effect here.\n"
                          : "CUDA has not started in this process: the variables can still be changed.\n";
+  const VisibleToken* mig_end = nullptr;  // a MIG- token that ended the list
+  int mig_owner = -1;                     // the physical GPU of the instance it names, when NVML lists it
+  std::string mig_end_why;                // what that token is, then
   if (!map.known()) {
     text += "The physical GPUs are unknown: " + escape_for_terminal(map.inventory.reason) +
             ".\nWithout NVML gpusel cannot list them without starting CUDA; gpusel::device_count() asks the CUDA "
@@ -243,23 +285,22 @@ GPUSEL_API std::string explain(const DeviceMap& map) {
       text += " (CUDA " + std::to_string(inventory.cuda_driver_version / 1000) + "." +
               std::to_string(inventory.cuda_driver_version % 1000 / 10) + ")";
     text += ".\n";
-    // The first token not kept: a MIG- one means the rest is CUDA's to decide, not known to fail.
-    const VisibleToken* mig_end = nullptr;
-    for (const VisibleToken& token : visible.tokens())
-      if (!token.kept()) {
-        if (token.outcome == TokenOutcome::unknown_uuid && token.text.rfind("MIG-", 0) == 0) mig_end = &token;
-        break;
-      }
+    mig_end = detail::mig_token_ending_list(visible);
     if (mig_end != nullptr) {
       // The instance, when NVML lists it (Note [MIG instances]); CUDA's enumeration stays CUDA's.
       std::string owner;
       for (int physical = 0; physical < map.order.count() && owner.empty(); ++physical) {
         const Gpu& gpu = map.order.gpu(inventory, physical);
         for (const MigInstance& instance : gpu.mig_instances)
-          if (detail::starts_with_ignoring_case(instance.uuid, mig_end->text))
+          if (owner.empty() && detail::starts_with_ignoring_case(instance.uuid, mig_end->text)) {
             owner = ", an instance of physical GPU " + std::to_string(physical) + " (nvidia-smi " +
                     std::to_string(gpu.nvml_index) + "; GI " + std::to_string(instance.gpu_instance_id) + ", CI " +
                     std::to_string(instance.compute_instance_id) + ")";
+            mig_owner = physical;
+            mig_end_why = "ends gpusel's list: MIG instance (GI " + std::to_string(instance.gpu_instance_id) + ", CI " +
+                          std::to_string(instance.compute_instance_id) + ") of physical GPU " +
+                          std::to_string(physical) + "; what CUDA shows from this token on is CUDA's to decide";
+          }
       }
       text += "CUDA_VISIBLE_DEVICES names a MIG instance (" + escape_for_terminal(detail::quote(mig_end->text)) +
               (owner.empty() ? std::string("), which is none of the GPUs or MIG instances NVML lists") : ")" + owner) +
@@ -271,18 +312,30 @@ GPUSEL_API std::string explain(const DeviceMap& map) {
       text += "No CUDA device is visible: " + escape_for_terminal(visible.reason()) + "; the CUDA runtime fails with " +
               visible.error_name() + ".\n";
     } else if (visible.ok()) {
-      text += detail::visible_count_text(visible.count()) + ":\n";
+      // A GPU in MIG mode is not a CUDA device: CUDA shows its instances instead
+      // and numbers the devices from there on itself, so it gets no cuda:N, nor do those after it.
+      int first_mig = -1;
+      for (int logical = 0; logical < visible.count() && first_mig < 0; ++logical)
+        if (map.device(logical)->mig_enabled) first_mig = logical;
+      text += first_mig < 0 ? detail::visible_count_text(visible.count()) + ":\n"
+                            : std::to_string(visible.count()) + (visible.count() == 1 ? " GPU is" : " GPUs are") +
+                                  " visible; CUDA shows the MIG instances of a GPU in MIG mode instead, and numbers "
+                                  "the devices from cuda:" +
+                                  std::to_string(first_mig) + " on itself:\n";
       // As wide as the widest label and two blanks: "cuda:1000" needs more than "cuda:0".
       const std::size_t width = std::string("cuda:").size() + std::to_string(visible.count() - 1).size() + 2;
-      for (int logical = 0; logical < visible.count(); ++logical)
-        text +=
-            "  " + detail::pad("cuda:" + std::to_string(logical), width < 8 ? 8 : width) +
-            detail::describe_gpu(visible.physical_indices()[static_cast<std::size_t>(logical)], *map.device(logical)) +
-            "\n";
+      for (int logical = 0; logical < visible.count(); ++logical) {
+        const Gpu& gpu = *map.device(logical);
+        const std::string label = first_mig < 0 || logical < first_mig ? "cuda:" + std::to_string(logical)
+                                  : gpu.mig_enabled                    ? std::string("MIG")
+                                                                       : std::string("cuda:?");
+        text += "  " + detail::pad(label, width < 8 ? 8 : width) +
+                detail::describe_gpu(visible.physical_indices()[static_cast<std::size_t>(logical)], gpu) + "\n";
+      }
     }
     std::string hidden;
     for (int physical = 0; physical < map.order.count(); ++physical)
-      if (!visible.logical(physical))
+      if (!visible.logical(physical) && physical != mig_owner)  // the GPU of the instance named is not hidden
         hidden += "  " + detail::describe_gpu(physical, map.order.gpu(map.inventory, physical)) + "\n";
     if (!hidden.empty()) text += "Hidden from this process:\n" + hidden;
     if (!map.order.exact) text += "Caution: " + map.order.caveat + ".\n";
@@ -291,8 +344,9 @@ GPUSEL_API std::string explain(const DeviceMap& map) {
     text += "How CUDA reads CUDA_VISIBLE_DEVICES (split on ','; the first token not kept ends the list):\n";
     for (const VisibleToken& token : visible.tokens())
       text += "  " + detail::pad(escape_for_terminal(detail::quote(token.text)), 14) + " " +
-              (map.known() ? escape_for_terminal(token.why(visible.physical_count()))
-                           : std::string("not checked: the GPUs are unknown")) +
+              (!map.known()                                ? std::string("not checked: the GPUs are unknown")
+               : &token == mig_end && !mig_end_why.empty() ? mig_end_why
+                                                           : escape_for_terminal(token.why(visible.physical_count()))) +
               "\n";
   }
   return text;

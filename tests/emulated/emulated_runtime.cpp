@@ -352,15 +352,19 @@ class Call {
       s_.teardown_registered = true;
       (void)std::atexit(&tear_down_at_exit);
     }
-    for (auto it = s_.failures.begin(); it != s_.failures.end(); ++it) {
-      if (it->function != function) continue;
-      if (it->remaining_calls > 1) {
+    // Every failure armed for this function counts this call, so failures armed
+    // for calls 1 and 2 fail calls 1 and 2; where two fire at once, the first
+    // armed gives the status.
+    for (auto it = s_.failures.begin(); it != s_.failures.end();) {
+      if (it->function != function) {
+        ++it;
+      } else if (it->remaining_calls > 1) {
         --it->remaining_calls;
-        continue;
+        ++it;
+      } else {
+        if (armed_ == cudaSuccess) armed_ = it->status;
+        it = it->persistent ? it + 1 : s_.failures.erase(it);
       }
-      armed_ = it->status;
-      if (!it->persistent) s_.failures.erase(it);
-      break;
     }
     if (counts_as_initialization) load_driver(s_);
     if (counts_as_initialization && s_.config.initialization_error != cudaSuccess && armed_ == cudaSuccess)
@@ -587,7 +591,36 @@ Config devices(int count, std::size_t memory_bytes) {
   return config;
 }
 
+namespace {
+struct ResetHooks {
+  std::mutex mutex;
+  std::vector<void (*)() noexcept> hooks;
+};
+
+ResetHooks& reset_hooks() {
+  static ResetHooks* hooks = new ResetHooks;  // never destroyed, like the state
+  return *hooks;
+}
+
+void reset_locked(const Config& config);
+}  // namespace
+
+void on_reset(void (*forget)() noexcept) {
+  ResetHooks& hooks = reset_hooks();
+  std::lock_guard<std::mutex> lock(hooks.mutex);
+  if (hooks.hooks.size() == 8) std::abort();
+  hooks.hooks.push_back(forget);
+}
+
 void reset(const Config& config) {
+  reset_locked(config);
+  ResetHooks& hooks = reset_hooks();
+  std::lock_guard<std::mutex> lock(hooks.mutex);
+  for (auto* forget : hooks.hooks) forget();
+}
+
+namespace {
+void reset_locked(const Config& config) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   for (auto& [address, allocation] : s.allocations) std::free(reinterpret_cast<void*>(address));
@@ -630,6 +663,7 @@ void reset(const Config& config) {
   }
   s.libcuda = nullptr;
 }
+}  // namespace
 
 int calls(const std::string& function) {
   State& s = state();
@@ -792,6 +826,7 @@ int driver_device_get(int* device, int ordinal) {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (device == nullptr) return 1;
   if (ordinal < 0 || ordinal >= static_cast<int>(s.devices.size())) return 101;
+  ++s.call_counts["cuDeviceGet"];
   *device = ordinal;
   return 0;
 }

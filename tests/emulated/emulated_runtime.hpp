@@ -47,6 +47,11 @@ Config devices(int count, std::size_t memory_bytes = std::size_t{16} << 30);
 // Starts a new emulated process: forgets every device, allocation, stream,
 // context, counter and armed failure, and every thread's current device.
 void reset(const Config& config = Config{});
+// Has reset() call `forget` (after its own work, without its lock held), so
+// that what the program knew about the old emulated process (gpusel's facts
+// about devices: tests/support/gpusel_test.hpp) goes with it, as a new process
+// starts without it. At most 8; each is called in the order registered.
+void on_reset(void (*forget)() noexcept);
 
 // --- what happened --------------------------------------------------------
 // How many times `function` ("cudaSetDevice") was called since the last reset or clear_calls().
@@ -94,7 +99,9 @@ int operations_left_to_stream_destroy();
 
 // --- making things fail -----------------------------------------------------
 // The nth call to `function` from now (1 = the next one) fails with `status`,
-// without doing anything else, as a real failure would. Several can be armed.
+// without doing anything else, as a real failure would. Several can be armed;
+// each counts the calls made after it was armed, so armed for calls 1 and 2,
+// calls 1 and 2 fail.
 void fail_call(const std::string& function, int nth, cudaError_t status);
 // Every call to `function` from the nth on fails with `status`.
 void fail_calls_from(const std::string& function, int nth, cudaError_t status);

@@ -198,6 +198,27 @@ TEST_F(EmulatedRuntime, FailsTheNthCallAsArmedAndOnlyThatOne) {
   (void)cudaFree(c);
 }
 
+TEST_F(EmulatedRuntime, FailuresArmedForConsecutiveCallsFailExactlyThoseCalls) {
+  // Each armed failure counts calls from when it was armed, whichever fires first.
+  emu::fail_call("cudaSetDevice", 1, cudaErrorInvalidDevice);
+  emu::fail_call("cudaSetDevice", 2, cudaErrorNotPermitted);
+  emu::fail_call("cudaSetDevice", 4, cudaErrorUnknown);
+  EXPECT_EQ(cudaSetDevice(1), cudaErrorInvalidDevice);
+  EXPECT_EQ(cudaSetDevice(1), cudaErrorNotPermitted);
+  EXPECT_EQ(cudaSetDevice(1), cudaSuccess);
+  EXPECT_EQ(cudaSetDevice(1), cudaErrorUnknown);
+  EXPECT_EQ(cudaSetDevice(1), cudaSuccess);
+}
+
+TEST_F(EmulatedRuntime, AOneOffFailureAndAPersistentOneCountTheSameCalls) {
+  emu::fail_call("cudaSetDevice", 1, cudaErrorNotPermitted);
+  emu::fail_calls_from("cudaSetDevice", 3, cudaErrorInvalidDevice);
+  EXPECT_EQ(cudaSetDevice(1), cudaErrorNotPermitted);
+  EXPECT_EQ(cudaSetDevice(1), cudaSuccess);
+  EXPECT_EQ(cudaSetDevice(1), cudaErrorInvalidDevice);
+  EXPECT_EQ(cudaSetDevice(1), cudaErrorInvalidDevice);
+}
+
 TEST_F(EmulatedRuntime, FailsEveryCallFromTheNthWhenPersistent) {
   emu::fail_calls_from("cudaSetDevice", 2, cudaErrorInvalidDevice);
   EXPECT_EQ(cudaSetDevice(1), cudaSuccess);

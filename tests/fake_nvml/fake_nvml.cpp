@@ -14,7 +14,9 @@
 //   cuda_driver 13000             # nvmlSystemGetCudaDriverVersion_v2 (13.0)
 //   libcuda /path/to/libcuda.so.1 # nvmlInit_v2 loads it, without initializing it, and it
 //                                 # stays loaded, as the real nvmlInit loads the driver library
-//                                 # (measured on the H200, driver 580); none by default
+//                                 # (measured on the H200, driver 580); none by default, or the
+//                                 # one GPUSEL_FAKE_NVML_LIBCUDA names (for a machine file shared
+//                                 # by builds, tests/data/example_machine.nvml)
 //   init_error 9                  # nvmlInit_v2 fails with this NVML status (9: driver not loaded)
 //   init_delay_ms 200             # nvmlInit_v2 takes this long, as the real one takes hundreds of ms
 //                                 # (spent outside the fake's lock, so other threads' calls go on)
@@ -448,6 +450,8 @@ extern "C" int nvmlInit_v2() {
     hang = machine.hang;
   }
   hang_if(hang, "init");
+  if (const char* from_environment = std::getenv("GPUSEL_FAKE_NVML_LIBCUDA"); libcuda.empty() && from_environment)
+    libcuda = from_environment;
   if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   // Loaded and never closed, not initialized: what the real nvmlInit leaves behind.
   if (!libcuda.empty()) (void)dlopen(libcuda.c_str(), RTLD_NOW | RTLD_LOCAL);

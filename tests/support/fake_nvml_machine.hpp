@@ -51,9 +51,14 @@ class ScopedEnvironment {
 // count as CUDA having started.
 class FakeNvmlMachine {
  public:
-  explicit FakeNvmlMachine(const std::string& config)
+  // Whether the fake nvmlInit loads the stand-in libcuda.so.1 (the emulated
+  // runtime only): without_driver_library is a machine whose NVML works but whose
+  // driver library is missing (a container with NVIDIA_DRIVER_CAPABILITIES=utility).
+  enum DriverLibrary { with_driver_library, without_driver_library };
+
+  explicit FakeNvmlMachine(const std::string& config, DriverLibrary driver = with_driver_library)
       : directory_(make_directory()),
-        path_(write(directory_, config)),
+        path_(write(directory_, driver == with_driver_library ? as_written(config) : config)),
         config_("GPUSEL_FAKE_NVML_CONFIG", path_),
         library_("GPUSEL_NVML_LIBRARY", library()) {}
   ~FakeNvmlMachine() {
@@ -79,7 +84,7 @@ class FakeNvmlMachine {
   // Describes another machine from now on (the fake reads its file on every count):
   // a new file, renamed over the old one, so a reader sees one machine or the other.
   void rewrite(const std::string& config) const {
-    const std::string written = write(directory_, config);
+    const std::string written = write(directory_, as_written(config));
     if (std::rename(written.c_str(), path_.c_str()) != 0) {
       std::remove(written.c_str());
       throw std::runtime_error("FakeNvmlMachine: cannot rename " + written + " to " + path_);
@@ -98,7 +103,7 @@ class FakeNvmlMachine {
     std::string path = directory + "/machine_XXXXXX";
     const int fd = mkstemp(path.data());
     if (fd < 0) throw std::runtime_error("FakeNvmlMachine: mkstemp failed in " + directory);
-    const std::string text = as_written(config);
+    const std::string& text = config;
     std::size_t done = 0;
     while (done < text.size()) {
       const ssize_t written = ::write(fd, text.data() + done, text.size() - done);

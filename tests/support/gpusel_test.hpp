@@ -10,9 +10,19 @@
 
 #if GPUSEL_TEST_EMULATED
 #include "emulated_runtime.hpp"
+#include "gpusel/detail/cuda/primary_context.hpp"
 #endif
 
 namespace gpusel_test {
+
+#if GPUSEL_TEST_EMULATED
+// A reset of the emulation starts a new process, which knows no CUdevice and
+// no context yet (Note [What a restore remembers about a device]).
+inline const bool kDeviceFactsGoAtReset = [] {
+  gpusel_emulated::on_reset([]() noexcept { gpusel::detail::DeviceFacts::instance().forget(); });
+  return true;
+}();
+#endif
 
 inline constexpr bool kEmulated = GPUSEL_TEST_EMULATED != 0;
 

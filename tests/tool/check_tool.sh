@@ -211,6 +211,14 @@ case $scenario in
     CUDA_VISIBLE_DEVICES=1,7,0 run 0 explain
     expect stdout "\"7\""
     expect stdout "ends the list"
+    # A value that makes CUDA fail is an exit status a job script can test, with and without --json.
+    CUDA_VISIBLE_DEVICES=0,0 run 1 explain
+    expect stdout "names physical GPU 0 twice"
+    CUDA_VISIBLE_DEVICES=0,0 run 1 explain --json
+    expect_json
+    expect stdout '"ok": false'
+    CUDA_VISIBLE_DEVICES=-1 run 1 explain
+    expect stdout "No CUDA device is visible"
     ;;
   pick)
     run 0 pick --share-own
@@ -761,6 +769,14 @@ sys.exit(0 if loop.returncode == -signal.SIGINT and open(log).read().split() == 
     LOCAL_RANK=1 run 0 run --local-rank --no-lease -- true
     kill $holder
     wait $holder 2>/dev/null
+    # a rank whose GPU is in MIG mode is not given the GPU whole (CUDA would show its instances), leased or not
+    export GPUSEL_FAKE_NVML_CONFIG="$work/mig.txt"
+    for lease in "" --no-lease; do
+      LOCAL_RANK=1 run 125 run --local-rank $lease -- touch "$work/mig_started"
+      expect stderr "local rank 1 (torchrun: LOCAL_RANK=1): its GPU, cuda:1 of the job (physical 1, GPU-3d4e5f60-0000-4000-8000-000000000003), is in MIG mode"
+      [ ! -e "$work/mig_started" ] || { echo "FAILED: the rank ran on a GPU in MIG mode"; failures=$((failures + 1)); }
+    done
+    LOCAL_RANK=0 run 0 run --local-rank -- true
     ;;
   exclude_numbering)
     # What pick prints, --exclude takes: on mixed models CUDA's physical 0 is the H200, nvidia-smi's 0 the A100.
@@ -783,7 +799,7 @@ sys.exit(0 if loop.returncode == -signal.SIGINT and open(log).read().split() == 
     expect_json
     expect stdout '"ok": false'
     CUDA_DEVICE_ORDER=pci_bus_id run 125 run -- true
-    CUDA_DEVICE_ORDER=pci_bus_id run 0 explain --json
+    CUDA_DEVICE_ORDER=pci_bus_id run 1 explain --json
     expect stdout '"ok": false'
     # pick never prints an empty list: --at-least 0 is refused, and a visible set that hides everything fails
     run 2 pick --at-least 0
@@ -871,6 +887,27 @@ EOF
     CUDA_VISIBLE_DEVICES=$'0,\e[2J\xff' run 0 explain
     if LC_ALL=C grep -q $'[\x1b\xff]' "$work/out"; then echo "FAILED: explain printed raw bytes"; failures=$((failures + 1)); fi
     expect stdout 'CUDA_VISIBLE_DEVICES=0,\x1b[2J\xff'
+    # A UUID from NVML that would clear the terminal: pick's and run's messages escape it, and pick --json
+    # still prints one document when the UUID cannot name a lease file.
+    printf 'gpu uuid=GPU-\e[2J00\n' >"$work/hostile_uuid.txt"
+    for command in "pick" "pick --json" "run -- true" "run --wait=1 -- true"; do
+      # shellcheck disable=SC2086
+      GPUSEL_FAKE_NVML_CONFIG="$work/hostile_uuid.txt" run "$([ "${command%% *}" = run ] && echo 125 || echo 1)" $command
+      if LC_ALL=C grep -q $'\x1b' "$work/out" "$work/err"; then
+        echo "FAILED: $command printed a raw escape"
+        failures=$((failures + 1))
+      fi
+      expect stderr 'cannot lease "GPU-\x1b[2J00": not a GPU or MIG UUID'
+    done
+    GPUSEL_FAKE_NVML_CONFIG="$work/hostile_uuid.txt" run 1 pick --json
+    expect_json
+    # One GPU that cannot be leased is that GPU's problem alone (Note [Who can break a lease]): rejected, with why.
+    expect_in_json 'd["ok"] is False and d["error"] == "nothing_fits" and any("not a GPU or MIG UUID" in r for r in d["assessed"][0]["rejected_because"])'
+    # A lease directory that cannot be trusted: one JSON document too.
+    mkdir -m 0777 "$work/open_leases" && chmod 0777 "$work/open_leases"
+    GPUSEL_LEASE_DIR="$work/open_leases" run 1 pick --json
+    expect_json
+    expect_in_json 'd["ok"] is False and d["error"] == "leases" and "not sticky" in d["reason"] and d["exit_status"] == 1'
     ;;
   output)
     # A failed write is an error (6): a full disk, a closed stdout.
@@ -909,6 +946,12 @@ EOF
     run 2 pick --json --exclude 9
     expect_json
     expect stdout '"error": "usage"'
+    # pick's own document: "error" is a code, "reason" the message, as in every error document
+    run 1 pick --json -n 9 --allow-other-users
+    expect_json
+    expect_in_json 'd["ok"] is False and d["error"] == "nothing_fits" and "9 are needed" in d["reason"]'
+    run 0 pick --json --share-own
+    expect_in_json 'd["ok"] is True and d["error"] == "" and d["reason"] == ""'
     run 2 --json
     expect_json
     ;;

@@ -146,6 +146,7 @@ enum class RuntimeObject : int {
   staging_pool = 2,
   copy_engine = 3,
   device_pools = 4,
+  device_facts = 5,
 };
 
 // What each slot of ProcessState::objects holds; the others are free (slot 0

@@ -8,8 +8,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include <climits>
+#include <cstddef>
+#include <new>
+
 #include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/process_state.hpp"
+#include "gpusel/detail/cuda/runtime_state.hpp"
 
 namespace gpusel::detail {
 
@@ -84,18 +89,69 @@ inline bool load_driver_entry_points() noexcept {
   return true;
 }
 
-// Whether runtime device `ordinal` has its primary context now. Creates none.
-// Unknown when the driver cannot say (no entry point, a bad ordinal, no driver).
+// Note [What a restore remembers about a device]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A cross-device guard asks at its end whether the device it goes back to has
+// its primary context: asked of the driver every time, that was cuDeviceGet and
+// cuDevicePrimaryCtxGetState on top of the three runtime calls a raw switch
+// makes (2.09x the raw get + set + set on the emulated runtime). What gpusel
+// keeps, per runtime and runtime ordinal (DeviceFacts):
+//  - the ordinal's CUdevice, asked once: it cannot change within a process;
+//  - "the primary context exists", once the driver said so. Only
+//    cudaDeviceReset (or the driver's cuDevicePrimaryCtxReset) destroys a
+//    primary context, and gpusel cannot see those calls: call
+//    release_cached_resources() before cudaDeviceReset, which forgets this as
+//    it forgets the other caches. Without that, the next restore of the reset
+//    device makes its context again, as a raw cudaSetDevice would.
+// "No context" is asked every time: any thread can create one at any moment.
+// Only plain atomic loads and stores, no lock, no CUDA call: the facts stay
+// true in a child made by fork() (a child of a parent that used CUDA cannot
+// use it anyway). Ordinals from kDevices on are asked every time.
+struct DeviceFacts {
+  static constexpr int kDevices = 64;
+  detail::Atomic<int> cu_device[kDevices]{};  // the CUdevice plus one; 0 until asked
+  detail::Atomic<bool> active[kDevices]{};    // the primary context is known to exist
+
+  static DeviceFacts& instance() noexcept {
+    return runtime_object<DeviceFacts>(RuntimeObject::device_facts,
+                                       [](void* storage) noexcept { return new (storage) DeviceFacts(); });
+  }
+
+  void forget_contexts() noexcept {
+    for (auto& known : active) known.store(false, detail::MemoryOrder::relaxed);
+  }
+
+  // What a new process knows: nothing (the emulated runtime's reset, in tests).
+  void forget() noexcept {
+    forget_contexts();
+    for (auto& known : cu_device) known.store(0, detail::MemoryOrder::relaxed);
+  }
+};
+
+// Whether runtime device `ordinal` has its primary context now, as far as
+// gpusel can tell without creating one (Note [What a restore remembers about
+// a device]). Unknown when the driver cannot say (no entry point, a bad
+// ordinal, no driver).
 inline PrimaryContextState primary_context_state(int ordinal) noexcept {
+  const bool remembered = ordinal >= 0 && ordinal < DeviceFacts::kDevices;
+  DeviceFacts* facts = remembered ? &DeviceFacts::instance() : nullptr;
+  const auto slot = static_cast<std::size_t>(ordinal);
+  if (facts != nullptr && facts->active[slot].load(detail::MemoryOrder::relaxed)) return PrimaryContextState::Active;
   if (!load_driver_entry_points()) return PrimaryContextState::Unknown;
   const DriverEntryPoints& points = driver_entry_points();
-  int device = 0;
-  if (points.device_get.load(detail::MemoryOrder::relaxed)(&device, ordinal) != 0) return PrimaryContextState::Unknown;
+  int device = facts != nullptr ? facts->cu_device[slot].load(detail::MemoryOrder::relaxed) - 1 : -1;
+  if (device < 0) {
+    if (points.device_get.load(detail::MemoryOrder::relaxed)(&device, ordinal) != 0 || device < 0)
+      return PrimaryContextState::Unknown;
+    if (facts != nullptr && device < INT_MAX) facts->cu_device[slot].store(device + 1, detail::MemoryOrder::relaxed);
+  }
   unsigned int flags = 0;
   int active = 0;
   if (points.primary_context_get_state.load(detail::MemoryOrder::relaxed)(device, &flags, &active) != 0)
     return PrimaryContextState::Unknown;
-  return active != 0 ? PrimaryContextState::Active : PrimaryContextState::Inactive;
+  if (active == 0) return PrimaryContextState::Inactive;
+  if (facts != nullptr) facts->active[slot].store(true, detail::MemoryOrder::relaxed);
+  return PrimaryContextState::Active;
 }
 
 }  // namespace gpusel::detail
