@@ -12,9 +12,9 @@
 // <gpusel/buffer.hpp> includes this header.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel {
@@ -56,10 +56,10 @@ namespace detail {
 
 // The options in effect, for the whole process (Note [One state per process]).
 struct CopyEngineSettings {
-  detail::Atomic<std::size_t> host_to_device_workers{0};
-  detail::Atomic<std::size_t> device_to_host_workers{0};
-  detail::Atomic<std::size_t> slots{0};
-  detail::Atomic<std::size_t> chunk_bytes{0};
+  std::atomic<std::size_t> host_to_device_workers{0};
+  std::atomic<std::size_t> device_to_host_workers{0};
+  std::atomic<std::size_t> slots{0};
+  std::atomic<std::size_t> chunk_bytes{0};
   // The cores this process could run on when the engine was first used.
   std::size_t cores = 1;
   // The first environment variable that could not be used, with why, or "".
@@ -142,7 +142,7 @@ inline std::size_t parse_option(const char* text, bool bytes) noexcept {
 inline void read_copy_environment(CopyEngineSettings& settings) noexcept {
   struct Variable {
     const char* name;
-    detail::Atomic<std::size_t>* field;
+    std::atomic<std::size_t>* field;
     bool bytes;
   };
   const Variable variables[] = {{"GPUSEL_COPY_WORKERS", &settings.host_to_device_workers, false},
@@ -167,9 +167,9 @@ inline void read_copy_environment(CopyEngineSettings& settings) noexcept {
     } catch (...) {  // no memory for the text: ignore the variable
       continue;
     }
-    variable.field->store(value, detail::MemoryOrder::relaxed);
+    variable.field->store(value, std::memory_order_relaxed);
     if (variable.field == &settings.host_to_device_workers)
-      settings.device_to_host_workers.store(value, detail::MemoryOrder::relaxed);
+      settings.device_to_host_workers.store(value, std::memory_order_relaxed);
   }
 }
 
@@ -194,11 +194,11 @@ GPUSEL_API CopyEngineOptions effective_copy_options() noexcept {
   const auto pick = [](std::size_t set, std::size_t fallback) { return set != 0 ? set : fallback; };
   CopyEngineOptions options;
   options.host_to_device_workers =
-      pick(settings.host_to_device_workers.load(detail::MemoryOrder::relaxed), cores < 6 ? cores : 6);
+      pick(settings.host_to_device_workers.load(std::memory_order_relaxed), cores < 6 ? cores : 6);
   options.device_to_host_workers =
-      pick(settings.device_to_host_workers.load(detail::MemoryOrder::relaxed), cores < 8 ? cores : 8);
-  options.slots = pick(settings.slots.load(detail::MemoryOrder::relaxed), 2);
-  options.chunk_bytes = pick(settings.chunk_bytes.load(detail::MemoryOrder::relaxed), std::size_t{4} << 20);
+      pick(settings.device_to_host_workers.load(std::memory_order_relaxed), cores < 8 ? cores : 8);
+  options.slots = pick(settings.slots.load(std::memory_order_relaxed), 2);
+  options.chunk_bytes = pick(settings.chunk_bytes.load(std::memory_order_relaxed), std::size_t{4} << 20);
   return options;
 }
 
@@ -214,10 +214,10 @@ GPUSEL_API void set_copy_engine_options(const CopyEngineOptions& options) {
   const std::string problem = detail::copy_options_problem(options);
   if (!problem.empty()) throw Error("gpusel::set_copy_engine_options: " + problem);
   detail::CopyEngineSettings& settings = detail::copy_engine_settings();
-  settings.host_to_device_workers.store(options.host_to_device_workers, detail::MemoryOrder::relaxed);
-  settings.device_to_host_workers.store(options.device_to_host_workers, detail::MemoryOrder::relaxed);
-  settings.slots.store(options.slots, detail::MemoryOrder::relaxed);
-  settings.chunk_bytes.store(options.chunk_bytes, detail::MemoryOrder::relaxed);
+  settings.host_to_device_workers.store(options.host_to_device_workers, std::memory_order_relaxed);
+  settings.device_to_host_workers.store(options.device_to_host_workers, std::memory_order_relaxed);
+  settings.slots.store(options.slots, std::memory_order_relaxed);
+  settings.chunk_bytes.store(options.chunk_bytes, std::memory_order_relaxed);
   settings.environment_problem[0] = '\0';
 }
 

@@ -4,10 +4,10 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <new>
 #include <string>
 
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/process_state.hpp"
 #include "gpusel/error.hpp"
 
@@ -38,31 +38,30 @@ namespace gpusel::detail {
 inline constexpr int kMaxForkForgets = 8;
 
 struct ForkState {
-  detail::Atomic<bool> cuda_used{false};
-  detail::Atomic<bool> forked_after_cuda{false};
-  detail::Atomic<unsigned> forks{0};  // children this process descends from, through fork()
+  std::atomic<bool> cuda_used{false};
+  std::atomic<bool> forked_after_cuda{false};
+  std::atomic<unsigned> forks{0};  // children this process descends from, through fork()
   // forget_functions[i](forget_objects[i]), for i < forget_count, in a child.
-  detail::Atomic<int> forget_count{0};
-  detail::Atomic<void (*)(void*) noexcept> forget_functions[kMaxForkForgets]{};
-  detail::Atomic<void*> forget_objects[kMaxForkForgets]{};
+  std::atomic<int> forget_count{0};
+  std::atomic<void (*)(void*) noexcept> forget_functions[kMaxForkForgets]{};
+  std::atomic<void*> forget_objects[kMaxForkForgets]{};
 };
 
 inline ForkState* find_fork_state() noexcept {
   return static_cast<ForkState*>(
-      process_state().objects[static_cast<int>(ProcessObject::fork_state)].load(detail::MemoryOrder::acquire));
+      process_state().objects[static_cast<int>(ProcessObject::fork_state)].load(std::memory_order_acquire));
 }
 
 // The atfork child handler (Note [Caches across fork()]).
 inline void forget_after_fork() noexcept {
   ForkState* state = find_fork_state();
   if (state == nullptr) return;
-  if (state->cuda_used.load(detail::MemoryOrder::relaxed))
-    state->forked_after_cuda.store(true, detail::MemoryOrder::relaxed);
-  state->forks.fetch_add(1, detail::MemoryOrder::relaxed);
-  const int count = state->forget_count.load(detail::MemoryOrder::acquire);
+  if (state->cuda_used.load(std::memory_order_relaxed)) state->forked_after_cuda.store(true, std::memory_order_relaxed);
+  state->forks.fetch_add(1, std::memory_order_relaxed);
+  const int count = state->forget_count.load(std::memory_order_acquire);
   for (int i = 0; i < count && i < kMaxForkForgets; ++i) {
-    void (*forget)(void*) noexcept = state->forget_functions[i].load(detail::MemoryOrder::acquire);
-    if (forget != nullptr) forget(state->forget_objects[i].load(detail::MemoryOrder::relaxed));
+    void (*forget)(void*) noexcept = state->forget_functions[i].load(std::memory_order_acquire);
+    if (forget != nullptr) forget(state->forget_objects[i].load(std::memory_order_relaxed));
   }
 }
 
@@ -85,14 +84,14 @@ inline ForkState& fork_state() noexcept {
 // registered. Takes no lock: it is called where a runtime object is made,
 // under the state's mutex, so fork_state() must have been made before.
 inline void forget_in_forked_child(ForkState& state, void (*forget)(void*) noexcept, void* object) noexcept {
-  const int index = state.forget_count.fetch_add(1, detail::MemoryOrder::relaxed);
+  const int index = state.forget_count.fetch_add(1, std::memory_order_relaxed);
   if (index >= kMaxForkForgets) return;
-  state.forget_objects[index].store(object, detail::MemoryOrder::relaxed);
-  state.forget_functions[index].store(forget, detail::MemoryOrder::release);  // a slot not yet filled reads as null
+  state.forget_objects[index].store(object, std::memory_order_relaxed);
+  state.forget_functions[index].store(forget, std::memory_order_release);  // a slot not yet filled reads as null
 }
 
 // Whether this process is a child forked after gpusel used CUDA.
-inline bool forked_after_cuda() noexcept { return fork_state().forked_after_cuda.load(detail::MemoryOrder::relaxed); }
+inline bool forked_after_cuda() noexcept { return fork_state().forked_after_cuda.load(std::memory_order_relaxed); }
 
 [[noreturn]] inline void throw_forked_after_cuda(const char* what) {
   throw Error(std::string(what) +
@@ -104,8 +103,8 @@ inline bool forked_after_cuda() noexcept { return fork_state().forked_after_cuda
 // after CUDA started, and otherwise records that CUDA is in use.
 inline void enter_cuda_work(const char* what) {
   ForkState& state = fork_state();
-  if (state.forked_after_cuda.load(detail::MemoryOrder::relaxed)) throw_forked_after_cuda(what);
-  if (!state.cuda_used.load(detail::MemoryOrder::relaxed)) state.cuda_used.store(true, detail::MemoryOrder::relaxed);
+  if (state.forked_after_cuda.load(std::memory_order_relaxed)) throw_forked_after_cuda(what);
+  if (!state.cuda_used.load(std::memory_order_relaxed)) state.cuda_used.store(true, std::memory_order_relaxed);
 }
 
 }  // namespace gpusel::detail

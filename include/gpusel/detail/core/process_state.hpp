@@ -5,9 +5,8 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <type_traits>
-
-#include "gpusel/detail/core/atomic.hpp"
 
 namespace gpusel {
 class Error;
@@ -114,9 +113,9 @@ struct DriverEntryPoints {
   using PrimaryContextGetState = int (*)(int device, unsigned int* flags, int* active);
   enum Lookup : int { NotYet = 0, Found = 1, Absent = 2 };
 
-  detail::Atomic<DeviceGet> device_get{nullptr};
-  detail::Atomic<PrimaryContextGetState> primary_context_get_state{nullptr};
-  detail::Atomic<int> lookup{NotYet};
+  std::atomic<DeviceGet> device_get{nullptr};
+  std::atomic<PrimaryContextGetState> primary_context_get_state{nullptr};
+  std::atomic<int> lookup{NotYet};
 };
 
 // What gpusel knows about a thread's device in one runtime beyond what
@@ -157,9 +156,9 @@ enum class ProcessObject : int { copy_engine_options = 1, fork_state = 2, host_p
 // One CUDA runtime of the process (Note [One state per runtime]).
 struct Runtime {
   // Which runtime: the address of its cudaGetDevice. Null while the entry is free.
-  detail::Atomic<const void*> identity{nullptr};
+  std::atomic<const void*> identity{nullptr};
   // The runtime's objects, by RuntimeObject; null until first used.
-  detail::Atomic<void*> objects[kObjectSlots]{};
+  std::atomic<void*> objects[kObjectSlots]{};
 };
 
 // The calling thread's records, one per runtime, indexed like
@@ -172,27 +171,40 @@ inline ThreadDevice* thread_devices() noexcept {
 }
 
 struct ProcessState {
-  detail::Atomic<int> default_device{kDefaultIsCpu};
-  detail::Atomic<RestoreErrorHandler> restore_error_handler{nullptr};
-  detail::Atomic<bool> restore_error_printed{false};
+  std::atomic<int> default_device{kDefaultIsCpu};
+  std::atomic<RestoreErrorHandler> restore_error_handler{nullptr};
+  std::atomic<bool> restore_error_printed{false};
   DriverEntryPoints driver{};
   // The loaded NVML libraries, newest first (detail/machine/nvml.hpp), published with
   // a compare-exchange and never removed: no lock is held across dlopen and
   // nvmlInit (Note [Loading NVML without a lock]).
-  detail::Atomic<const nvml::Library*> nvml_libraries{nullptr};
-  // Taken to add a runtime and to fill an object slot.
+  std::atomic<const nvml::Library*> nvml_libraries{nullptr};
+  // Taken to add a runtime and to fill an object slot. A pthread mutex, not
+  // std::mutex: its C initializer and layout are the same for every copy,
+  // whatever standard library it was built with.
   pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
   // runtimes[0, runtime_count) are in use, in the order the runtimes were first seen.
-  detail::Atomic<int> runtime_count{0};
+  std::atomic<int> runtime_count{0};
   Runtime runtimes[kMaxRuntimes]{};
   // The process's objects (GPU leases, later); all free.
-  detail::Atomic<void*> objects[kObjectSlots]{};
+  std::atomic<void*> objects[kObjectSlots]{};
   // The calling thread's records: thread_devices() of the copy that owns this state.
   ThreadDevice* (*thread_devices)() noexcept = &GPUSEL_DETAIL_STATE::thread_devices;
 };
 
 static_assert(std::is_trivially_destructible_v<ProcessState> && std::is_trivially_destructible_v<ThreadDevice>,
               "the state is never destroyed (Note [One state per process])");
+
+// The state's atomics have their value's layout and are lock-free, so the
+// state holds no lock of the standard library's and its layout is that of
+// plain ints and pointers (the layout version names it).
+template <class T>
+inline constexpr bool kPlainAtomic = sizeof(std::atomic<T>) == sizeof(T) &&
+                                     alignof(std::atomic<T>) == alignof(T) && std::atomic<T>::is_always_lock_free;
+static_assert(kPlainAtomic<int> && kPlainAtomic<bool> && kPlainAtomic<unsigned> && kPlainAtomic<void*> &&
+                  kPlainAtomic<const void*> && kPlainAtomic<RestoreErrorHandler> &&
+                  kPlainAtomic<DriverEntryPoints::DeviceGet>,
+              "std::atomic<T> has T's layout (Note [One state per process])");
 
 inline ProcessState& process_state() noexcept {
   static ProcessState state;
@@ -230,12 +242,12 @@ class StateLock {
 // The object in `slot`, made by `make()` (noexcept, returns a void* to it) if
 // the slot is empty. Every copy of gpusel that asks gets the one object.
 template <typename Make>
-void* shared_object(detail::Atomic<void*>& slot, Make&& make) noexcept {
-  if (void* object = slot.load(detail::MemoryOrder::acquire)) return object;
+void* shared_object(std::atomic<void*>& slot, Make&& make) noexcept {
+  if (void* object = slot.load(std::memory_order_acquire)) return object;
   const StateLock lock(process_state().mutex);
-  if (void* object = slot.load(detail::MemoryOrder::relaxed)) return object;
+  if (void* object = slot.load(std::memory_order_relaxed)) return object;
   void* object = make();
-  slot.store(object, detail::MemoryOrder::release);
+  slot.store(object, std::memory_order_release);
   return object;
 }
 

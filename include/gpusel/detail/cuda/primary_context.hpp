@@ -8,7 +8,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "gpusel/detail/core/atomic.hpp"
+#include <atomic>
+
 #include "gpusel/detail/core/process_state.hpp"
 
 namespace gpusel::detail {
@@ -67,20 +68,20 @@ inline void* driver_function(const char* symbol, bool& failed) noexcept {
 // Looks the two functions up if no definite answer is known yet; true when both are there.
 inline bool load_driver_entry_points() noexcept {
   DriverEntryPoints& points = driver_entry_points();
-  const int lookup = points.lookup.load(detail::MemoryOrder::acquire);
+  const int lookup = points.lookup.load(std::memory_order_acquire);
   if (lookup != DriverEntryPoints::NotYet) return lookup == DriverEntryPoints::Found;
   bool failed = false;
   void* device_get = driver_function("cuDeviceGet", failed);
   void* get_state = driver_function("cuDevicePrimaryCtxGetState", failed);
   if (failed) return false;
   if (device_get == nullptr || get_state == nullptr) {
-    points.lookup.store(DriverEntryPoints::Absent, detail::MemoryOrder::release);
+    points.lookup.store(DriverEntryPoints::Absent, std::memory_order_release);
     return false;
   }
-  points.device_get.store(reinterpret_cast<DriverEntryPoints::DeviceGet>(device_get), detail::MemoryOrder::relaxed);
+  points.device_get.store(reinterpret_cast<DriverEntryPoints::DeviceGet>(device_get), std::memory_order_relaxed);
   points.primary_context_get_state.store(reinterpret_cast<DriverEntryPoints::PrimaryContextGetState>(get_state),
-                                         detail::MemoryOrder::relaxed);
-  points.lookup.store(DriverEntryPoints::Found, detail::MemoryOrder::release);
+                                         std::memory_order_relaxed);
+  points.lookup.store(DriverEntryPoints::Found, std::memory_order_release);
   return true;
 }
 
@@ -90,10 +91,10 @@ inline PrimaryContextState primary_context_state(int ordinal) noexcept {
   if (!load_driver_entry_points()) return PrimaryContextState::Unknown;
   const DriverEntryPoints& points = driver_entry_points();
   int device = 0;
-  if (points.device_get.load(detail::MemoryOrder::relaxed)(&device, ordinal) != 0) return PrimaryContextState::Unknown;
+  if (points.device_get.load(std::memory_order_relaxed)(&device, ordinal) != 0) return PrimaryContextState::Unknown;
   unsigned int flags = 0;
   int active = 0;
-  if (points.primary_context_get_state.load(detail::MemoryOrder::relaxed)(device, &flags, &active) != 0)
+  if (points.primary_context_get_state.load(std::memory_order_relaxed)(device, &flags, &active) != 0)
     return PrimaryContextState::Unknown;
   return active != 0 ? PrimaryContextState::Active : PrimaryContextState::Inactive;
 }

@@ -52,12 +52,12 @@ struct RuntimeEntry {
 inline RuntimeEntry find_runtime(const void* identity) noexcept {
   ProcessState& process = process_state();
   const StateLock lock(process.mutex);
-  const int count = process.runtime_count.load(detail::MemoryOrder::relaxed);
+  const int count = process.runtime_count.load(std::memory_order_relaxed);
   for (int i = 0; i < count; ++i)
-    if (process.runtimes[i].identity.load(detail::MemoryOrder::relaxed) == identity) return {&process.runtimes[i], i};
+    if (process.runtimes[i].identity.load(std::memory_order_relaxed) == identity) return {&process.runtimes[i], i};
   if (count == kMaxRuntimes) return {};
-  process.runtimes[count].identity.store(identity, detail::MemoryOrder::relaxed);
-  process.runtime_count.store(count + 1, detail::MemoryOrder::release);
+  process.runtimes[count].identity.store(identity, std::memory_order_relaxed);
+  process.runtime_count.store(count + 1, std::memory_order_release);
   return {&process.runtimes[count], count};
 }
 

@@ -5,12 +5,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <new>
 
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel::detail {
@@ -131,7 +131,7 @@ class DevicePools {
   void forget() noexcept {
     new (&mutex_) std::mutex;
     for (int device = 0; device < kMaxPooledDevices; ++device) {
-      modes_[device].store(undecided, detail::MemoryOrder::relaxed);
+      modes_[device].store(undecided, std::memory_order_relaxed);
       pools_[device] = nullptr;
       accessors_[device] = 0;
     }
@@ -140,7 +140,7 @@ class DevicePools {
   std::mutex mutex_;
   // By device: whether it is pooled (read without the lock by free()), its
   // pool, and the devices to grant access to it (a bit per device).
-  detail::Atomic<int> modes_[kMaxPooledDevices]{};
+  std::atomic<int> modes_[kMaxPooledDevices]{};
   cudaMemPool_t pools_[kMaxPooledDevices] = {};
   std::uint64_t accessors_[kMaxPooledDevices] = {};
 };
@@ -215,14 +215,14 @@ GPUSEL_API cudaMemPool_t DevicePools::pool_of(int device, DeviceAllocation& fail
 GPUSEL_API DeviceAllocation DevicePools::allocate(std::size_t bytes, int device, cudaStream_t stream) {
   DeviceAllocation made;
   std::unique_lock<std::mutex> lock(mutex_);
-  int mode = device < kMaxPooledDevices ? modes_[device].load(detail::MemoryOrder::relaxed) : plain;
+  int mode = device < kMaxPooledDevices ? modes_[device].load(std::memory_order_relaxed) : plain;
   if (mode == undecided) {
     int supported = 0;
     const cudaError_t status = cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device);
     if (status != cudaSuccess)
       return {nullptr, status, "cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported)", false};
     mode = supported != 0 ? pooled : plain;
-    modes_[device].store(mode, detail::MemoryOrder::release);
+    modes_[device].store(mode, std::memory_order_release);
   }
   if (mode == plain) {
     lock.unlock();
@@ -247,7 +247,7 @@ GPUSEL_API DeviceAllocation DevicePools::allocate(std::size_t bytes, int device,
 
 GPUSEL_API void DevicePools::free(void* pointer, int device, StreamUses* uses) noexcept {
   if (uses != nullptr) uses->order_before_legacy_stream();
-  if (device < kMaxPooledDevices && modes_[device].load(detail::MemoryOrder::acquire) == pooled) {
+  if (device < kMaxPooledDevices && modes_[device].load(std::memory_order_acquire) == pooled) {
     const cudaError_t status = cudaFreeAsync(pointer, cudaStreamLegacy);
     if (status == cudaSuccess) return;
     (void)cudaGetLastError();
@@ -276,7 +276,7 @@ GPUSEL_API void DevicePools::release() noexcept {
       });
       pools_[device] = nullptr;
     }
-    modes_[device].store(undecided, detail::MemoryOrder::release);
+    modes_[device].store(undecided, std::memory_order_release);
     accessors_[device] = 0;
   }
 }

@@ -4,12 +4,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
 #include <new>
 #include <thread>
 
 #include "gpusel/copy_engine_options.hpp"
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/cuda/runtime_state.hpp"
 #include "gpusel/detail/data/parallel_parts.hpp"
@@ -64,8 +64,8 @@ class EngineCache {
   }
 
   // Takes the cache for one copy; false when another copy holds it.
-  bool try_acquire() noexcept { return !busy_.exchange(true, detail::MemoryOrder::acquire); }
-  void give_back() noexcept { busy_.store(false, detail::MemoryOrder::release); }
+  bool try_acquire() noexcept { return !busy_.exchange(true, std::memory_order_acquire); }
+  void give_back() noexcept { busy_.store(false, std::memory_order_release); }
 
   // Only while holding the cache.
   PartWorkers& workers() noexcept { return workers_; }
@@ -130,10 +130,10 @@ class EngineCache {
       by_device_[index] = nullptr;
       devices_[index] = 0;
     }
-    busy_.store(false, detail::MemoryOrder::relaxed);
+    busy_.store(false, std::memory_order_relaxed);
   }
 
-  detail::Atomic<bool> busy_{false};
+  std::atomic<bool> busy_{false};
   PartWorkers workers_;
   // Worker i's objects on devices [0, devices_[i]).
   PipelineResources* by_device_[kMaxCopyWorkers] = {};

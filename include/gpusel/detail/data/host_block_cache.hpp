@@ -6,11 +6,11 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel::detail {
@@ -119,7 +119,7 @@ class HostBlocks {
   [[nodiscard]] GPUSEL_API Counts counts() noexcept;
 
   // Bytes drained with streaming stores (for tests and the benchmarks' line).
-  detail::Atomic<std::uint64_t> streamed_bytes{0};
+  std::atomic<std::uint64_t> streamed_bytes{0};
 
   HostBlocks() = default;
   ~HostBlocks() = default;  // frees nothing: close() at exit does (the process's object is never destroyed)
@@ -214,7 +214,7 @@ GPUSEL_API bool parse_host_cache_limit(const char* text, std::size_t& bytes, std
 
 GPUSEL_API HostBlocks* HostBlocks::find() noexcept {
   return static_cast<HostBlocks*>(
-      process_state().objects[static_cast<int>(ProcessObject::host_blocks)].load(detail::MemoryOrder::acquire));
+      process_state().objects[static_cast<int>(ProcessObject::host_blocks)].load(std::memory_order_acquire));
 }
 
 GPUSEL_API HostBlocks& HostBlocks::instance() noexcept {
@@ -407,7 +407,7 @@ GPUSEL_API void drain_chunk(const HostDrain& drain, void* destination, const voi
     return;
   }
   streaming_copy(destination, source, bytes);
-  HostBlocks::instance().streamed_bytes.fetch_add(bytes, detail::MemoryOrder::relaxed);
+  HostBlocks::instance().streamed_bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 GPUSEL_API std::string describe_host_block_cache() {

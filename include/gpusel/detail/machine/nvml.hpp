@@ -5,9 +5,9 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <string>
 
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel::detail::nvml {
@@ -173,13 +173,13 @@ GPUSEL_API LoadResult load(const std::string& path) {
   // few in tests, so a search by path needs no map. The list is one per process,
   // shared by every copy of gpusel in it (Note [One state per process]), and never
   // destroyed: a query from another static object's destructor must still work.
-  detail::Atomic<const Library*>& loaded = process_state().nvml_libraries;
+  std::atomic<const Library*>& loaded = process_state().nvml_libraries;
   const auto find = [&path](const Library* newest) -> const Library* {
     for (const Library* known = newest; known != nullptr; known = known->next)
       if (known->path == path) return known;
     return nullptr;
   };
-  if (const Library* known = find(loaded.load(detail::MemoryOrder::acquire))) return {known, LoadStatus::loaded, {}};
+  if (const Library* known = find(loaded.load(std::memory_order_acquire))) return {known, LoadStatus::loaded, {}};
 
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
@@ -240,7 +240,7 @@ GPUSEL_API LoadResult load(const std::string& path) {
     return failed;
   }
   // Publish, unless another thread published this path meanwhile: then use its library and close ours.
-  const Library* newest = loaded.load(detail::MemoryOrder::acquire);
+  const Library* newest = loaded.load(std::memory_order_acquire);
   do {
     if (const Library* known = find(newest)) {
       Return (*shutdown)() = nullptr;
@@ -249,8 +249,7 @@ GPUSEL_API LoadResult load(const std::string& path) {
       return {known, LoadStatus::loaded, {}};
     }
     library->next = newest;
-  } while (
-      !loaded.compare_exchange_weak(newest, library.get(), detail::MemoryOrder::acq_rel, detail::MemoryOrder::acquire));
+  } while (!loaded.compare_exchange_weak(newest, library.get(), std::memory_order_acq_rel, std::memory_order_acquire));
   return {library.release(), LoadStatus::loaded, {}};  // never freed, as said above
 }
 
