@@ -6,6 +6,9 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 namespace gpusel {
@@ -135,16 +138,19 @@ struct ThreadDevice {
 inline constexpr int kMaxRuntimes = 8;
 inline constexpr int kObjectSlots = 8;
 
-// What each slot of Runtime::objects holds; the others are free. Slot 0 held
-// the staging pool of fixed 4 MiB chunks: copies of older gpusel versions
-// still use it, so the pool of tunable chunks took a free slot instead of
-// changing slot 0's type (which would have meant a new layout version).
+// An object the state holds, and the layout signature of its type
+// (Note [Layout signatures]); both null until the object is made.
+struct Slot {
+  std::atomic<void*> object{nullptr};
+  std::atomic<std::uint64_t> layout{0};
+};
+
+// What each slot of Runtime::objects holds; the others are free.
 enum class RuntimeObject : int {
-  staging_pool_fixed_chunks = 0,
-  peer_access = 1,
-  staging_pool = 2,
-  copy_engine = 3,
-  device_pools = 4,
+  peer_access = 0,
+  staging_pool = 1,
+  copy_engine = 2,
+  device_pools = 3,
 };
 
 // What each slot of ProcessState::objects holds; the others are free (slot 0
@@ -158,7 +164,7 @@ struct Runtime {
   // Which runtime: the address of its cudaGetDevice. Null while the entry is free.
   std::atomic<const void*> identity{nullptr};
   // The runtime's objects, by RuntimeObject; null until first used.
-  std::atomic<void*> objects[kObjectSlots]{};
+  Slot objects[kObjectSlots]{};
 };
 
 // The calling thread's records, one per runtime, indexed like
@@ -178,7 +184,8 @@ struct ProcessState {
   // The loaded NVML libraries, newest first (detail/machine/nvml.hpp), published with
   // a compare-exchange and never removed: no lock is held across dlopen and
   // nvmlInit (Note [Loading NVML without a lock]).
-  std::atomic<const nvml::Library*> nvml_libraries{nullptr};
+  // The slot's object is the newest nvml::Library.
+  Slot nvml_libraries{};
   // Taken to add a runtime and to fill an object slot. A pthread mutex, not
   // std::mutex: its C initializer and layout are the same for every copy,
   // whatever standard library it was built with.
@@ -186,8 +193,8 @@ struct ProcessState {
   // runtimes[0, runtime_count) are in use, in the order the runtimes were first seen.
   std::atomic<int> runtime_count{0};
   Runtime runtimes[kMaxRuntimes]{};
-  // The process's objects (GPU leases, later); all free.
-  std::atomic<void*> objects[kObjectSlots]{};
+  // The process's objects, by ProcessObject.
+  Slot objects[kObjectSlots]{};
   // The calling thread's records: thread_devices() of the copy that owns this state.
   ThreadDevice* (*thread_devices)() noexcept = &GPUSEL_DETAIL_STATE::thread_devices;
 };
@@ -203,13 +210,58 @@ inline constexpr bool kPlainAtomic = sizeof(std::atomic<T>) == sizeof(T) &&
                                      alignof(std::atomic<T>) == alignof(T) && std::atomic<T>::is_always_lock_free;
 static_assert(kPlainAtomic<int> && kPlainAtomic<bool> && kPlainAtomic<unsigned> && kPlainAtomic<void*> &&
                   kPlainAtomic<const void*> && kPlainAtomic<RestoreErrorHandler> &&
-                  kPlainAtomic<DriverEntryPoints::DeviceGet>,
+                  kPlainAtomic<DriverEntryPoints::DeviceGet> && kPlainAtomic<std::uint64_t>,
               "std::atomic<T> has T's layout (Note [One state per process])");
 
-inline ProcessState& process_state() noexcept {
+// Note [Layout signatures]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// Copies of gpusel may share the state only where they agree on its layout,
+// and a hand-bumped version is forgotten: a record grew, the version did not,
+// and a copy read past the end of another copy's record. So every layout the
+// state shares carries a signature computed at compile time from sizes,
+// alignments and field offsets. The state's own records sign the symbol that
+// holds it (process_state_of<kStateLayout>: another layout is another object),
+// and an object in a Slot is stored with its type's signature, which a copy
+// checks when it finds the object: one that finds another layout's object
+// makes its own and keeps it to itself. The version in the namespace's name
+// stays for what sizes cannot tell (a field's meaning, the standard library).
+constexpr std::uint64_t layout_signature(std::initializer_list<std::size_t> figures) noexcept {
+  std::uint64_t hash = 14695981039346656037ULL;  // FNV-1a
+  for (const std::size_t figure : figures) hash = (hash ^ figure) * 1099511628211ULL;
+  return hash;
+}
+
+// The signature of T: its size and alignment, and `fields`, the offsets of
+// its fields where T is standard layout.
+template <class T>
+constexpr std::uint64_t record_layout(std::initializer_list<std::size_t> fields = {}) noexcept {
+  return layout_signature({sizeof(T), alignof(T), static_cast<std::size_t>(layout_signature(fields))});
+}
+
+inline constexpr std::uint64_t kStateLayout = layout_signature({
+    static_cast<std::size_t>(record_layout<Slot>({offsetof(Slot, object), offsetof(Slot, layout)})),
+    static_cast<std::size_t>(record_layout<DriverEntryPoints>({offsetof(DriverEntryPoints, device_get),
+                                                               offsetof(DriverEntryPoints, primary_context_get_state),
+                                                               offsetof(DriverEntryPoints, lookup)})),
+    static_cast<std::size_t>(
+        record_layout<ThreadDevice>({offsetof(ThreadDevice, deferred_device), offsetof(ThreadDevice, runtime_device),
+                                     offsetof(ThreadDevice, switches), kMaxRuntimes})),
+    static_cast<std::size_t>(record_layout<Runtime>({offsetof(Runtime, identity), offsetof(Runtime, objects)})),
+    static_cast<std::size_t>(record_layout<ProcessState>(
+        {offsetof(ProcessState, default_device), offsetof(ProcessState, restore_error_handler),
+         offsetof(ProcessState, restore_error_printed), offsetof(ProcessState, driver),
+         offsetof(ProcessState, nvml_libraries), offsetof(ProcessState, mutex), offsetof(ProcessState, runtime_count),
+         offsetof(ProcessState, runtimes), offsetof(ProcessState, objects), offsetof(ProcessState, thread_devices)})),
+});
+
+// The state of the copies whose records have the layout `Layout`.
+template <std::uint64_t Layout>
+ProcessState& process_state_of() noexcept {
   static ProcessState state;
   return state;
 }
+
+inline ProcessState& process_state() noexcept { return process_state_of<kStateLayout>(); }
 
 }  // namespace GPUSEL_DETAIL_STATE
 #pragma GCC visibility pop
@@ -218,13 +270,21 @@ using GPUSEL_DETAIL_STATE::DriverEntryPoints;
 using GPUSEL_DETAIL_STATE::kDefaultIsCpu;
 using GPUSEL_DETAIL_STATE::kDefaultIsCurrentCuda;
 using GPUSEL_DETAIL_STATE::kMaxRuntimes;
+using GPUSEL_DETAIL_STATE::kObjectSlots;
 using GPUSEL_DETAIL_STATE::process_state;
 using GPUSEL_DETAIL_STATE::ProcessObject;
 using GPUSEL_DETAIL_STATE::ProcessState;
+using GPUSEL_DETAIL_STATE::record_layout;
 using GPUSEL_DETAIL_STATE::RestoreErrorHandler;
 using GPUSEL_DETAIL_STATE::Runtime;
 using GPUSEL_DETAIL_STATE::RuntimeObject;
+using GPUSEL_DETAIL_STATE::Slot;
 using GPUSEL_DETAIL_STATE::ThreadDevice;
+
+// What must stay one per shared object: a cache of what this object's code
+// found, which another object (calling another runtime, or another layout)
+// must not share, also in a build with default visibility.
+#define GPUSEL_DETAIL_PER_OBJECT __attribute__((visibility("hidden")))
 
 // Holds a pthread mutex of the state for a scope. Locking a default mutex
 // fails only on misuse, which the state never makes.
@@ -239,15 +299,27 @@ class StateLock {
   pthread_mutex_t& mutex_;
 };
 
-// The object in `slot`, made by `make()` (noexcept, returns a void* to it) if
-// the slot is empty. Every copy of gpusel that asks gets the one object.
+// The object in `slot` if it has the layout `layout`, else null.
+inline void* find_object(const Slot& slot, std::uint64_t layout) noexcept {
+  void* object = slot.object.load(std::memory_order_acquire);
+  return object != nullptr && slot.layout.load(std::memory_order_relaxed) == layout ? object : nullptr;
+}
+
+// The object in `slot`, made by `make()` (noexcept, returns a void* to it,
+// called under the state's mutex) if the slot is empty. Every copy of gpusel
+// whose type has the layout `layout` gets the one object; a copy of another
+// layout gets one `make()` made for it alone (Note [Layout signatures]).
 template <typename Make>
-void* shared_object(std::atomic<void*>& slot, Make&& make) noexcept {
-  if (void* object = slot.load(std::memory_order_acquire)) return object;
+void* shared_object(Slot& slot, std::uint64_t layout, Make&& make) noexcept {
+  if (void* object = find_object(slot, layout)) return object;
   const StateLock lock(process_state().mutex);
-  if (void* object = slot.load(std::memory_order_relaxed)) return object;
+  if (void* object = slot.object.load(std::memory_order_relaxed)) {
+    if (slot.layout.load(std::memory_order_relaxed) == layout) return object;
+    return make();  // another layout's object: this copy's own
+  }
   void* object = make();
-  slot.store(object, std::memory_order_release);
+  slot.layout.store(layout, std::memory_order_relaxed);
+  slot.object.store(object, std::memory_order_release);
   return object;
 }
 

@@ -10,11 +10,6 @@
 
 #include "gpusel/detail/core/process_state.hpp"
 
-// What must stay one per shared object: a cache of what this object's code
-// found, which another object (calling another runtime) must not share, also
-// in a build with default visibility.
-#define GPUSEL_DETAIL_PER_OBJECT __attribute__((visibility("hidden")))
-
 namespace gpusel::detail {
 
 // Note [One state per runtime]
@@ -98,17 +93,17 @@ template <typename T, typename Construct>
 GPUSEL_DETAIL_PER_OBJECT T& runtime_object(RuntimeObject slot, Construct construct) noexcept {
   static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__, "operator new aligns the object");
   static T* made = nullptr;  // what this shared object made, to destroy at exit
-  static T* const object =
-      static_cast<T*>(shared_object(this_runtime().runtime->objects[static_cast<int>(slot)], [&]() noexcept -> void* {
-        void* storage = ::operator new(sizeof(T), std::nothrow);
-        if (storage == nullptr) {
-          alignas(T) static unsigned char own[sizeof(T)];
-          storage = own;
-        }
-        made = construct(storage);
-        (void)std::atexit([] { made->~T(); });
-        return made;
-      }));
+  static T* const object = static_cast<T*>(shared_object(this_runtime().runtime->objects[static_cast<int>(slot)],
+                                                         record_layout<T>(), [&]() noexcept -> void* {
+                                                           void* storage = ::operator new(sizeof(T), std::nothrow);
+                                                           if (storage == nullptr) {
+                                                             alignas(T) static unsigned char own[sizeof(T)];
+                                                             storage = own;
+                                                           }
+                                                           made = construct(storage);
+                                                           (void)std::atexit([] { made->~T(); });
+                                                           return made;
+                                                         }));
   return *object;
 }
 

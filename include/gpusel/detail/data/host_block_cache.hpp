@@ -214,32 +214,33 @@ GPUSEL_API bool parse_host_cache_limit(const char* text, std::size_t& bytes, std
 
 GPUSEL_API HostBlocks* HostBlocks::find() noexcept {
   return static_cast<HostBlocks*>(
-      process_state().objects[static_cast<int>(ProcessObject::host_blocks)].load(std::memory_order_acquire));
+      find_object(process_state().objects[static_cast<int>(ProcessObject::host_blocks)], record_layout<HostBlocks>()));
 }
 
 GPUSEL_API HostBlocks& HostBlocks::instance() noexcept {
   static HostBlocks* const blocks = [] {
     ForkState& fork = fork_state();  // made first: shared_object holds the state's mutex while it makes the cache
-    return static_cast<HostBlocks*>(shared_object(
-        process_state().objects[static_cast<int>(ProcessObject::host_blocks)], [&fork]() noexcept -> void* {
-          auto* made = new (std::nothrow) HostBlocks;
-          if (made == nullptr) {
-            static HostBlocks own;
-            made = &own;
-          }
-          made->limit_bytes_ = default_host_cache_bytes();
-          std::string problem;
-          if (!parse_host_cache_limit(std::getenv("GPUSEL_HOST_CACHE"), made->limit_bytes_, problem)) {
-            made->limit_bytes_ = 0;
-            (void)problem.copy(made->environment_problem_, sizeof made->environment_problem_ - 1);
-          }
-          forget_in_forked_child(
-              fork, [](void* object) noexcept { static_cast<HostBlocks*>(object)->forget(); }, made);
-          (void)std::atexit([] {
-            if (HostBlocks* self = find()) self->close();
-          });
-          return made;
-        }));
+    return static_cast<HostBlocks*>(
+        shared_object(process_state().objects[static_cast<int>(ProcessObject::host_blocks)],
+                      record_layout<HostBlocks>(), [&fork]() noexcept -> void* {
+                        auto* made = new (std::nothrow) HostBlocks;
+                        if (made == nullptr) {
+                          static HostBlocks own;
+                          made = &own;
+                        }
+                        made->limit_bytes_ = default_host_cache_bytes();
+                        std::string problem;
+                        if (!parse_host_cache_limit(std::getenv("GPUSEL_HOST_CACHE"), made->limit_bytes_, problem)) {
+                          made->limit_bytes_ = 0;
+                          (void)problem.copy(made->environment_problem_, sizeof made->environment_problem_ - 1);
+                        }
+                        forget_in_forked_child(
+                            fork, [](void* object) noexcept { static_cast<HostBlocks*>(object)->forget(); }, made);
+                        (void)std::atexit([] {
+                          if (HostBlocks* self = find()) self->close();
+                        });
+                        return made;
+                      }));
   }();
   return *blocks;
 }

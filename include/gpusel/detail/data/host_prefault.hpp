@@ -173,21 +173,22 @@ GPUSEL_API void decide_prefault(HostPrefaultSettings& settings, const char* envi
 
 GPUSEL_API HostPrefaultSettings& host_prefault_settings() noexcept {
   static HostPrefaultSettings* const settings = static_cast<HostPrefaultSettings*>(
-      shared_object(process_state().objects[static_cast<int>(ProcessObject::host_prefault)], []() noexcept -> void* {
-        auto* made = new (std::nothrow) HostPrefaultSettings;
-        if (made == nullptr) {
-          static HostPrefaultSettings own;
-          made = &own;
-        }
-        char text[128] = {};
-        const char* huge_pages_text = nullptr;
-        if (std::FILE* file = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r")) {
-          if (std::fgets(text, sizeof text, file) != nullptr) huge_pages_text = text;
-          (void)std::fclose(file);
-        }
-        decide_prefault(*made, std::getenv("GPUSEL_PREFAULT"), huge_pages_text);
-        return made;
-      }));
+      shared_object(process_state().objects[static_cast<int>(ProcessObject::host_prefault)],
+                    record_layout<HostPrefaultSettings>(), []() noexcept -> void* {
+                      auto* made = new (std::nothrow) HostPrefaultSettings;
+                      if (made == nullptr) {
+                        static HostPrefaultSettings own;
+                        made = &own;
+                      }
+                      char text[128] = {};
+                      const char* huge_pages_text = nullptr;
+                      if (std::FILE* file = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r")) {
+                        if (std::fgets(text, sizeof text, file) != nullptr) huge_pages_text = text;
+                        (void)std::fclose(file);
+                      }
+                      decide_prefault(*made, std::getenv("GPUSEL_PREFAULT"), huge_pages_text);
+                      return made;
+                    }));
   return *settings;
 }
 
