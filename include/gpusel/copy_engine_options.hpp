@@ -94,6 +94,7 @@ GPUSEL_API void set_copy_engine_options(const CopyEngineOptions& options);
 #include <string>
 #include <thread>
 
+#include "gpusel/detail/core/environment.hpp"
 #include "gpusel/detail/core/process_state.hpp"
 #include "gpusel/error.hpp"
 
@@ -149,7 +150,7 @@ inline void read_copy_environment(CopyEngineSettings& settings) noexcept {
                                 {"GPUSEL_COPY_SLOTS", &settings.slots, false},
                                 {"GPUSEL_COPY_CHUNK", &settings.chunk_bytes, true}};
   for (const Variable& variable : variables) {
-    const char* text = std::getenv(variable.name);
+    const char* text = read_environment(variable.name);
     if (text == nullptr || *text == '\0') continue;
     const std::size_t value = parse_option(text, variable.bytes);
     CopyEngineOptions one;

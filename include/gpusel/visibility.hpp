@@ -208,11 +208,6 @@ GPUSEL_API std::optional<int> count_devices_without_cuda(int runtime_version) no
   }
 }
 
-inline std::string pad(std::string text, std::size_t width) {
-  if (text.size() < width) text.append(width - text.size(), ' ');
-  return text;
-}
-
 // Escaped for a terminal (Note [Hostile text]), as all of explain() is.
 inline std::string describe_gpu(int physical, const Gpu& gpu) {
   std::string text = "physical " + std::to_string(physical) + "  nvidia-smi " + std::to_string(gpu.nvml_index) + "  ";

@@ -12,6 +12,7 @@
 #include "gpusel/copy_engine_options.hpp"
 #include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/cuda/runtime_state.hpp"
+#include "gpusel/detail/data/forgetting_object.hpp"
 #include "gpusel/detail/data/parallel_parts.hpp"
 
 namespace gpusel::detail {
@@ -54,13 +55,7 @@ struct PipelineResources {
 class EngineCache {
  public:
   static EngineCache& instance() noexcept {
-    ForkState& fork = fork_state();  // made first: runtime_object holds the state's mutex while it makes the object
-    return runtime_object<EngineCache>(RuntimeObject::copy_engine, [&fork](void* storage) noexcept {
-      auto* cache = new (storage) EngineCache;
-      forget_in_forked_child(
-          fork, [](void* object) noexcept { static_cast<EngineCache*>(object)->forget(); }, cache);
-      return cache;
-    });
+    return ForgettingRuntimeObject::of<EngineCache>(RuntimeObject::copy_engine);
   }
 
   // Takes the cache for one copy; false when another copy holds it.
@@ -107,6 +102,7 @@ class EngineCache {
  private:
   // Asking the runtime something first makes sure whatever runtime state it
   // keeps in static storage exists before the cache and so outlives it.
+  friend class ForgettingRuntimeObject;
   EngineCache() {
     int version = 0;
     (void)cudaRuntimeGetVersion(&version);

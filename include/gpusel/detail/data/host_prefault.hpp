@@ -117,6 +117,7 @@ GPUSEL_API void prefault_pages(void* begin, std::size_t bytes) noexcept;
 #include <new>
 #include <string_view>
 
+#include "gpusel/detail/core/environment.hpp"
 #include "gpusel/detail/core/process_state.hpp"
 #include "gpusel/error.hpp"
 
@@ -186,7 +187,7 @@ GPUSEL_API HostPrefaultSettings& host_prefault_settings() noexcept {
                         if (std::fgets(text, sizeof text, file) != nullptr) huge_pages_text = text;
                         (void)std::fclose(file);
                       }
-                      decide_prefault(*made, std::getenv("GPUSEL_PREFAULT"), huge_pages_text);
+                      decide_prefault(*made, read_environment("GPUSEL_PREFAULT"), huge_pages_text);
                       return made;
                     }));
   return *settings;

@@ -15,7 +15,7 @@
 #include <thread>
 #include <utility>
 
-#include "gpusel/detail/core/process_state.hpp"
+#include "gpusel/detail/core/fork_safe_mutex.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel::detail {
@@ -93,7 +93,7 @@ class PartWorkers {
   // when a thread cannot be started (then nothing ran).
   void run(PartsRun& run, const PartRange* parts, std::size_t count) {
     {
-      const std::lock_guard<std::mutex> lock(mutex_);
+      const std::lock_guard<ForkSafeMutex> lock(mutex_);
       while (started_ + 1 < count) {
         const Start start{started_ + 1, job_};  // the job posted below is new to it
         threads_[started_] = start_copy_thread([this, start] { main(start); });
@@ -107,14 +107,14 @@ class PartWorkers {
       wake_.notify_all();
     }
     run.run(0, parts[0].begin, parts[0].end);
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_.native());
     done_.wait(lock, [this] { return remaining_ == 0; });
     run_ = nullptr;
   }
 
   // How many threads are kept.
   std::size_t threads() noexcept {
-    const std::lock_guard<std::mutex> lock(mutex_);
+    const std::lock_guard<ForkSafeMutex> lock(mutex_);
     return started_;
   }
 
@@ -122,13 +122,13 @@ class PartWorkers {
   void stop() noexcept {
     std::size_t started = 0;
     {
-      const std::lock_guard<std::mutex> lock(mutex_);
+      const std::lock_guard<ForkSafeMutex> lock(mutex_);
       stopping_ = true;
       started = started_;
       wake_.notify_all();
     }
     for (std::size_t i = 0; i < started; ++i) threads_[i].join();
-    const std::lock_guard<std::mutex> lock(mutex_);
+    const std::lock_guard<ForkSafeMutex> lock(mutex_);
     started_ = 0;
     stopping_ = false;
   }
@@ -136,7 +136,7 @@ class PartWorkers {
   // In a forked child: the threads are gone. Forget them, and the locks: each
   // is made anew over the old one, whose destructor never runs.
   void forget() noexcept {
-    new (&mutex_) std::mutex;
+    mutex_.forget();
     new (&wake_) std::condition_variable;
     new (&done_) std::condition_variable;
     for (std::thread& thread : threads_) new (&thread) std::thread;
@@ -153,7 +153,7 @@ class PartWorkers {
   };
 
   void main(Start start) noexcept {
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_.native());
     std::uint64_t seen = start.seen;
     for (;;) {
       wake_.wait(lock, [&] { return job_ != seen || stopping_; });
@@ -169,7 +169,7 @@ class PartWorkers {
     }
   }
 
-  std::mutex mutex_;
+  ForkSafeMutex mutex_;
   std::condition_variable wake_;  // a job was posted, or stop
   std::condition_variable done_;  // the last part finished
   std::thread threads_[kMaxPartWorkers - 1];
