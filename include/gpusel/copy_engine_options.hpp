@@ -32,10 +32,9 @@ inline constexpr std::size_t kMaxCopyChunkBytes = std::size_t{16} << 20;
 // (at most one per 8 MiB); each worker streams its part through `slots`
 // pinned staging chunks of `chunk_bytes`, filling one while the DMA of the
 // others runs. A field of 0 means its default:
-//  - workers: 6 host->device and 8 device->host (what the H200 host ran
-//    best before the engine was tunable), never more than the cores this
-//    process may run on (sched_getaffinity, read once), so a 2-core
-//    container uses 2;
+//  - workers: 6 host->device and 8 device->host (measured best on an H200
+//    host: docs/benchmarks.md), never more than the cores this process may
+//    run on (sched_getaffinity, read once), so a 2-core container uses 2;
 //  - slots: 2; chunk_bytes: 4 MiB.
 // tests/bench/sweep_engine.py measures a grid of them on a machine and
 // prints the best. The environment variables GPUSEL_COPY_WORKERS (both

@@ -17,66 +17,23 @@ class Error;
 
 // Note [One state per process]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// gpusel is header-only, so every shared object that uses it (a pybind11 or
-// PyTorch extension, a plugin) carries its own copy of the code. State kept in
-// an ordinary function-local static of an inline function is then one per
-// shared object when they are built with -fvisibility=hidden, as extensions
-// are: library A's set_default_device(cuda(1)) would leave library B on cpu.
-// So everything gpusel keeps for the process or for a CUDA runtime lives in
-// one object, ProcessState, reached through process_state(), whose namespace
-// has default visibility whatever the build's flags:
-//  - g++ gives the object STB_GNU_UNIQUE binding: the dynamic linker
-//    resolves every copy in the process to the first one, also across objects
-//    loaded with dlopen(RTLD_LOCAL), as Python loads extensions. One state per
-//    process. (The per-thread records are thread-locals reached through the
-//    object, so they are always those of the copy whose object is used.)
-//  - clang gives it weak binding: the copies in the global scope (the
-//    program and what it links, objects loaded with RTLD_GLOBAL) resolve to
-//    one, but an object loaded with RTLD_LOCAL keeps its own. There the state
-//    is one per such object: load it with RTLD_GLOBAL (Python:
-//    sys.setdlopenflags(os.RTLD_NOW | os.RTLD_GLOBAL) before the import) to
-//    share, or accept separate state (each object then has its own default
-//    device and caches, and its own record of deferred restores).
-//  - a program's own symbols reach the dynamic linker only when exported: a
-//    program that uses gpusel itself and loads shared objects that use it
-//    links with -rdynamic (CMake: ENABLE_EXPORTS), else its copy stays apart
-//    (with g++ as well). Exported, it is in the global scope, and every
-//    object, a clang one loaded with RTLD_LOCAL included, resolves to it.
-//
-// What is whose:
-//  - per process: the default device, the restore-error handler (and whether
-//    the first failed restore was printed), the driver entry points (one
-//    driver, libcuda, per process), the loaded NVML libraries, the copy
-//    engine's options, the fork record, the prefault decision and the cache
-//    of large host blocks; later also the GPU leases (`objects`, free slots).
-//  - per CUDA runtime (Note [One state per runtime], detail/cuda/runtime_state.hpp):
-//    the staging pool, the peer-access table, the copy engine's cache, the
-//    device memory pools (detail/data/device_pool.hpp), and per thread the deferred
-//    restore (ThreadDevice); later also cached streams (free slots of
-//    Runtime::objects). Two shared objects that link libcudart.so call
-//    one runtime and share these; two that each link the static runtime have
-//    two runtimes, which keep two current devices per thread, so each has its
-//    own.
-//
-// The layout is versioned. Copies of different gpusel versions in one process
-// share this object, so its layout is the namespace's version (state_v1): the
-// structs below, the meaning of their fields and slots, and the types they
-// point to (nvml::Library, StagingPool, PeerAccess, and the Error a restore
-// handler receives). A change to any of them — a field added, removed, moved
-// or retyped; a slot given another type — bumps the version (state_v2), so
-// that two gpusel versions with different layouts keep separate states instead
-// of corrupting each other. Giving a free slot its first type needs no bump:
-// older copies never read it. Since the pointed-to types hold standard library
-// types (std::mutex, std::vector, std::string), the standard library's ABI is
-// part of the name as well: libc++, libstdc++'s debug mode and its old string
-// ABI each get their own state.
-//
-// The state is constant-initialized and never destroyed (no constructor runs,
-// no destructor is registered: it is usable from any static constructor or
-// destructor), and holds only atomics, C types and pointers. Objects it points
-// to are created on first use and live until the process exits; gpusel assumes
-// the shared objects that use it stay loaded until then, as Python's
-// extensions do (glibc keeps an object with STB_GNU_UNIQUE symbols loaded).
+// gpusel is header-only, so every shared object that uses it (a Python
+// extension, a plugin) carries its own copy, usually built with
+// -fvisibility=hidden; state in each copy's statics would split (library A's
+// set_default_device would leave library B on cpu). So everything gpusel
+// keeps for the process or for a CUDA runtime lives in one object,
+// ProcessState, whose namespace has default visibility whatever the flags:
+// g++ binds it STB_GNU_UNIQUE, one per process even across RTLD_LOCAL;
+// clang binds it weak, one among the objects in the global scope. Which
+// state is whose, what each compiler guarantees and what an extension does
+// about it: docs/state.md. Copies share it only where their layouts agree
+// (Note [Layout signatures]); the namespace's version, bumped when a field's
+// meaning changes, and the standard library's ABI (libc++, libstdc++'s debug
+// mode, its old string ABI) are part of its name. The state is
+// constant-initialized and never destroyed, so it is usable from any static
+// constructor or destructor; it holds only atomics, C types and pointers, and
+// what it points to lives until the process exits (the shared objects are
+// assumed loaded until then, as Python's extensions are).
 
 #if defined(_LIBCPP_VERSION)
 #define GPUSEL_DETAIL_STATE state_v1_libcxx
