@@ -14,9 +14,9 @@
 // Layer: data (docs/layers.md).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel {
@@ -34,10 +34,9 @@ inline constexpr std::size_t kMaxCopyChunkBytes = std::size_t{16} << 20;
 // (at most one per 8 MiB); each worker streams its part through `slots`
 // pinned staging chunks of `chunk_bytes`, filling one while the DMA of the
 // others runs. A field of 0 means its default:
-//  - workers: 6 host->device and 8 device->host (what the H200 host ran
-//    best before the engine was tunable), never more than the cores this
-//    process may run on (sched_getaffinity, read once), so a 2-core
-//    container uses 2;
+//  - workers: 6 host->device and 8 device->host (measured best on an H200
+//    host: docs/benchmarks.md), never more than the cores this process may
+//    run on (sched_getaffinity, read once), so a 2-core container uses 2;
 //  - slots: 2; chunk_bytes: 4 MiB.
 // tests/bench/sweep_engine.py measures a grid of them on a machine and
 // prints the best. The environment variables GPUSEL_COPY_WORKERS (both
@@ -58,10 +57,10 @@ namespace detail {
 
 // The options in effect, for the whole process (Note [One state per process]).
 struct CopyEngineSettings {
-  detail::Atomic<std::size_t> host_to_device_workers{0};
-  detail::Atomic<std::size_t> device_to_host_workers{0};
-  detail::Atomic<std::size_t> slots{0};
-  detail::Atomic<std::size_t> chunk_bytes{0};
+  std::atomic<std::size_t> host_to_device_workers{0};
+  std::atomic<std::size_t> device_to_host_workers{0};
+  std::atomic<std::size_t> slots{0};
+  std::atomic<std::size_t> chunk_bytes{0};
   // The cores this process could run on when the engine was first used.
   std::size_t cores = 1;
   // The first environment variable that could not be used, with why, or "".
@@ -97,6 +96,7 @@ GPUSEL_API void set_copy_engine_options(const CopyEngineOptions& options);
 #include <string>
 #include <thread>
 
+#include "gpusel/detail/core/environment.hpp"
 #include "gpusel/detail/core/process_state.hpp"
 #include "gpusel/error.hpp"
 
@@ -151,7 +151,7 @@ inline void read_copy_environment(CopyEngineSettings& settings) noexcept {
   // range (0 means the default only in CopyEngineOptions), and its problem names the range.
   struct Variable {
     const char* name;
-    detail::Atomic<std::size_t>* field;
+    std::atomic<std::size_t>* field;
     bool bytes;
     std::size_t outside;
   };
@@ -159,7 +159,7 @@ inline void read_copy_environment(CopyEngineSettings& settings) noexcept {
                                 {"GPUSEL_COPY_SLOTS", &settings.slots, false, 1},
                                 {"GPUSEL_COPY_CHUNK", &settings.chunk_bytes, true, 1}};
   for (const Variable& variable : variables) {
-    const char* text = std::getenv(variable.name);
+    const char* text = read_environment(variable.name);
     if (text == nullptr || *text == '\0') continue;
     const std::optional<std::size_t> read = read_option(text, variable.bytes);
     const std::size_t value = read.value_or(0);
@@ -182,24 +182,25 @@ inline void read_copy_environment(CopyEngineSettings& settings) noexcept {
     } catch (...) {  // no memory for the text: ignore the variable
       continue;
     }
-    variable.field->store(value, detail::MemoryOrder::relaxed);
+    variable.field->store(value, std::memory_order_relaxed);
     if (variable.field == &settings.host_to_device_workers)
-      settings.device_to_host_workers.store(value, detail::MemoryOrder::relaxed);
+      settings.device_to_host_workers.store(value, std::memory_order_relaxed);
   }
 }
 
 GPUSEL_API CopyEngineSettings& copy_engine_settings() noexcept {
-  static CopyEngineSettings* const settings = static_cast<CopyEngineSettings*>(shared_object(
-      process_state().objects[static_cast<int>(ProcessObject::copy_engine_options)], []() noexcept -> void* {
-        auto* made = new (std::nothrow) CopyEngineSettings;
-        if (made == nullptr) {
-          static CopyEngineSettings own;
-          made = &own;
-        }
-        made->cores = usable_cores();
-        read_copy_environment(*made);
-        return made;
-      }));
+  static CopyEngineSettings* const settings = static_cast<CopyEngineSettings*>(
+      shared_object(process_state().objects[static_cast<int>(ProcessObject::copy_engine_options)],
+                    record_layout<CopyEngineSettings>(), []() noexcept -> void* {
+                      auto* made = new (std::nothrow) CopyEngineSettings;
+                      if (made == nullptr) {
+                        static CopyEngineSettings own;
+                        made = &own;
+                      }
+                      made->cores = usable_cores();
+                      read_copy_environment(*made);
+                      return made;
+                    }));
   return *settings;
 }
 
@@ -209,11 +210,11 @@ GPUSEL_API CopyEngineOptions effective_copy_options() noexcept {
   const auto pick = [](std::size_t set, std::size_t fallback) { return set != 0 ? set : fallback; };
   CopyEngineOptions options;
   options.host_to_device_workers =
-      pick(settings.host_to_device_workers.load(detail::MemoryOrder::relaxed), cores < 6 ? cores : 6);
+      pick(settings.host_to_device_workers.load(std::memory_order_relaxed), cores < 6 ? cores : 6);
   options.device_to_host_workers =
-      pick(settings.device_to_host_workers.load(detail::MemoryOrder::relaxed), cores < 8 ? cores : 8);
-  options.slots = pick(settings.slots.load(detail::MemoryOrder::relaxed), 2);
-  options.chunk_bytes = pick(settings.chunk_bytes.load(detail::MemoryOrder::relaxed), std::size_t{4} << 20);
+      pick(settings.device_to_host_workers.load(std::memory_order_relaxed), cores < 8 ? cores : 8);
+  options.slots = pick(settings.slots.load(std::memory_order_relaxed), 2);
+  options.chunk_bytes = pick(settings.chunk_bytes.load(std::memory_order_relaxed), std::size_t{4} << 20);
   return options;
 }
 
@@ -229,10 +230,10 @@ GPUSEL_API void set_copy_engine_options(const CopyEngineOptions& options) {
   const std::string problem = detail::copy_options_problem(options);
   if (!problem.empty()) throw Error("gpusel::set_copy_engine_options: " + problem);
   detail::CopyEngineSettings& settings = detail::copy_engine_settings();
-  settings.host_to_device_workers.store(options.host_to_device_workers, detail::MemoryOrder::relaxed);
-  settings.device_to_host_workers.store(options.device_to_host_workers, detail::MemoryOrder::relaxed);
-  settings.slots.store(options.slots, detail::MemoryOrder::relaxed);
-  settings.chunk_bytes.store(options.chunk_bytes, detail::MemoryOrder::relaxed);
+  settings.host_to_device_workers.store(options.host_to_device_workers, std::memory_order_relaxed);
+  settings.device_to_host_workers.store(options.device_to_host_workers, std::memory_order_relaxed);
+  settings.slots.store(options.slots, std::memory_order_relaxed);
+  settings.chunk_bytes.store(options.chunk_bytes, std::memory_order_relaxed);
   settings.environment_problem[0] = '\0';
 }
 

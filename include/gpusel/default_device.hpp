@@ -9,7 +9,8 @@
 // Layer: data (docs/layers.md).
 #pragma once
 
-#include "gpusel/detail/core/atomic.hpp"
+#include <atomic>
+
 #include "gpusel/detail/core/process_state.hpp"
 #include "gpusel/device.hpp"
 
@@ -45,7 +46,7 @@ namespace gpusel {
 namespace detail {
 
 // kDefaultIsCpu, kDefaultIsCurrentCuda (detail/core/process_state.hpp), or a cuda index >= 0.
-inline detail::Atomic<int>& default_device_code() noexcept { return process_state().default_device; }
+inline std::atomic<int>& default_device_code() noexcept { return process_state().default_device; }
 
 }  // namespace detail
 
@@ -55,12 +56,12 @@ inline detail::Atomic<int>& default_device_code() noexcept { return process_stat
 inline void set_default_device(const Device& device) noexcept {
   const int code =
       device.is_cpu() ? detail::kDefaultIsCpu : (device.has_index() ? device.index() : detail::kDefaultIsCurrentCuda);
-  detail::default_device_code().store(code, detail::MemoryOrder::relaxed);
+  detail::default_device_code().store(code, std::memory_order_relaxed);
 }
 
 // The device of Buffers created without one: cpu until set_default_device.
 inline Device default_device() noexcept {
-  const int code = detail::default_device_code().load(detail::MemoryOrder::relaxed);
+  const int code = detail::default_device_code().load(std::memory_order_relaxed);
   if (code == detail::kDefaultIsCpu) return cpu();
   if (code == detail::kDefaultIsCurrentCuda) return cuda();
   return detail::checked_device(DeviceType::CUDA, code);  // an index >= 0, stored by set_default_device

@@ -40,7 +40,7 @@ using RestoreErrorHandler = detail::RestoreErrorHandler;
 // message on stderr per process. Returns the previous handler. The handler is
 // called on the thread whose guard ended, possibly on several threads at once.
 inline RestoreErrorHandler set_restore_error_handler(RestoreErrorHandler handler) noexcept {
-  return detail::restore_error_handler().exchange(handler, detail::MemoryOrder::acq_rel);
+  return detail::restore_error_handler().exchange(handler, std::memory_order_acq_rel);
 }
 
 namespace detail {

@@ -215,14 +215,14 @@ inline PciAddress pci_address(std::string_view text) {
 // Who chose the NVML library: "InventoryOptions::nvml_library", "GPUSEL_NVML_LIBRARY", or nullptr for the default.
 inline const char* nvml_library_chooser(const InventoryOptions& options) {
   if (!options.nvml_library.empty()) return "InventoryOptions::nvml_library";
-  if (auto variable = secure_environment_variable("GPUSEL_NVML_LIBRARY"); variable && !variable->empty())
+  if (auto variable = environment_variable("GPUSEL_NVML_LIBRARY", Trust::secure); variable && !variable->empty())
     return "GPUSEL_NVML_LIBRARY";
   return nullptr;
 }
 
 inline std::string nvml_library_path(const InventoryOptions& options) {
   if (!options.nvml_library.empty()) return options.nvml_library;
-  if (auto variable = secure_environment_variable("GPUSEL_NVML_LIBRARY"); variable && !variable->empty())
+  if (auto variable = environment_variable("GPUSEL_NVML_LIBRARY", Trust::secure); variable && !variable->empty())
     return *variable;
   return "libnvidia-ml.so.1";
 }

@@ -276,10 +276,12 @@ GPUSEL_API GpuLease lease_gpu(const std::string& uuid);
 #include <sstream>
 #include <thread>
 
+#include "gpusel/detail/core/environment.hpp"
+
 namespace gpusel {
 
 GPUSEL_API std::string lease_directory() {
-  const char* named = secure_getenv("GPUSEL_LEASE_DIR");
+  const char* named = detail::read_environment("GPUSEL_LEASE_DIR", detail::Trust::secure);
   if (named == nullptr || *named == '\0') return "/tmp/gpusel-leases";
   if (*named != '/')
     throw Error("gpusel: GPUSEL_LEASE_DIR=\"" + std::string(named) +
@@ -390,7 +392,8 @@ inline void check_directories_above(const std::string& path) {
 
 // The lease directory, opened and checked (Note [Leases]); throws Error saying what is wrong.
 inline FileDescriptor open_lease_directory(const std::string& path) {
-  const bool shared_default = path == "/tmp/gpusel-leases" && secure_getenv("GPUSEL_LEASE_DIR") == nullptr;
+  const bool shared_default =
+      path == "/tmp/gpusel-leases" && detail::read_environment("GPUSEL_LEASE_DIR", detail::Trust::secure) == nullptr;
   const std::string what = "gpusel: the lease directory " + path;
   check_directories_above(path);
   if (::mkdir(path.c_str(), shared_default ? 01777 : 0700) != 0 && errno != EEXIST)

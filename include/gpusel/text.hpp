@@ -46,6 +46,23 @@ GPUSEL_API std::string escape_for_terminal(std::string_view text);
 // The bytes of `text` as lowercase hex, two digits each: "ff41" for "\xff" "A".
 GPUSEL_API std::string hex_bytes(std::string_view text);
 
+namespace detail {
+
+// ASCII helpers for gpusel's own text (UUIDs, tokens, tables): the locale
+// must not decide what matches.
+constexpr char lower_ascii(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// Whether `text` starts with `prefix`, ASCII letters compared ignoring case:
+// UUIDs are ASCII, and the locale must not decide what matches.
+constexpr bool starts_with_ignoring_case(std::string_view text, std::string_view prefix) noexcept {
+  if (prefix.size() > text.size()) return false;
+  for (std::size_t i = 0; i < prefix.size(); ++i)
+    if (lower_ascii(text[i]) != lower_ascii(prefix[i])) return false;
+  return true;
+}
+
+}  // namespace detail
+
 // --- definitions (Note [Compile-once mode]) ---------------------------------
 #if GPUSEL_DEFINITIONS
 
@@ -119,6 +136,39 @@ GPUSEL_API std::string hex_bytes(std::string_view text) {
   }
   return result;
 }
+
+namespace detail {
+
+// `text` in lower case (ASCII letters only).
+inline std::string lower_ascii(std::string_view text) {
+  std::string lower(text);
+  for (char& c : lower) c = lower_ascii(c);
+  return lower;
+}
+
+// `text` in double quotes, with its newlines, tabs, quotes and backslashes escaped.
+inline std::string quote(std::string_view text) {
+  std::string quoted = "\"";
+  for (const char c : text) {
+    if (c == '\n')
+      quoted += "\\n";
+    else if (c == '\t')
+      quoted += "\\t";
+    else if (c == '"' || c == '\\')
+      quoted += std::string("\\") + c;
+    else
+      quoted += c;
+  }
+  return quoted + "\"";
+}
+
+// `text` padded with spaces to `width`.
+inline std::string pad(std::string text, std::size_t width) {
+  if (text.size() < width) text.append(width - text.size(), ' ');
+  return text;
+}
+
+}  // namespace detail
 
 #endif  // GPUSEL_DEFINITIONS
 

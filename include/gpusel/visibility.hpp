@@ -235,11 +235,6 @@ GPUSEL_API std::optional<int> count_devices_without_cuda(int runtime_version) no
   }
 }
 
-inline std::string pad(std::string text, std::size_t width) {
-  if (text.size() < width) text.append(width - text.size(), ' ');
-  return text;
-}
-
 // The first token not kept, when it is a MIG- one: from there on what CUDA
 // shows is CUDA's to decide, not known to fail. nullptr otherwise.
 inline const VisibleToken* mig_token_ending_list(const VisibleDevices& visible) noexcept {

@@ -23,6 +23,7 @@
 #include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/detail/core/visible_tokens.hpp"
 #include "gpusel/error.hpp"
+#include "gpusel/text.hpp"
 
 namespace gpusel {
 
@@ -186,21 +187,6 @@ class VisibleDevices {
 parse_visible_devices(std::optional<std::string_view> cuda_visible_devices, PhysicalUuids physical,
                       std::optional<std::string_view> cuda_device_order = std::nullopt);
 
-namespace detail {
-
-constexpr char lower_ascii(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-
-// Whether `text` starts with `prefix`, ASCII letters compared ignoring case:
-// UUIDs are ASCII, and the locale must not decide what matches.
-constexpr bool starts_with_ignoring_case(std::string_view text, std::string_view prefix) noexcept {
-  if (prefix.size() > text.size()) return false;
-  for (std::size_t i = 0; i < prefix.size(); ++i)
-    if (lower_ascii(text[i]) != lower_ascii(prefix[i])) return false;
-  return true;
-}
-
-}  // namespace detail
-
 }  // namespace gpusel
 
 // --- definitions (Note [Compile-once mode]) ---------------------------------
@@ -209,13 +195,6 @@ constexpr bool starts_with_ignoring_case(std::string_view text, std::string_view
 namespace gpusel {
 
 namespace detail {
-
-// `text` in lower case (ASCII letters only).
-inline std::string lower_ascii(std::string_view text) {
-  std::string lower(text);
-  for (char& c : lower) c = lower_ascii(c);
-  return lower;
-}
 
 // A GPU's UUID as UUID tokens' text after their "GPU-"/"MIG-" is compared with
 // it: without its own "GPU-"/"MIG-", in lower case.
@@ -300,21 +279,6 @@ class UuidIndex {
 
   std::vector<Node> nodes_;  // nodes_[0] is the root
 };
-
-inline std::string quote(std::string_view text) {
-  std::string quoted = "\"";
-  for (const char c : text) {
-    if (c == '\n')
-      quoted += "\\n";
-    else if (c == '\t')
-      quoted += "\\t";
-    else if (c == '"' || c == '\\')
-      quoted += std::string("\\") + c;
-    else
-      quoted += c;
-  }
-  return quoted + "\"";
-}
 
 inline std::string describe_value(const char* name, const std::optional<std::string>& value) {
   if (!value) return std::string(name) + " is unset";

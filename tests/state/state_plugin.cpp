@@ -58,6 +58,14 @@ GPUSEL_STATE_EXPORT const void* NAMED(driver_entry_points)() { return &gpusel::d
 GPUSEL_STATE_EXPORT const void* NAMED(nvml_library)(const char* path) {
   return gpusel::detail::nvml::load(path).library;
 }
+// How many GPUs the loaded NVML at `path` reports, read through this copy's
+// nvml::Library; -1 when it cannot.
+GPUSEL_STATE_EXPORT int NAMED(nvml_device_count)(const char* path) {
+  const gpusel::detail::nvml::Library* library = gpusel::detail::nvml::load(path).library;
+  unsigned int count = 0;
+  if (library == nullptr || library->device_count(&count) != gpusel::detail::nvml::kSuccess) return -1;
+  return static_cast<int>(count);
+}
 
 // --- runtime state --------------------------------------------------------------------
 // The CUDA runtime this copy calls, as its code sees it.

@@ -1,4 +1,4 @@
-// Reading the environment variables that decide which GPUs CUDA shows.
+// Reading the environment: every variable gpusel reads is read here.
 #pragma once
 
 #include <cstdlib>
@@ -7,18 +7,21 @@
 
 namespace gpusel::detail {
 
-// nullopt when the variable is unset, which CUDA treats differently from set-but-empty.
-inline std::optional<std::string> environment_variable(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) return std::nullopt;
-  return std::string(value);
+// Whether a variable may choose what the program loads or where it writes
+// (GPUSEL_NVML_LIBRARY, GPUSEL_LEASE_DIR): such a one is read with
+// secure_getenv, so in a setuid or otherwise secure-execution process it
+// counts as unset.
+enum class Trust { plain, secure };
+
+// The variable's text; null when it is unset, which CUDA treats differently
+// from set-but-empty.
+inline const char* read_environment(const char* name, Trust trust = Trust::plain) noexcept {
+  return trust == Trust::secure ? secure_getenv(name) : std::getenv(name);
 }
 
-// The same for a variable that names code to load (GPUSEL_NVML_LIBRARY): read with
-// secure_getenv, so in a setuid or otherwise secure-execution process it counts
-// as unset and the caller cannot choose what the program loads.
-inline std::optional<std::string> secure_environment_variable(const char* name) {
-  const char* value = secure_getenv(name);
+// The same as a string; nullopt when unset.
+inline std::optional<std::string> environment_variable(const char* name, Trust trust = Trust::plain) {
+  const char* value = read_environment(name, trust);
   if (value == nullptr) return std::nullopt;
   return std::string(value);
 }

@@ -4,9 +4,9 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <new>
 
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/process_state.hpp"
 
 namespace gpusel::detail {
@@ -33,63 +33,69 @@ namespace gpusel::detail {
 // for PyTorch's lazy initialization): a parent that used CUDA only by direct
 // cudart calls is not detected. Host-only work (copies between host buffers)
 // goes on in the child, on fresh threads.
-inline constexpr int kMaxForkForgets = 8;
+//
+// The table of what a child forgets has room for an object in every slot of
+// every runtime the state tells apart and of the process, so it cannot run
+// out before the runtime table does.
+inline constexpr int kMaxForkForgets = (kMaxRuntimes + 1) * kObjectSlots;
 
 struct ForkState {
-  detail::Atomic<bool> cuda_used{false};
-  detail::Atomic<bool> forked_after_cuda{false};
-  detail::Atomic<unsigned> forks{0};  // children this process descends from, through fork()
+  std::atomic<bool> cuda_used{false};
+  std::atomic<bool> forked_after_cuda{false};
+  std::atomic<unsigned> forks{0};  // children this process descends from, through fork()
   // forget_functions[i](forget_objects[i]), for i < forget_count, in a child.
-  detail::Atomic<int> forget_count{0};
-  detail::Atomic<void (*)(void*) noexcept> forget_functions[kMaxForkForgets]{};
-  detail::Atomic<void*> forget_objects[kMaxForkForgets]{};
+  std::atomic<int> forget_count{0};
+  std::atomic<void (*)(void*) noexcept> forget_functions[kMaxForkForgets]{};
+  std::atomic<void*> forget_objects[kMaxForkForgets]{};
 };
 
-inline ForkState* find_fork_state() noexcept {
-  return static_cast<ForkState*>(
-      process_state().objects[static_cast<int>(ProcessObject::fork_state)].load(detail::MemoryOrder::acquire));
+// The fork state this copy made and registered forget_after_fork() for, if it made one.
+GPUSEL_DETAIL_PER_OBJECT inline std::atomic<ForkState*>& fork_state_made_here() noexcept {
+  static std::atomic<ForkState*> made{nullptr};
+  return made;
 }
 
 // The atfork child handler (Note [Caches across fork()]).
-inline void forget_after_fork() noexcept {
-  ForkState* state = find_fork_state();
+GPUSEL_DETAIL_PER_OBJECT inline void forget_after_fork() noexcept {
+  ForkState* state = fork_state_made_here().load(std::memory_order_acquire);
   if (state == nullptr) return;
-  if (state->cuda_used.load(detail::MemoryOrder::relaxed))
-    state->forked_after_cuda.store(true, detail::MemoryOrder::relaxed);
-  state->forks.fetch_add(1, detail::MemoryOrder::relaxed);
-  const int count = state->forget_count.load(detail::MemoryOrder::acquire);
+  if (state->cuda_used.load(std::memory_order_relaxed)) state->forked_after_cuda.store(true, std::memory_order_relaxed);
+  state->forks.fetch_add(1, std::memory_order_relaxed);
+  const int count = state->forget_count.load(std::memory_order_acquire);
   for (int i = 0; i < count && i < kMaxForkForgets; ++i) {
-    void (*forget)(void*) noexcept = state->forget_functions[i].load(detail::MemoryOrder::acquire);
-    if (forget != nullptr) forget(state->forget_objects[i].load(detail::MemoryOrder::relaxed));
+    void (*forget)(void*) noexcept = state->forget_functions[i].load(std::memory_order_acquire);
+    if (forget != nullptr) forget(state->forget_objects[i].load(std::memory_order_relaxed));
   }
 }
 
 inline ForkState& fork_state() noexcept {
-  static ForkState* const state = static_cast<ForkState*>(
-      shared_object(process_state().objects[static_cast<int>(ProcessObject::fork_state)], []() noexcept -> void* {
-        auto* made = new (std::nothrow) ForkState;
-        if (made == nullptr) {
-          static ForkState own;
-          made = &own;
-        }
-        (void)pthread_atfork(nullptr, nullptr, &forget_after_fork);
-        return made;
-      }));
+  static ForkState* const state =
+      static_cast<ForkState*>(shared_object(process_state().objects[static_cast<int>(ProcessObject::fork_state)],
+                                            record_layout<ForkState>(), []() noexcept -> void* {
+                                              auto* made = new (std::nothrow) ForkState;
+                                              if (made == nullptr) {
+                                                static ForkState own;
+                                                made = &own;
+                                              }
+                                              fork_state_made_here().store(made, std::memory_order_release);
+                                              (void)pthread_atfork(nullptr, nullptr, &forget_after_fork);
+                                              return made;
+                                            }));
   return *state;
 }
 
 // Has `forget(object)` called in every child forked from now on (the object
-// lives until the process exits). Beyond kMaxForkForgets, nothing is
-// registered. Takes no lock: it is called where a runtime object is made,
+// lives until the process exits). Beyond kMaxForkForgets (objects of
+// runtimes outside the table), nothing is registered. Takes no lock: it is called where a runtime object is made,
 // under the state's mutex, so fork_state() must have been made before.
 inline void forget_in_forked_child(ForkState& state, void (*forget)(void*) noexcept, void* object) noexcept {
-  const int index = state.forget_count.fetch_add(1, detail::MemoryOrder::relaxed);
+  const int index = state.forget_count.fetch_add(1, std::memory_order_relaxed);
   if (index >= kMaxForkForgets) return;
-  state.forget_objects[index].store(object, detail::MemoryOrder::relaxed);
-  state.forget_functions[index].store(forget, detail::MemoryOrder::release);  // a slot not yet filled reads as null
+  state.forget_objects[index].store(object, std::memory_order_relaxed);
+  state.forget_functions[index].store(forget, std::memory_order_release);  // a slot not yet filled reads as null
 }
 
 // Whether this process is a child forked after gpusel used CUDA.
-inline bool forked_after_cuda() noexcept { return fork_state().forked_after_cuda.load(detail::MemoryOrder::relaxed); }
+inline bool forked_after_cuda() noexcept { return fork_state().forked_after_cuda.load(std::memory_order_relaxed); }
 
 }  // namespace gpusel::detail

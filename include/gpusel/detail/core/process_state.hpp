@@ -5,9 +5,11 @@
 
 #include <pthread.h>
 
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <type_traits>
-
-#include "gpusel/detail/core/atomic.hpp"
 
 namespace gpusel {
 class Error;
@@ -15,66 +17,23 @@ class Error;
 
 // Note [One state per process]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// gpusel is header-only, so every shared object that uses it (a pybind11 or
-// PyTorch extension, a plugin) carries its own copy of the code. State kept in
-// an ordinary function-local static of an inline function is then one per
-// shared object when they are built with -fvisibility=hidden, as extensions
-// are: library A's set_default_device(cuda(1)) would leave library B on cpu.
-// So everything gpusel keeps for the process or for a CUDA runtime lives in
-// one object, ProcessState, reached through process_state(), whose namespace
-// has default visibility whatever the build's flags:
-//  - g++ gives the object STB_GNU_UNIQUE binding: the dynamic linker
-//    resolves every copy in the process to the first one, also across objects
-//    loaded with dlopen(RTLD_LOCAL), as Python loads extensions. One state per
-//    process. (The per-thread records are thread-locals reached through the
-//    object, so they are always those of the copy whose object is used.)
-//  - clang gives it weak binding: the copies in the global scope (the
-//    program and what it links, objects loaded with RTLD_GLOBAL) resolve to
-//    one, but an object loaded with RTLD_LOCAL keeps its own. There the state
-//    is one per such object: load it with RTLD_GLOBAL (Python:
-//    sys.setdlopenflags(os.RTLD_NOW | os.RTLD_GLOBAL) before the import) to
-//    share, or accept separate state (each object then has its own default
-//    device and caches, and its own record of deferred restores).
-//  - a program's own symbols reach the dynamic linker only when exported: a
-//    program that uses gpusel itself and loads shared objects that use it
-//    links with -rdynamic (CMake: ENABLE_EXPORTS), else its copy stays apart
-//    (with g++ as well). Exported, it is in the global scope, and every
-//    object, a clang one loaded with RTLD_LOCAL included, resolves to it.
-//
-// What is whose:
-//  - per process: the default device, the restore-error handler (and whether
-//    the first failed restore was printed), the driver entry points (one
-//    driver, libcuda, per process), the loaded NVML libraries, the copy
-//    engine's options, the fork record, the prefault decision and the cache
-//    of large host blocks; later also the GPU leases (`objects`, free slots).
-//  - per CUDA runtime (Note [One state per runtime], detail/cuda/runtime_state.hpp):
-//    the staging pool, the peer-access table, the copy engine's cache, the
-//    device memory pools (detail/data/device_pool.hpp), and per thread the deferred
-//    restore (ThreadDevice); later also cached streams (free slots of
-//    Runtime::objects). Two shared objects that link libcudart.so call
-//    one runtime and share these; two that each link the static runtime have
-//    two runtimes, which keep two current devices per thread, so each has its
-//    own.
-//
-// The layout is versioned. Copies of different gpusel versions in one process
-// share this object, so its layout is the namespace's version (state_v1): the
-// structs below, the meaning of their fields and slots, and the types they
-// point to (nvml::Library, StagingPool, PeerAccess, and the Error a restore
-// handler receives). A change to any of them — a field added, removed, moved
-// or retyped; a slot given another type — bumps the version (state_v2), so
-// that two gpusel versions with different layouts keep separate states instead
-// of corrupting each other. Giving a free slot its first type needs no bump:
-// older copies never read it. Since the pointed-to types hold standard library
-// types (std::mutex, std::vector, std::string), the standard library's ABI is
-// part of the name as well: libc++, libstdc++'s debug mode and its old string
-// ABI each get their own state.
-//
-// The state is constant-initialized and never destroyed (no constructor runs,
-// no destructor is registered: it is usable from any static constructor or
-// destructor), and holds only atomics, C types and pointers. Objects it points
-// to are created on first use and live until the process exits; gpusel assumes
-// the shared objects that use it stay loaded until then, as Python's
-// extensions do (glibc keeps an object with STB_GNU_UNIQUE symbols loaded).
+// gpusel is header-only, so every shared object that uses it (a Python
+// extension, a plugin) carries its own copy, usually built with
+// -fvisibility=hidden; state in each copy's statics would split (library A's
+// set_default_device would leave library B on cpu). So everything gpusel
+// keeps for the process or for a CUDA runtime lives in one object,
+// ProcessState, whose namespace has default visibility whatever the flags:
+// g++ binds it STB_GNU_UNIQUE, one per process even across RTLD_LOCAL;
+// clang binds it weak, one among the objects in the global scope. Which
+// state is whose, what each compiler guarantees and what an extension does
+// about it: docs/state.md. Copies share it only where their layouts agree
+// (Note [Layout signatures]); the namespace's version, bumped when a field's
+// meaning changes, and the standard library's ABI (libc++, libstdc++'s debug
+// mode, its old string ABI) are part of its name. The state is
+// constant-initialized and never destroyed, so it is usable from any static
+// constructor or destructor; it holds only atomics, C types and pointers, and
+// what it points to lives until the process exits (the shared objects are
+// assumed loaded until then, as Python's extensions are).
 
 #if defined(_LIBCPP_VERSION)
 #define GPUSEL_DETAIL_STATE state_v1_libcxx
@@ -114,9 +73,9 @@ struct DriverEntryPoints {
   using PrimaryContextGetState = int (*)(int device, unsigned int* flags, int* active);
   enum Lookup : int { NotYet = 0, Found = 1, Absent = 2 };
 
-  detail::Atomic<DeviceGet> device_get{nullptr};
-  detail::Atomic<PrimaryContextGetState> primary_context_get_state{nullptr};
-  detail::Atomic<int> lookup{NotYet};
+  std::atomic<DeviceGet> device_get{nullptr};
+  std::atomic<PrimaryContextGetState> primary_context_get_state{nullptr};
+  std::atomic<int> lookup{NotYet};
 };
 
 // What gpusel knows about a thread's device in one runtime beyond what
@@ -136,17 +95,20 @@ struct ThreadDevice {
 inline constexpr int kMaxRuntimes = 8;
 inline constexpr int kObjectSlots = 8;
 
-// What each slot of Runtime::objects holds; the others are free. Slot 0 held
-// the staging pool of fixed 4 MiB chunks: copies of older gpusel versions
-// still use it, so the pool of tunable chunks took a free slot instead of
-// changing slot 0's type (which would have meant a new layout version).
+// An object the state holds, and the layout signature of its type
+// (Note [Layout signatures]); both null until the object is made.
+struct Slot {
+  std::atomic<void*> object{nullptr};
+  std::atomic<std::uint64_t> layout{0};
+};
+
+// What each slot of Runtime::objects holds; the others are free.
 enum class RuntimeObject : int {
-  staging_pool_fixed_chunks = 0,
-  peer_access = 1,
-  staging_pool = 2,
-  copy_engine = 3,
-  device_pools = 4,
-  device_facts = 5,
+  peer_access = 0,
+  staging_pool = 1,
+  copy_engine = 2,
+  device_pools = 3,
+  device_facts = 4,
 };
 
 // What each slot of ProcessState::objects holds; the others are free (slot 0
@@ -158,9 +120,9 @@ enum class ProcessObject : int { copy_engine_options = 1, fork_state = 2, host_p
 // One CUDA runtime of the process (Note [One state per runtime]).
 struct Runtime {
   // Which runtime: the address of its cudaGetDevice. Null while the entry is free.
-  detail::Atomic<const void*> identity{nullptr};
+  std::atomic<const void*> identity{nullptr};
   // The runtime's objects, by RuntimeObject; null until first used.
-  detail::Atomic<void*> objects[kObjectSlots]{};
+  Slot objects[kObjectSlots]{};
 };
 
 // The calling thread's records, one per runtime, indexed like
@@ -173,21 +135,24 @@ inline ThreadDevice* thread_devices() noexcept {
 }
 
 struct ProcessState {
-  detail::Atomic<int> default_device{kDefaultIsCpu};
-  detail::Atomic<RestoreErrorHandler> restore_error_handler{nullptr};
-  detail::Atomic<bool> restore_error_printed{false};
+  std::atomic<int> default_device{kDefaultIsCpu};
+  std::atomic<RestoreErrorHandler> restore_error_handler{nullptr};
+  std::atomic<bool> restore_error_printed{false};
   DriverEntryPoints driver{};
   // The loaded NVML libraries, newest first (detail/machine/nvml.hpp), published with
   // a compare-exchange and never removed: no lock is held across dlopen and
   // nvmlInit (Note [Loading NVML without a lock]).
-  detail::Atomic<const nvml::Library*> nvml_libraries{nullptr};
-  // Taken to add a runtime and to fill an object slot.
+  // The slot's object is the newest nvml::Library.
+  Slot nvml_libraries{};
+  // Taken to add a runtime and to fill an object slot. A pthread mutex, not
+  // std::mutex: its C initializer and layout are the same for every copy,
+  // whatever standard library it was built with.
   pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
   // runtimes[0, runtime_count) are in use, in the order the runtimes were first seen.
-  detail::Atomic<int> runtime_count{0};
+  std::atomic<int> runtime_count{0};
   Runtime runtimes[kMaxRuntimes]{};
-  // The process's objects (GPU leases, later); all free.
-  detail::Atomic<void*> objects[kObjectSlots]{};
+  // The process's objects, by ProcessObject.
+  Slot objects[kObjectSlots]{};
   // The calling thread's records: thread_devices() of the copy that owns this state.
   ThreadDevice* (*thread_devices)() noexcept = &GPUSEL_DETAIL_STATE::thread_devices;
 };
@@ -195,10 +160,66 @@ struct ProcessState {
 static_assert(std::is_trivially_destructible_v<ProcessState> && std::is_trivially_destructible_v<ThreadDevice>,
               "the state is never destroyed (Note [One state per process])");
 
-inline ProcessState& process_state() noexcept {
+// The state's atomics have their value's layout and are lock-free, so the
+// state holds no lock of the standard library's and its layout is that of
+// plain ints and pointers (the layout version names it).
+template <class T>
+inline constexpr bool kPlainAtomic = sizeof(std::atomic<T>) == sizeof(T) &&
+                                     alignof(std::atomic<T>) == alignof(T) && std::atomic<T>::is_always_lock_free;
+static_assert(kPlainAtomic<int> && kPlainAtomic<bool> && kPlainAtomic<unsigned> && kPlainAtomic<void*> &&
+                  kPlainAtomic<const void*> && kPlainAtomic<RestoreErrorHandler> &&
+                  kPlainAtomic<DriverEntryPoints::DeviceGet> && kPlainAtomic<std::uint64_t>,
+              "std::atomic<T> has T's layout (Note [One state per process])");
+
+// Note [Layout signatures]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// Copies of gpusel may share the state only where they agree on its layout,
+// and a hand-bumped version is forgotten: a record grew, the version did not,
+// and a copy read past the end of another copy's record. So every layout the
+// state shares carries a signature computed at compile time from sizes,
+// alignments and field offsets. The state's own records sign the symbol that
+// holds it (process_state_of<kStateLayout>: another layout is another object),
+// and an object in a Slot is stored with its type's signature, which a copy
+// checks when it finds the object: one that finds another layout's object
+// makes its own and keeps it to itself. The version in the namespace's name
+// stays for what sizes cannot tell (a field's meaning, the standard library).
+constexpr std::uint64_t layout_signature(std::initializer_list<std::size_t> figures) noexcept {
+  std::uint64_t hash = 14695981039346656037ULL;  // FNV-1a
+  for (const std::size_t figure : figures) hash = (hash ^ figure) * 1099511628211ULL;
+  return hash;
+}
+
+// The signature of T: its size and alignment, and `fields`, the offsets of
+// its fields where T is standard layout.
+template <class T>
+constexpr std::uint64_t record_layout(std::initializer_list<std::size_t> fields = {}) noexcept {
+  return layout_signature({sizeof(T), alignof(T), static_cast<std::size_t>(layout_signature(fields))});
+}
+
+inline constexpr std::uint64_t kStateLayout = layout_signature({
+    static_cast<std::size_t>(record_layout<Slot>({offsetof(Slot, object), offsetof(Slot, layout)})),
+    static_cast<std::size_t>(record_layout<DriverEntryPoints>({offsetof(DriverEntryPoints, device_get),
+                                                               offsetof(DriverEntryPoints, primary_context_get_state),
+                                                               offsetof(DriverEntryPoints, lookup)})),
+    static_cast<std::size_t>(
+        record_layout<ThreadDevice>({offsetof(ThreadDevice, deferred_device), offsetof(ThreadDevice, runtime_device),
+                                     offsetof(ThreadDevice, switches), kMaxRuntimes})),
+    static_cast<std::size_t>(record_layout<Runtime>({offsetof(Runtime, identity), offsetof(Runtime, objects)})),
+    static_cast<std::size_t>(record_layout<ProcessState>(
+        {offsetof(ProcessState, default_device), offsetof(ProcessState, restore_error_handler),
+         offsetof(ProcessState, restore_error_printed), offsetof(ProcessState, driver),
+         offsetof(ProcessState, nvml_libraries), offsetof(ProcessState, mutex), offsetof(ProcessState, runtime_count),
+         offsetof(ProcessState, runtimes), offsetof(ProcessState, objects), offsetof(ProcessState, thread_devices)})),
+});
+
+// The state of the copies whose records have the layout `Layout`.
+template <std::uint64_t Layout>
+ProcessState& process_state_of() noexcept {
   static ProcessState state;
   return state;
 }
+
+inline ProcessState& process_state() noexcept { return process_state_of<kStateLayout>(); }
 
 }  // namespace GPUSEL_DETAIL_STATE
 #pragma GCC visibility pop
@@ -207,13 +228,21 @@ using GPUSEL_DETAIL_STATE::DriverEntryPoints;
 using GPUSEL_DETAIL_STATE::kDefaultIsCpu;
 using GPUSEL_DETAIL_STATE::kDefaultIsCurrentCuda;
 using GPUSEL_DETAIL_STATE::kMaxRuntimes;
+using GPUSEL_DETAIL_STATE::kObjectSlots;
 using GPUSEL_DETAIL_STATE::process_state;
 using GPUSEL_DETAIL_STATE::ProcessObject;
 using GPUSEL_DETAIL_STATE::ProcessState;
+using GPUSEL_DETAIL_STATE::record_layout;
 using GPUSEL_DETAIL_STATE::RestoreErrorHandler;
 using GPUSEL_DETAIL_STATE::Runtime;
 using GPUSEL_DETAIL_STATE::RuntimeObject;
+using GPUSEL_DETAIL_STATE::Slot;
 using GPUSEL_DETAIL_STATE::ThreadDevice;
+
+// What must stay one per shared object: a cache of what this object's code
+// found, which another object (calling another runtime, or another layout)
+// must not share, also in a build with default visibility.
+#define GPUSEL_DETAIL_PER_OBJECT __attribute__((visibility("hidden")))
 
 // Holds a pthread mutex of the state for a scope. Locking a default mutex
 // fails only on misuse, which the state never makes.
@@ -228,15 +257,27 @@ class StateLock {
   pthread_mutex_t& mutex_;
 };
 
-// The object in `slot`, made by `make()` (noexcept, returns a void* to it) if
-// the slot is empty. Every copy of gpusel that asks gets the one object.
+// The object in `slot` if it has the layout `layout`, else null.
+inline void* find_object(const Slot& slot, std::uint64_t layout) noexcept {
+  void* object = slot.object.load(std::memory_order_acquire);
+  return object != nullptr && slot.layout.load(std::memory_order_relaxed) == layout ? object : nullptr;
+}
+
+// The object in `slot`, made by `make()` (noexcept, returns a void* to it,
+// called under the state's mutex) if the slot is empty. Every copy of gpusel
+// whose type has the layout `layout` gets the one object; a copy of another
+// layout gets one `make()` made for it alone (Note [Layout signatures]).
 template <typename Make>
-void* shared_object(detail::Atomic<void*>& slot, Make&& make) noexcept {
-  if (void* object = slot.load(detail::MemoryOrder::acquire)) return object;
+void* shared_object(Slot& slot, std::uint64_t layout, Make&& make) noexcept {
+  if (void* object = find_object(slot, layout)) return object;
   const StateLock lock(process_state().mutex);
-  if (void* object = slot.load(detail::MemoryOrder::relaxed)) return object;
+  if (void* object = slot.object.load(std::memory_order_relaxed)) {
+    if (slot.layout.load(std::memory_order_relaxed) == layout) return object;
+    return make();  // another layout's object: this copy's own
+  }
   void* object = make();
-  slot.store(object, detail::MemoryOrder::release);
+  slot.layout.store(layout, std::memory_order_relaxed);
+  slot.object.store(object, std::memory_order_release);
   return object;
 }
 

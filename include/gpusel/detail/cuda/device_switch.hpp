@@ -5,9 +5,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <string>
 
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/detail/core/process_state.hpp"
 #include "gpusel/detail/cuda/cuda_status.hpp"
@@ -162,7 +162,7 @@ inline RestoreResult restore_device(int device, bool check_first) noexcept {
 
 // --- reporting a failed restore -------------------------------------------------
 // One handler per process (Note [One state per process]).
-inline detail::Atomic<RestoreErrorHandler>& restore_error_handler() noexcept {
+inline std::atomic<RestoreErrorHandler>& restore_error_handler() noexcept {
   return process_state().restore_error_handler;
 }
 
@@ -224,7 +224,7 @@ void report_switch_failure(cudaError_t status, const MakeError& make_error, cons
   }
   try {
     const Error error = make_error();
-    const RestoreErrorHandler handler = restore_error_handler().load(detail::MemoryOrder::acquire);
+    const RestoreErrorHandler handler = restore_error_handler().load(std::memory_order_acquire);
     if (handler == nullptr) {
       print_restore_error_once(error.what());
       return;

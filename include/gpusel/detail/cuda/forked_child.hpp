@@ -19,8 +19,8 @@ namespace gpusel::detail {
 // after CUDA started, and otherwise records that CUDA is in use.
 inline void enter_cuda_work(const char* what) {
   ForkState& state = fork_state();
-  if (state.forked_after_cuda.load(detail::MemoryOrder::relaxed)) throw_forked_after_cuda(what);
-  if (!state.cuda_used.load(detail::MemoryOrder::relaxed)) state.cuda_used.store(true, detail::MemoryOrder::relaxed);
+  if (state.forked_after_cuda.load(std::memory_order_relaxed)) throw_forked_after_cuda(what);
+  if (!state.cuda_used.load(std::memory_order_relaxed)) state.cuda_used.store(true, std::memory_order_relaxed);
 }
 
 }  // namespace gpusel::detail

@@ -8,11 +8,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <climits>
 #include <cstddef>
 #include <new>
 
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/process_state.hpp"
 #include "gpusel/detail/cuda/runtime_state.hpp"
 
@@ -72,20 +72,20 @@ inline void* driver_function(const char* symbol, bool& failed) noexcept {
 // Looks the two functions up if no definite answer is known yet; true when both are there.
 inline bool load_driver_entry_points() noexcept {
   DriverEntryPoints& points = driver_entry_points();
-  const int lookup = points.lookup.load(detail::MemoryOrder::acquire);
+  const int lookup = points.lookup.load(std::memory_order_acquire);
   if (lookup != DriverEntryPoints::NotYet) return lookup == DriverEntryPoints::Found;
   bool failed = false;
   void* device_get = driver_function("cuDeviceGet", failed);
   void* get_state = driver_function("cuDevicePrimaryCtxGetState", failed);
   if (failed) return false;
   if (device_get == nullptr || get_state == nullptr) {
-    points.lookup.store(DriverEntryPoints::Absent, detail::MemoryOrder::release);
+    points.lookup.store(DriverEntryPoints::Absent, std::memory_order_release);
     return false;
   }
-  points.device_get.store(reinterpret_cast<DriverEntryPoints::DeviceGet>(device_get), detail::MemoryOrder::relaxed);
+  points.device_get.store(reinterpret_cast<DriverEntryPoints::DeviceGet>(device_get), std::memory_order_relaxed);
   points.primary_context_get_state.store(reinterpret_cast<DriverEntryPoints::PrimaryContextGetState>(get_state),
-                                         detail::MemoryOrder::relaxed);
-  points.lookup.store(DriverEntryPoints::Found, detail::MemoryOrder::release);
+                                         std::memory_order_relaxed);
+  points.lookup.store(DriverEntryPoints::Found, std::memory_order_release);
   return true;
 }
 
@@ -109,8 +109,8 @@ inline bool load_driver_entry_points() noexcept {
 // use it anyway). Ordinals from kDevices on are asked every time.
 struct DeviceFacts {
   static constexpr int kDevices = 64;
-  detail::Atomic<int> cu_device[kDevices]{};  // the CUdevice plus one; 0 until asked
-  detail::Atomic<bool> active[kDevices]{};    // the primary context is known to exist
+  std::atomic<int> cu_device[kDevices]{};  // the CUdevice plus one; 0 until asked
+  std::atomic<bool> active[kDevices]{};    // the primary context is known to exist
 
   static DeviceFacts& instance() noexcept {
     return runtime_object<DeviceFacts>(RuntimeObject::device_facts,
@@ -118,13 +118,13 @@ struct DeviceFacts {
   }
 
   void forget_contexts() noexcept {
-    for (auto& known : active) known.store(false, detail::MemoryOrder::relaxed);
+    for (auto& known : active) known.store(false, std::memory_order_relaxed);
   }
 
   // What a new process knows: nothing (the emulated runtime's reset, in tests).
   void forget() noexcept {
     forget_contexts();
-    for (auto& known : cu_device) known.store(0, detail::MemoryOrder::relaxed);
+    for (auto& known : cu_device) known.store(0, std::memory_order_relaxed);
   }
 };
 
@@ -136,21 +136,21 @@ inline PrimaryContextState primary_context_state(int ordinal) noexcept {
   const bool remembered = ordinal >= 0 && ordinal < DeviceFacts::kDevices;
   DeviceFacts* facts = remembered ? &DeviceFacts::instance() : nullptr;
   const auto slot = static_cast<std::size_t>(ordinal);
-  if (facts != nullptr && facts->active[slot].load(detail::MemoryOrder::relaxed)) return PrimaryContextState::Active;
+  if (facts != nullptr && facts->active[slot].load(std::memory_order_relaxed)) return PrimaryContextState::Active;
   if (!load_driver_entry_points()) return PrimaryContextState::Unknown;
   const DriverEntryPoints& points = driver_entry_points();
-  int device = facts != nullptr ? facts->cu_device[slot].load(detail::MemoryOrder::relaxed) - 1 : -1;
+  int device = facts != nullptr ? facts->cu_device[slot].load(std::memory_order_relaxed) - 1 : -1;
   if (device < 0) {
-    if (points.device_get.load(detail::MemoryOrder::relaxed)(&device, ordinal) != 0 || device < 0)
+    if (points.device_get.load(std::memory_order_relaxed)(&device, ordinal) != 0 || device < 0)
       return PrimaryContextState::Unknown;
-    if (facts != nullptr && device < INT_MAX) facts->cu_device[slot].store(device + 1, detail::MemoryOrder::relaxed);
+    if (facts != nullptr && device < INT_MAX) facts->cu_device[slot].store(device + 1, std::memory_order_relaxed);
   }
   unsigned int flags = 0;
   int active = 0;
-  if (points.primary_context_get_state.load(detail::MemoryOrder::relaxed)(device, &flags, &active) != 0)
+  if (points.primary_context_get_state.load(std::memory_order_relaxed)(device, &flags, &active) != 0)
     return PrimaryContextState::Unknown;
   if (active == 0) return PrimaryContextState::Inactive;
-  if (facts != nullptr) facts->active[slot].store(true, detail::MemoryOrder::relaxed);
+  if (facts != nullptr) facts->active[slot].store(true, std::memory_order_relaxed);
   return PrimaryContextState::Active;
 }
 

@@ -10,11 +10,6 @@
 
 #include "gpusel/detail/core/process_state.hpp"
 
-// What must stay one per shared object: a cache of what this object's code
-// found, which another object (calling another runtime) must not share, also
-// in a build with default visibility.
-#define GPUSEL_DETAIL_PER_OBJECT __attribute__((visibility("hidden")))
-
 namespace gpusel::detail {
 
 // Note [One state per runtime]
@@ -52,12 +47,12 @@ struct RuntimeEntry {
 inline RuntimeEntry find_runtime(const void* identity) noexcept {
   ProcessState& process = process_state();
   const StateLock lock(process.mutex);
-  const int count = process.runtime_count.load(detail::MemoryOrder::relaxed);
+  const int count = process.runtime_count.load(std::memory_order_relaxed);
   for (int i = 0; i < count; ++i)
-    if (process.runtimes[i].identity.load(detail::MemoryOrder::relaxed) == identity) return {&process.runtimes[i], i};
+    if (process.runtimes[i].identity.load(std::memory_order_relaxed) == identity) return {&process.runtimes[i], i};
   if (count == kMaxRuntimes) return {};
-  process.runtimes[count].identity.store(identity, detail::MemoryOrder::relaxed);
-  process.runtime_count.store(count + 1, detail::MemoryOrder::release);
+  process.runtimes[count].identity.store(identity, std::memory_order_relaxed);
+  process.runtime_count.store(count + 1, std::memory_order_release);
   return {&process.runtimes[count], count};
 }
 
@@ -98,17 +93,17 @@ template <typename T, typename Construct>
 GPUSEL_DETAIL_PER_OBJECT T& runtime_object(RuntimeObject slot, Construct construct) noexcept {
   static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__, "operator new aligns the object");
   static T* made = nullptr;  // what this shared object made, to destroy at exit
-  static T* const object =
-      static_cast<T*>(shared_object(this_runtime().runtime->objects[static_cast<int>(slot)], [&]() noexcept -> void* {
-        void* storage = ::operator new(sizeof(T), std::nothrow);
-        if (storage == nullptr) {
-          alignas(T) static unsigned char own[sizeof(T)];
-          storage = own;
-        }
-        made = construct(storage);
-        (void)std::atexit([] { made->~T(); });
-        return made;
-      }));
+  static T* const object = static_cast<T*>(shared_object(this_runtime().runtime->objects[static_cast<int>(slot)],
+                                                         record_layout<T>(), [&]() noexcept -> void* {
+                                                           void* storage = ::operator new(sizeof(T), std::nothrow);
+                                                           if (storage == nullptr) {
+                                                             alignas(T) static unsigned char own[sizeof(T)];
+                                                             storage = own;
+                                                           }
+                                                           made = construct(storage);
+                                                           (void)std::atexit([] { made->~T(); });
+                                                           return made;
+                                                         }));
   return *object;
 }
 

@@ -2,9 +2,9 @@
 // host, a GPU) by the fastest path that is correct. See Note [The copy engine].
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/detail/data/memory.hpp"
 #include "gpusel/stream.hpp"
@@ -83,7 +83,7 @@ inline void host_copy(void* destination, const void* source, std::size_t bytes) 
   }
   const EngineLease lease;
   run_in_parts(bytes, workers, std::size_t{1} << 20, lease.get() != nullptr ? &lease.get()->workers() : nullptr,
-               [&](std::size_t, std::size_t begin, std::size_t end, const detail::Atomic<bool>&) {
+               [&](std::size_t, std::size_t begin, std::size_t end, const std::atomic<bool>&) {
                  std::memcpy(static_cast<char*>(destination) + begin, static_cast<const char*>(source) + begin,
                              end - begin);
                });

@@ -5,13 +5,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <new>
 
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/compile_once.hpp"
+#include "gpusel/detail/core/fork_safe_mutex.hpp"
 
 namespace gpusel::detail {
 
@@ -122,6 +123,7 @@ class DevicePools {
  private:
   enum Mode : int { undecided = 0, pooled = 1, plain = 2 };
 
+  friend class ForgettingRuntimeObject;
   DevicePools() = default;
 
   // The pool of `device`, made if needed, under mutex_; null with the failure in `failed`.
@@ -129,18 +131,18 @@ class DevicePools {
 
   // In a forked child: plain stores only (Note [Caches across fork()]).
   void forget() noexcept {
-    new (&mutex_) std::mutex;
+    mutex_.forget();
     for (int device = 0; device < kMaxPooledDevices; ++device) {
-      modes_[device].store(undecided, detail::MemoryOrder::relaxed);
+      modes_[device].store(undecided, std::memory_order_relaxed);
       pools_[device] = nullptr;
       accessors_[device] = 0;
     }
   }
 
-  std::mutex mutex_;
+  ForkSafeMutex mutex_;
   // By device: whether it is pooled (read without the lock by free()), its
   // pool, and the devices to grant access to it (a bit per device).
-  detail::Atomic<int> modes_[kMaxPooledDevices]{};
+  std::atomic<int> modes_[kMaxPooledDevices]{};
   cudaMemPool_t pools_[kMaxPooledDevices] = {};
   std::uint64_t accessors_[kMaxPooledDevices] = {};
 };
@@ -152,8 +154,10 @@ class DevicePools {
 #include <cstdlib>
 #include <string>
 
+#include "gpusel/detail/core/environment.hpp"
 #include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/cuda/runtime_state.hpp"
+#include "gpusel/detail/data/forgetting_object.hpp"
 #include "gpusel/detail/data/stream_uses.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/guard.hpp"
@@ -162,17 +166,11 @@ class DevicePools {
 namespace gpusel::detail {
 
 GPUSEL_API DevicePools& DevicePools::instance() noexcept {
-  ForkState& fork = fork_state();  // made first: runtime_object holds the state's mutex while it makes the object
-  return runtime_object<DevicePools>(RuntimeObject::device_pools, [&fork](void* storage) noexcept {
-    auto* pools = new (storage) DevicePools;
-    forget_in_forked_child(
-        fork, [](void* object) noexcept { static_cast<DevicePools*>(object)->forget(); }, pools);
-    return pools;
-  });
+  return ForgettingRuntimeObject::of<DevicePools>(RuntimeObject::device_pools);
 }
 
 GPUSEL_API std::uint64_t pool_release_threshold() {
-  const char* text = std::getenv("GPUSEL_POOL_RELEASE_THRESHOLD");
+  const char* text = read_environment("GPUSEL_POOL_RELEASE_THRESHOLD");
   if (text == nullptr) return kDefaultPoolReleaseThreshold;
   try {
     return parse_memory_size(text);
@@ -214,15 +212,15 @@ GPUSEL_API cudaMemPool_t DevicePools::pool_of(int device, DeviceAllocation& fail
 
 GPUSEL_API DeviceAllocation DevicePools::allocate(std::size_t bytes, int device, cudaStream_t stream) {
   DeviceAllocation made;
-  std::unique_lock<std::mutex> lock(mutex_);
-  int mode = device < kMaxPooledDevices ? modes_[device].load(detail::MemoryOrder::relaxed) : plain;
+  std::unique_lock<ForkSafeMutex> lock(mutex_);
+  int mode = device < kMaxPooledDevices ? modes_[device].load(std::memory_order_relaxed) : plain;
   if (mode == undecided) {
     int supported = 0;
     const cudaError_t status = cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device);
     if (status != cudaSuccess)
       return {nullptr, status, "cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported)", false};
     mode = supported != 0 ? pooled : plain;
-    modes_[device].store(mode, detail::MemoryOrder::release);
+    modes_[device].store(mode, std::memory_order_release);
   }
   if (mode == plain) {
     lock.unlock();
@@ -247,7 +245,7 @@ GPUSEL_API DeviceAllocation DevicePools::allocate(std::size_t bytes, int device,
 
 GPUSEL_API void DevicePools::free(void* pointer, int device, StreamUses* uses) noexcept {
   if (uses != nullptr) uses->order_before_legacy_stream();
-  if (device < kMaxPooledDevices && modes_[device].load(detail::MemoryOrder::acquire) == pooled) {
+  if (device < kMaxPooledDevices && modes_[device].load(std::memory_order_acquire) == pooled) {
     const cudaError_t status = cudaFreeAsync(pointer, cudaStreamLegacy);
     if (status == cudaSuccess) return;
     (void)cudaGetLastError();
@@ -258,7 +256,7 @@ GPUSEL_API void DevicePools::free(void* pointer, int device, StreamUses* uses) n
 
 GPUSEL_API void DevicePools::allow_peer(int accessor, int owner) noexcept {
   if (accessor < 0 || accessor >= kMaxPooledDevices || owner < 0 || owner >= kMaxPooledDevices) return;
-  const std::lock_guard<std::mutex> lock(mutex_);
+  const std::lock_guard<ForkSafeMutex> lock(mutex_);
   accessors_[owner] |= std::uint64_t{1} << accessor;
   if (pools_[owner] == nullptr) return;  // granted when it is made
   const cudaMemAccessDesc access{{cudaMemLocationTypeDevice, accessor}, cudaMemAccessFlagsProtReadWrite};
@@ -266,7 +264,7 @@ GPUSEL_API void DevicePools::allow_peer(int accessor, int owner) noexcept {
 }
 
 GPUSEL_API void DevicePools::release() noexcept {
-  const std::lock_guard<std::mutex> lock(mutex_);
+  const std::lock_guard<ForkSafeMutex> lock(mutex_);
   for (int device = 0; device < kMaxPooledDevices; ++device) {
     if (cudaMemPool_t pool = pools_[device]) {
       release_on_device(device, "gpusel releasing a device's memory pool", [pool]() noexcept {
@@ -276,7 +274,7 @@ GPUSEL_API void DevicePools::release() noexcept {
       });
       pools_[device] = nullptr;
     }
-    modes_[device].store(undecided, detail::MemoryOrder::release);
+    modes_[device].store(undecided, std::memory_order_release);
     accessors_[device] = 0;
   }
 }

@@ -4,14 +4,15 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
 #include <new>
 #include <thread>
 
 #include "gpusel/copy_engine_options.hpp"
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/cuda/runtime_state.hpp"
+#include "gpusel/detail/data/forgetting_object.hpp"
 #include "gpusel/detail/data/parallel_parts.hpp"
 
 namespace gpusel::detail {
@@ -54,18 +55,12 @@ struct PipelineResources {
 class EngineCache {
  public:
   static EngineCache& instance() noexcept {
-    ForkState& fork = fork_state();  // made first: runtime_object holds the state's mutex while it makes the object
-    return runtime_object<EngineCache>(RuntimeObject::copy_engine, [&fork](void* storage) noexcept {
-      auto* cache = new (storage) EngineCache;
-      forget_in_forked_child(
-          fork, [](void* object) noexcept { static_cast<EngineCache*>(object)->forget(); }, cache);
-      return cache;
-    });
+    return ForgettingRuntimeObject::of<EngineCache>(RuntimeObject::copy_engine);
   }
 
   // Takes the cache for one copy; false when another copy holds it.
-  bool try_acquire() noexcept { return !busy_.exchange(true, detail::MemoryOrder::acquire); }
-  void give_back() noexcept { busy_.store(false, detail::MemoryOrder::release); }
+  bool try_acquire() noexcept { return !busy_.exchange(true, std::memory_order_acquire); }
+  void give_back() noexcept { busy_.store(false, std::memory_order_release); }
 
   // Only while holding the cache.
   PartWorkers& workers() noexcept { return workers_; }
@@ -107,6 +102,7 @@ class EngineCache {
  private:
   // Asking the runtime something first makes sure whatever runtime state it
   // keeps in static storage exists before the cache and so outlives it.
+  friend class ForgettingRuntimeObject;
   EngineCache() {
     int version = 0;
     (void)cudaRuntimeGetVersion(&version);
@@ -130,10 +126,10 @@ class EngineCache {
       by_device_[index] = nullptr;
       devices_[index] = 0;
     }
-    busy_.store(false, detail::MemoryOrder::relaxed);
+    busy_.store(false, std::memory_order_relaxed);
   }
 
-  detail::Atomic<bool> busy_{false};
+  std::atomic<bool> busy_{false};
   PartWorkers workers_;
   // Worker i's objects on devices [0, devices_[i]).
   PipelineResources* by_device_[kMaxCopyWorkers] = {};

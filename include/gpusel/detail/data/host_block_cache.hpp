@@ -5,14 +5,13 @@
 // This header includes no CUDA header.
 #pragma once
 
-#include <pthread.h>
-
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/compile_once.hpp"
+#include "gpusel/detail/core/fork_safe_mutex.hpp"
 
 namespace gpusel::detail {
 
@@ -120,7 +119,7 @@ class HostBlocks {
   [[nodiscard]] GPUSEL_API Counts counts() noexcept;
 
   // Bytes drained with streaming stores (for tests and the benchmarks' line).
-  detail::Atomic<std::uint64_t> streamed_bytes{0};
+  std::atomic<std::uint64_t> streamed_bytes{0};
 
   HostBlocks() = default;
   ~HostBlocks() = default;  // frees nothing: close() at exit does (the process's object is never destroyed)
@@ -143,7 +142,7 @@ class HostBlocks {
   // Moves cached blocks out until `bytes` more fit, under the lock, into `evicted`.
   GPUSEL_API std::size_t make_room(std::size_t bytes, Block* evicted) noexcept;
 
-  pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;
+  ForkSafeMutex mutex_;
   Block cached_[kMaxCachedHostBlocks]{};  // oldest first
   std::size_t cached_count_ = 0;
   std::size_t cached_bytes_ = 0;
@@ -181,6 +180,7 @@ GPUSEL_API void drain_chunk(const HostDrain& drain, void* destination, const voi
 #include <exception>
 #include <new>
 
+#include "gpusel/detail/core/environment.hpp"
 #include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/core/process_state.hpp"
 #include "gpusel/detail/data/host_prefault.hpp"
@@ -215,14 +215,15 @@ GPUSEL_API bool parse_host_cache_limit(const char* text, std::size_t& bytes, std
 
 GPUSEL_API HostBlocks* HostBlocks::find() noexcept {
   return static_cast<HostBlocks*>(
-      process_state().objects[static_cast<int>(ProcessObject::host_blocks)].load(detail::MemoryOrder::acquire));
+      find_object(process_state().objects[static_cast<int>(ProcessObject::host_blocks)], record_layout<HostBlocks>()));
 }
 
 GPUSEL_API HostBlocks& HostBlocks::instance() noexcept {
   static HostBlocks* const blocks = [] {
     ForkState& fork = fork_state();  // made first: shared_object holds the state's mutex while it makes the cache
     return static_cast<HostBlocks*>(shared_object(
-        process_state().objects[static_cast<int>(ProcessObject::host_blocks)], [&fork]() noexcept -> void* {
+        process_state().objects[static_cast<int>(ProcessObject::host_blocks)], record_layout<HostBlocks>(),
+        [&fork]() noexcept -> void* {
           auto* made = new (std::nothrow) HostBlocks;
           if (made == nullptr) {
             static HostBlocks own;
@@ -230,7 +231,7 @@ GPUSEL_API HostBlocks& HostBlocks::instance() noexcept {
           }
           made->limit_bytes_ = default_host_cache_bytes();
           std::string problem;
-          if (!parse_host_cache_limit(std::getenv("GPUSEL_HOST_CACHE"), made->limit_bytes_, problem)) {
+          if (!parse_host_cache_limit(read_environment("GPUSEL_HOST_CACHE"), made->limit_bytes_, problem)) {
             made->limit_bytes_ = 0;
             (void)problem.copy(made->environment_problem_, sizeof made->environment_problem_ - 1);
           }
@@ -264,7 +265,7 @@ GPUSEL_API bool HostBlocks::add_live(const Block& block) noexcept {
 }
 
 GPUSEL_API void* HostBlocks::take(std::size_t bytes) noexcept {
-  const StateLock lock(mutex_);
+  const std::lock_guard<ForkSafeMutex> lock(mutex_);
   std::size_t best = kMaxCachedHostBlocks;
   for (std::size_t i = 0; i < cached_count_; ++i) {
     const std::size_t size = cached_[i].bytes;
@@ -283,7 +284,7 @@ GPUSEL_API void* HostBlocks::take(std::size_t bytes) noexcept {
 }
 
 GPUSEL_API void HostBlocks::add_fresh(void* block, std::size_t bytes) noexcept {
-  const StateLock lock(mutex_);
+  const std::lock_guard<ForkSafeMutex> lock(mutex_);
   if (!closed_) (void)add_live(Block{block, bytes, HostPages::fresh});
 }
 
@@ -303,7 +304,7 @@ GPUSEL_API bool HostBlocks::give_back(void* block) noexcept {
   Block evicted[kMaxCachedHostBlocks + 1];
   std::size_t evicted_count = 0;
   {
-    const StateLock lock(mutex_);
+    const std::lock_guard<ForkSafeMutex> lock(mutex_);
     std::size_t index = 0;
     while (index < live_count_ && live_[index].pointer != block) ++index;
     if (index == live_count_) return false;
@@ -323,7 +324,7 @@ GPUSEL_API bool HostBlocks::give_back(void* block) noexcept {
 
 GPUSEL_API HostPages HostBlocks::claim(const void* begin, std::size_t bytes) noexcept {
   const auto* first = static_cast<const char*>(begin);
-  const StateLock lock(mutex_);
+  const std::lock_guard<ForkSafeMutex> lock(mutex_);
   for (std::size_t i = 0; i < live_count_; ++i) {
     Block& block = live_[i];
     const auto* start = static_cast<const char*>(block.pointer);
@@ -341,7 +342,7 @@ GPUSEL_API void HostBlocks::release_cached() noexcept {
   Block cached[kMaxCachedHostBlocks];
   std::size_t count = 0;
   {
-    const StateLock lock(mutex_);
+    const std::lock_guard<ForkSafeMutex> lock(mutex_);
     for (std::size_t i = 0; i < cached_count_; ++i) cached[i] = cached_[i];
     count = cached_count_;
     cached_count_ = 0;
@@ -354,7 +355,7 @@ GPUSEL_API void HostBlocks::set_limit(std::size_t bytes) noexcept {
   Block evicted[kMaxCachedHostBlocks + 1];
   std::size_t count = 0;
   {
-    const StateLock lock(mutex_);
+    const std::lock_guard<ForkSafeMutex> lock(mutex_);
     limit_bytes_ = bytes;
     count = make_room(0, evicted);
   }
@@ -362,14 +363,14 @@ GPUSEL_API void HostBlocks::set_limit(std::size_t bytes) noexcept {
 }
 
 GPUSEL_API HostBlocks::Counts HostBlocks::counts() noexcept {
-  const StateLock lock(mutex_);
+  const std::lock_guard<ForkSafeMutex> lock(mutex_);
   return Counts{cached_count_, cached_bytes_, live_count_, limit_bytes_, reused_};
 }
 
 GPUSEL_API void HostBlocks::close() noexcept {
   Block* live = nullptr;
   {
-    const StateLock lock(mutex_);
+    const std::lock_guard<ForkSafeMutex> lock(mutex_);
     closed_ = true;
     live = live_;
     live_ = nullptr;
@@ -381,8 +382,7 @@ GPUSEL_API void HostBlocks::close() noexcept {
 }
 
 GPUSEL_API void HostBlocks::forget() noexcept {
-  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-  std::memcpy(static_cast<void*>(&mutex_), &fresh, sizeof fresh);
+  mutex_.forget();
   for (std::size_t i = 0; i < kMaxCachedHostBlocks; ++i) forgotten_cached_[i] = cached_[i];
   cached_count_ = 0;
   cached_bytes_ = 0;
@@ -408,7 +408,7 @@ GPUSEL_API void drain_chunk(const HostDrain& drain, void* destination, const voi
     return;
   }
   streaming_copy(destination, source, bytes);
-  HostBlocks::instance().streamed_bytes.fetch_add(bytes, detail::MemoryOrder::relaxed);
+  HostBlocks::instance().streamed_bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 GPUSEL_API std::string describe_host_block_cache() {

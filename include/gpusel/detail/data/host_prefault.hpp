@@ -5,11 +5,11 @@
 // This header includes no CUDA header.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel::detail {
@@ -58,11 +58,11 @@ inline constexpr int kAdvisePopulateWrite = 23;
 
 // The process's decision and what it was made from (Note [One state per process]).
 struct HostPrefaultSettings {
-  detail::Atomic<bool> prefault{false};
+  std::atomic<bool> prefault{false};
   // The kernel answered MADV_POPULATE_WRITE with EINVAL: touch pages instead.
-  detail::Atomic<bool> populate_missing{false};
+  std::atomic<bool> populate_missing{false};
   // Bytes prefaulted so far, by either way (for tests and the benchmarks' line).
-  detail::Atomic<std::uint64_t> prefaulted_bytes{0};
+  std::atomic<std::uint64_t> prefaulted_bytes{0};
   TransparentHugePages huge_pages = TransparentHugePages::unknown;
   PrefaultPolicy policy = PrefaultPolicy::automatic;
   std::size_t page_bytes = 4096;
@@ -118,6 +118,7 @@ GPUSEL_API void prefault_pages(void* begin, std::size_t bytes) noexcept;
 #include <new>
 #include <string_view>
 
+#include "gpusel/detail/core/environment.hpp"
 #include "gpusel/detail/core/process_state.hpp"
 #include "gpusel/error.hpp"
 
@@ -167,28 +168,29 @@ GPUSEL_API void decide_prefault(HostPrefaultSettings& settings, const char* envi
     (void)std::snprintf(settings.environment_problem, sizeof settings.environment_problem,
                         "GPUSEL_PREFAULT=%.40s: expected auto, always or never", environment);
   }
-  settings.prefault.store(should_prefault(settings.huge_pages, settings.policy), detail::MemoryOrder::relaxed);
+  settings.prefault.store(should_prefault(settings.huge_pages, settings.policy), std::memory_order_relaxed);
   const long page = sysconf(_SC_PAGESIZE);
   settings.page_bytes = page > 0 ? static_cast<std::size_t>(page) : 4096;
 }
 
 GPUSEL_API HostPrefaultSettings& host_prefault_settings() noexcept {
   static HostPrefaultSettings* const settings = static_cast<HostPrefaultSettings*>(
-      shared_object(process_state().objects[static_cast<int>(ProcessObject::host_prefault)], []() noexcept -> void* {
-        auto* made = new (std::nothrow) HostPrefaultSettings;
-        if (made == nullptr) {
-          static HostPrefaultSettings own;
-          made = &own;
-        }
-        char text[128] = {};
-        const char* huge_pages_text = nullptr;
-        if (std::FILE* file = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r")) {
-          if (std::fgets(text, sizeof text, file) != nullptr) huge_pages_text = text;
-          (void)std::fclose(file);
-        }
-        decide_prefault(*made, std::getenv("GPUSEL_PREFAULT"), huge_pages_text);
-        return made;
-      }));
+      shared_object(process_state().objects[static_cast<int>(ProcessObject::host_prefault)],
+                    record_layout<HostPrefaultSettings>(), []() noexcept -> void* {
+                      auto* made = new (std::nothrow) HostPrefaultSettings;
+                      if (made == nullptr) {
+                        static HostPrefaultSettings own;
+                        made = &own;
+                      }
+                      char text[128] = {};
+                      const char* huge_pages_text = nullptr;
+                      if (std::FILE* file = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r")) {
+                        if (std::fgets(text, sizeof text, file) != nullptr) huge_pages_text = text;
+                        (void)std::fclose(file);
+                      }
+                      decide_prefault(*made, read_environment("GPUSEL_PREFAULT"), huge_pages_text);
+                      return made;
+                    }));
   return *settings;
 }
 
@@ -196,7 +198,7 @@ GPUSEL_API bool prefault_fresh_host_memory() {
   const HostPrefaultSettings& settings = host_prefault_settings();
   if (settings.environment_problem[0] != '\0')
     throw Error(std::string("gpusel copy engine: ") + settings.environment_problem);
-  return settings.prefault.load(detail::MemoryOrder::relaxed);
+  return settings.prefault.load(std::memory_order_relaxed);
 }
 
 inline int system_madvise(void* address, std::size_t bytes, int advice) noexcept {
@@ -212,17 +214,17 @@ GPUSEL_API void prefault_pages(void* begin, std::size_t bytes, HostPrefaultSetti
   if (bytes == 0 || first >= last) return;
   char* const pages = static_cast<char*>(begin) + (first - start);
   const std::size_t length = last - first;
-  if (!settings.populate_missing.load(detail::MemoryOrder::relaxed)) {
+  if (!settings.populate_missing.load(std::memory_order_relaxed)) {
     if (advise(pages, length, kAdvisePopulateWrite) == 0) {
-      settings.prefaulted_bytes.fetch_add(length, detail::MemoryOrder::relaxed);
+      settings.prefaulted_bytes.fetch_add(length, std::memory_order_relaxed);
       return;
     }
     if (errno != EINVAL) return;  // e.g. ENOMEM: the copy will fault, and fail, as it would have
-    settings.populate_missing.store(true, detail::MemoryOrder::relaxed);
+    settings.populate_missing.store(true, std::memory_order_relaxed);
   }
   for (std::size_t offset = 0; offset < length; offset += page)
     (void)__atomic_fetch_or(pages + offset, char{0}, __ATOMIC_RELAXED);  // one write fault, contents kept
-  settings.prefaulted_bytes.fetch_add(length, detail::MemoryOrder::relaxed);
+  settings.prefaulted_bytes.fetch_add(length, std::memory_order_relaxed);
 }
 
 GPUSEL_API void prefault_pages(void* begin, std::size_t bytes) noexcept {

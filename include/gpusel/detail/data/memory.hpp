@@ -38,11 +38,10 @@ inline constexpr MemoryPlace kPinnedHost{MemoryKind::pinned_host, -1};
 
 // Note [Fresh host memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
-// A new host array of 1 GiB is 262144 untouched 4 KiB pages: the first write
-// to each one faults into the kernel, which zeroes it. That, not the PCIe bus,
-// is why copying a GPU's data into a new array ran at 1.4-1.6 GB/s on an H200
-// (measured there; a copy into pinned memory reached about 55 GB/s). gpusel's
-// large host buffers therefore
+// A new host array is untouched 4 KiB pages: the first write to each one
+// faults into the kernel, which zeroes it. That, not the PCIe bus, limits a
+// copy of a GPU's data into a new array (docs/benchmarks.md, "Fresh host
+// memory", has the H200 figures). gpusel's large host buffers therefore
 //  - are aligned to 2 MiB and advised MADV_HUGEPAGE, so the kernel can back
 //    them with huge pages: 512 times fewer faults, each zeroing 2 MiB at
 //    memory speed; and

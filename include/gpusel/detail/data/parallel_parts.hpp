@@ -2,19 +2,21 @@
 // This header includes no CUDA header.
 #pragma once
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
 
-#include "gpusel/detail/core/atomic.hpp"
-#include "gpusel/detail/core/process_state.hpp"
+#include "gpusel/detail/core/fork_safe_mutex.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel::detail {
@@ -32,13 +34,13 @@ inline std::size_t worker_count(std::size_t bytes, std::size_t bytes_per_worker,
 // The work of one part, type-erased: `work` is the callable run_in_parts was
 // given, `index` the part's number (0 for the first, done by the caller).
 using PartFunction = void (*)(const void* work, std::size_t index, std::size_t begin, std::size_t end,
-                              const detail::Atomic<bool>& stop);
+                              const std::atomic<bool>& stop);
 
 // What the threads of one run_in_parts share.
 struct PartsRun {
   const void* work = nullptr;
   PartFunction function = nullptr;
-  detail::Atomic<bool> stop{false};
+  std::atomic<bool> stop{false};
   std::mutex failure_mutex;
   std::exception_ptr failure;  // the first exception a part threw
 
@@ -58,19 +60,15 @@ struct PartRange {
   std::size_t end = 0;
 };
 
-// One part, run on a thread of its own.
-struct PartThread {
-  PartsRun* run = nullptr;
-  std::size_t index = 0;
-  PartRange range;
-  pthread_t thread{};
-
-  static void* start(void* part) noexcept {
-    auto* self = static_cast<PartThread*>(part);
-    self->run->run(self->index, self->range.begin, self->range.end);
-    return nullptr;
+// Starts a thread running `main`; throws Error when none can be started.
+template <class Main>
+std::thread start_copy_thread(Main&& main) {
+  try {
+    return std::thread(std::forward<Main>(main));
+  } catch (const std::system_error& error) {
+    throw Error(std::string("gpusel copy engine: could not start a copy thread: ") + error.what());
   }
-};
+}
 
 // Note [Worker threads kept between copies]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -83,8 +81,7 @@ struct PartThread {
 // The threads wait on a condition variable between jobs, and are joined by
 // stop() (release_cached_resources(), process exit). In a child made by
 // fork() they do not exist: forget() drops them without a join and makes the
-// locks anew (Note [Caches across fork()], detail/core/fork_state.hpp). Locks and
-// threads are POSIX, not the standard library's, for compile time (below).
+// locks anew (Note [Caches across fork()], detail/core/fork_state.hpp).
 class PartWorkers {
  public:
   PartWorkers() = default;
@@ -97,12 +94,10 @@ class PartWorkers {
   // when a thread cannot be started (then nothing ran).
   void run(PartsRun& run, const PartRange* parts, std::size_t count) {
     {
-      const StateLock lock(mutex_);
+      const std::lock_guard<ForkSafeMutex> lock(mutex_);
       while (started_ + 1 < count) {
-        Start& start = starts_[started_];
-        start = Start{this, started_ + 1, job_};  // the job posted below is new to it
-        if (const int error = pthread_create(&threads_[started_], nullptr, &PartWorkers::main, &start); error != 0)
-          throw Error(std::string("gpusel copy engine: could not start a copy thread: ") + std::strerror(error));
+        const Start start{started_ + 1, job_};  // the job posted below is new to it
+        threads_[started_] = start_copy_thread([this, start] { main(start); });
         ++started_;
       }
       run_ = &run;
@@ -110,17 +105,17 @@ class PartWorkers {
       count_ = count;
       remaining_ = count - 1;
       ++job_;
-      (void)pthread_cond_broadcast(&wake_);
+      wake_.notify_all();
     }
     run.run(0, parts[0].begin, parts[0].end);
-    const StateLock lock(mutex_);
-    while (remaining_ > 0) (void)pthread_cond_wait(&done_, &mutex_);
+    std::unique_lock<std::mutex> lock(mutex_.native());
+    done_.wait(lock, [this] { return remaining_ == 0; });
     run_ = nullptr;
   }
 
   // How many threads are kept.
   std::size_t threads() noexcept {
-    const StateLock lock(mutex_);
+    const std::lock_guard<ForkSafeMutex> lock(mutex_);
     return started_;
   }
 
@@ -128,24 +123,24 @@ class PartWorkers {
   void stop() noexcept {
     std::size_t started = 0;
     {
-      const StateLock lock(mutex_);
+      const std::lock_guard<ForkSafeMutex> lock(mutex_);
       stopping_ = true;
       started = started_;
-      (void)pthread_cond_broadcast(&wake_);
+      wake_.notify_all();
     }
-    for (std::size_t i = 0; i < started; ++i) (void)pthread_join(threads_[i], nullptr);
-    const StateLock lock(mutex_);
+    for (std::size_t i = 0; i < started; ++i) threads_[i].join();
+    const std::lock_guard<ForkSafeMutex> lock(mutex_);
     started_ = 0;
     stopping_ = false;
   }
 
-  // In a forked child: the threads are gone. Forget them, and the locks.
+  // In a forked child: the threads are gone. Forget them, and the locks: each
+  // is made anew over the old one, whose destructor never runs.
   void forget() noexcept {
-    pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t condition = PTHREAD_COND_INITIALIZER;
-    std::memcpy(static_cast<void*>(&mutex_), &mutex, sizeof mutex);
-    std::memcpy(static_cast<void*>(&wake_), &condition, sizeof condition);
-    std::memcpy(static_cast<void*>(&done_), &condition, sizeof condition);
+    mutex_.forget();
+    new (&wake_) std::condition_variable;
+    new (&done_) std::condition_variable;
+    for (std::thread& thread : threads_) new (&thread) std::thread;
     started_ = 0;
     stopping_ = false;
     run_ = nullptr;
@@ -154,35 +149,31 @@ class PartWorkers {
 
  private:
   struct Start {
-    PartWorkers* workers = nullptr;
     std::size_t index = 0;   // the part this thread does, 1 and up
     std::uint64_t seen = 0;  // the last job before the thread started
   };
 
-  static void* main(void* argument) noexcept {
-    const Start start = *static_cast<Start*>(argument);
-    PartWorkers& self = *start.workers;
-    StateLock lock(self.mutex_);
+  void main(Start start) noexcept {
+    std::unique_lock<std::mutex> lock(mutex_.native());
     std::uint64_t seen = start.seen;
     for (;;) {
-      while (self.job_ == seen && !self.stopping_) (void)pthread_cond_wait(&self.wake_, &self.mutex_);
-      if (self.stopping_) return nullptr;
-      seen = self.job_;
-      if (start.index >= self.count_) continue;
-      PartsRun* run = self.run_;
-      const PartRange range = self.parts_[start.index];
-      (void)pthread_mutex_unlock(&self.mutex_);
+      wake_.wait(lock, [&] { return job_ != seen || stopping_; });
+      if (stopping_) return;
+      seen = job_;
+      if (start.index >= count_) continue;
+      PartsRun* run = run_;
+      const PartRange range = parts_[start.index];
+      lock.unlock();
       run->run(start.index, range.begin, range.end);
-      (void)pthread_mutex_lock(&self.mutex_);
-      if (--self.remaining_ == 0) (void)pthread_cond_signal(&self.done_);
+      lock.lock();
+      if (--remaining_ == 0) done_.notify_one();
     }
   }
 
-  pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;
-  pthread_cond_t wake_ = PTHREAD_COND_INITIALIZER;  // a job was posted, or stop
-  pthread_cond_t done_ = PTHREAD_COND_INITIALIZER;  // the last part finished
-  pthread_t threads_[kMaxPartWorkers - 1]{};
-  Start starts_[kMaxPartWorkers - 1]{};
+  ForkSafeMutex mutex_;
+  std::condition_variable wake_;  // a job was posted, or stop
+  std::condition_variable done_;  // the last part finished
+  std::thread threads_[kMaxPartWorkers - 1];
   std::size_t started_ = 0;
   bool stopping_ = false;
   std::uint64_t job_ = 0;
@@ -193,16 +184,9 @@ class PartWorkers {
 };
 
 // run_in_parts without the type of the work, so that it is compiled once
-// rather than once per kind of copy. The threads are POSIX threads, not
-// std::thread (gpusel is POSIX-only already: dlopen), for compile time alone.
-// Measured (g++ 12 -std=c++17 -fsyntax-only, compiler CPU time user+sys,
-// median of 9 interleaved runs, 2 loaded cores) on a file including only
-// <gpusel/buffer.hpp>, 670 ms with these threads: a std::thread per part in a
-// std::vector, run_in_parts a template as before, made it 730 ms (+9%); the
-// same std::thread inside this type-erased function, 710 ms (+6%). Both are
-// above the 5% that would let the standard library win; measure again before
-// switching. With `workers` (kept threads, Note [Worker threads kept between
-// copies]) the parts run there; without, on threads started for this call.
+// rather than once per kind of copy. With `workers` (kept threads, Note
+// [Worker threads kept between copies]) the parts run there; without, on
+// threads started for this call.
 inline void run_erased_parts(std::size_t bytes, std::size_t count, std::size_t granularity, const void* work,
                              PartFunction function, PartWorkers* workers) {
   count = std::max<std::size_t>(1, std::min(count, kMaxPartWorkers));
@@ -218,21 +202,21 @@ inline void run_erased_parts(std::size_t bytes, std::size_t count, std::size_t g
   if (workers != nullptr && parts_count > 1) {
     workers->run(run, parts.data(), parts_count);
   } else {
-    std::array<PartThread, kMaxPartWorkers - 1> threads;  // one per part after the first
+    std::array<std::thread, kMaxPartWorkers - 1> threads;  // one per part after the first
     std::size_t started = 0;
-    for (std::size_t i = 1; i < parts_count; ++i) {
-      PartThread& thread = threads[started];
-      thread = PartThread{&run, i, parts[i], {}};
-      if (const int error = pthread_create(&thread.thread, nullptr, &PartThread::start, &thread); error != 0) {
-        // A thread could not be started: stop the others and say so.
-        run.stop.store(true);
-        for (std::size_t j = 0; j < started; ++j) pthread_join(threads[j].thread, nullptr);
-        throw Error(std::string("gpusel copy engine: could not start a copy thread: ") + std::strerror(error));
+    try {
+      for (std::size_t i = 1; i < parts_count; ++i, ++started) {
+        const PartRange range = parts[i];
+        threads[started] = start_copy_thread([&run, i, range] { run.run(i, range.begin, range.end); });
       }
-      ++started;
+    } catch (...) {
+      // A thread could not be started: stop the others and say so.
+      run.stop.store(true);
+      for (std::size_t j = 0; j < started; ++j) threads[j].join();
+      throw;
     }
     run.run(0, parts[0].begin, parts[0].end);
-    for (std::size_t i = 0; i < started; ++i) pthread_join(threads[i].thread, nullptr);
+    for (std::size_t i = 0; i < started; ++i) threads[i].join();
   }
   if (run.failure) std::rethrow_exception(run.failure);
 }
@@ -248,7 +232,7 @@ void run_in_parts(std::size_t bytes, std::size_t count, std::size_t granularity,
                   const Work& work) {
   run_erased_parts(
       bytes, count, granularity, &work,
-      [](const void* erased, std::size_t index, std::size_t begin, std::size_t end, const detail::Atomic<bool>& stop) {
+      [](const void* erased, std::size_t index, std::size_t begin, std::size_t end, const std::atomic<bool>& stop) {
         (*static_cast<const Work*>(erased))(index, begin, end, stop);
       },
       workers);

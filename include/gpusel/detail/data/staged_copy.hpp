@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <string>
 
 #include "gpusel/copy_engine_options.hpp"
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/cuda/cuda_status.hpp"
 #include "gpusel/detail/data/engine_cache.hpp"
 #include "gpusel/detail/data/host_block_cache.hpp"
@@ -85,10 +85,10 @@ class StagedPipeline {
   StagedPipeline(const StagedPipeline&) = delete;  // owns chunks and events
   StagedPipeline& operator=(const StagedPipeline&) = delete;
 
-  void host_to_device(char* device, const char* host, std::size_t bytes, const detail::Atomic<bool>& stop) {
+  void host_to_device(char* device, const char* host, std::size_t bytes, const std::atomic<bool>& stop) {
     std::size_t index = 0;
     for (std::size_t offset = 0; offset < bytes; offset += chunk_bytes_, ++index) {
-      if (stop.load(detail::MemoryOrder::relaxed)) return;
+      if (stop.load(std::memory_order_relaxed)) return;
       Slot& slot = ready_slot(index);
       const std::size_t length = std::min(chunk_bytes_, bytes - offset);
       std::memcpy(slot.chunk.get(), host + offset, length);
@@ -99,7 +99,7 @@ class StagedPipeline {
 
   // `drain` says how to write the host memory (Note [The host block cache]):
   // a chunk to prefault is prefaulted while its DMA is still in flight.
-  void device_to_host(char* host, const char* device, std::size_t bytes, const detail::Atomic<bool>& stop,
+  void device_to_host(char* host, const char* device, std::size_t bytes, const std::atomic<bool>& stop,
                       const HostDrain& drain) {
     const std::size_t chunks = (bytes + chunk_bytes_ - 1) / chunk_bytes_;
     const auto issue = [&](std::size_t index) {
@@ -109,7 +109,7 @@ class StagedPipeline {
     };
     for (std::size_t index = 0; index < std::min(chunks, slot_count_); ++index) issue(index);
     for (std::size_t index = 0; index < chunks; ++index) {
-      if (stop.load(detail::MemoryOrder::relaxed)) return;
+      if (stop.load(std::memory_order_relaxed)) return;
       Slot& slot = slots_[index % slot_count_];
       const std::size_t offset = index * chunk_bytes_;
       const std::size_t length = std::min(chunk_bytes_, bytes - offset);
@@ -188,7 +188,7 @@ inline void staged_copy(StagedDirection direction, char* host, char* device_memo
   const EngineLease lease;
   EngineCache* const cache = lease.get();
   run_in_parts(bytes, workers, options.chunk_bytes, cache != nullptr ? &cache->workers() : nullptr,
-               [&](std::size_t index, std::size_t begin, std::size_t end, const detail::Atomic<bool>& stop) {
+               [&](std::size_t index, std::size_t begin, std::size_t end, const std::atomic<bool>& stop) {
                  DeviceGuard guard(device);  // a new thread starts on device 0
                  StagedPipeline pipeline(device, options,
                                          cache != nullptr ? &cache->resources(index, device) : nullptr);

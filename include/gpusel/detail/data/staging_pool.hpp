@@ -4,20 +4,19 @@
 
 #include <cuda_runtime_api.h>
 
-#include <pthread.h>
-
 #include <array>
 #include <cstddef>
-#include <cstring>
 #include <string>
 #include <utility>
 
 #include "gpusel/copy_engine_options.hpp"
 #include "gpusel/current_device.hpp"
+#include "gpusel/detail/core/fork_safe_mutex.hpp"
 #include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/cuda/cuda_status.hpp"
 #include "gpusel/detail/cuda/forked_child.hpp"
 #include "gpusel/detail/cuda/runtime_state.hpp"
+#include "gpusel/detail/data/forgetting_object.hpp"
 #include "gpusel/detail/data/memory.hpp"
 
 namespace gpusel::detail {
@@ -62,13 +61,7 @@ class StagingPool {
   // The pool of the CUDA runtime the caller links, shared by every copy of
   // gpusel that calls it (Note [One state per runtime]).
   static StagingPool& instance() noexcept {
-    ForkState& fork = fork_state();  // made first: runtime_object holds the state's mutex while it makes the object
-    return runtime_object<StagingPool>(RuntimeObject::staging_pool, [&fork](void* storage) noexcept {
-      auto* pool = new (storage) StagingPool;
-      forget_in_forked_child(
-          fork, [](void* object) noexcept { static_cast<StagingPool*>(object)->forget(); }, pool);
-      return pool;
-    });
+    return ForgettingRuntimeObject::of<StagingPool>(RuntimeObject::staging_pool);
   }
 
   // A chunk of `bytes` pinned bytes. Throws OutOfMemory when pinned memory
@@ -78,7 +71,7 @@ class StagingPool {
     std::array<void*, kMaxIdleChunks> other_size{};
     std::size_t other_count = 0;
     {
-      const StateLock lock(mutex_);
+      const std::lock_guard<ForkSafeMutex> lock(mutex_);
       if (bytes == chunk_bytes_ && idle_count_ > 0) return idle_[--idle_count_];
       if (bytes != chunk_bytes_) {
         other_size = idle_;
@@ -102,7 +95,7 @@ class StagingPool {
   void give_back(void* chunk, std::size_t bytes, std::size_t keep) noexcept {
     if (chunk == nullptr) return;
     {
-      const StateLock lock(mutex_);
+      const std::lock_guard<ForkSafeMutex> lock(mutex_);
       if (bytes == chunk_bytes_ && idle_count_ < keep && idle_count_ < kMaxIdleChunks) {
         idle_[idle_count_++] = chunk;
         return;
@@ -121,7 +114,7 @@ class StagingPool {
     std::array<void*, kMaxIdleChunks> idle{};
     std::size_t count = 0;
     {
-      const StateLock lock(mutex_);
+      const std::lock_guard<ForkSafeMutex> lock(mutex_);
       idle = idle_;
       count = std::exchange(idle_count_, 0);
     }
@@ -130,7 +123,7 @@ class StagingPool {
 
   // How many chunks are idle, and their size.
   std::size_t idle_chunks() noexcept {
-    const StateLock lock(mutex_);
+    const std::lock_guard<ForkSafeMutex> lock(mutex_);
     return idle_count_;
   }
 
@@ -142,6 +135,7 @@ class StagingPool {
  private:
   // Asking the runtime something first makes sure whatever runtime state it
   // keeps in static storage exists before the pool and so outlives it.
+  friend class ForgettingRuntimeObject;
   StagingPool() {
     int version = 0;
     (void)cudaRuntimeGetVersion(&version);
@@ -149,12 +143,11 @@ class StagingPool {
 
   // In a forked child (Note [Caches across fork()]): plain stores only.
   void forget() noexcept {
-    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-    std::memcpy(static_cast<void*>(&mutex_), &fresh, sizeof fresh);
+    mutex_.forget();
     idle_count_ = 0;
   }
 
-  pthread_mutex_t mutex_ = PTHREAD_MUTEX_INITIALIZER;
+  ForkSafeMutex mutex_;
   // The idle chunks are idle_[0, idle_count_), each of chunk_bytes_: never
   // more than kMaxIdleChunks, so keeping one never allocates (give_back
   // cannot fail).

@@ -16,16 +16,12 @@ namespace gpusel::detail {
 // memory (read for ownership), so memcpy into memory that is not cached moves
 // three bytes per byte copied; a non-temporal store writes the line without
 // reading it, two bytes per byte. The copy engine drains 4 MiB chunks, below
-// the size from which glibc's memcpy streams by itself. On a shared 2-core
-// x86 host (host_calibration's "stores" rows, docs/benchmarks.md), 4 MiB at a
-// time into existing pages, streaming was 1.3x to 2.4x memcpy in 11 of 12
-// pairs (quiet: 10.3 against 6.9 GB/s on one thread, 16.5 against 10.4 on
-// two); into fresh 4 KiB pages 0.62x to 1.21x, slower in 8 of 12: the kernel
-// has just zeroed the page through the cache, and streaming stores then
-// write it again around the cache. So the engine streams only into blocks
-// whose pages are there: reused ones, and ones it drained into before (Note
-// [The host block cache]); never into fresh ones, or memory it did not
-// allocate.
+// the size from which glibc's memcpy streams by itself. Streaming wins into
+// pages that exist and loses into fresh ones (the kernel has just zeroed the
+// page through the cache; docs/benchmarks.md, "Streaming stores", has the
+// figures). So the engine streams only into blocks whose pages are there:
+// reused ones, and ones it drained into before (Note [The host block cache]);
+// never into fresh ones, or memory it did not allocate.
 //
 // The fast path is x86's SSE2 (_mm_stream_si128, every x86-64 CPU), chosen at
 // compile time; other CPUs (arm64, which the vcpkg port supports) use memcpy,

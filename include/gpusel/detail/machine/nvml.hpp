@@ -5,9 +5,9 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <string>
 
-#include "gpusel/detail/core/atomic.hpp"
 #include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel::detail::nvml {
@@ -101,6 +101,9 @@ struct Library {
   Return (*numa_node_id)(Device, unsigned int*) = nullptr;                 // nvmlDeviceGetNumaNodeId (drivers >= 545)
   Return (*cpu_affinity)(Device, unsigned int, unsigned long*) = nullptr;  // nvmlDeviceGetCpuAffinity
   const Library* next = nullptr;  // the library loaded before this one (see load())
+#ifdef GPUSEL_DETAIL_TEST_LAYOUT_CHANGE
+  int layout_change = 0;  // only in the state test's copy of another layout (tests/state/layout_host.cpp)
+#endif
 
   std::string describe(Return status) const {
     const char* text = error_string != nullptr ? error_string(status) : nullptr;
@@ -162,24 +165,39 @@ GPUSEL_API LoadResult load(const std::string& path);
 // --- definitions (Note [Compile-once mode]) ---------------------------------
 #if GPUSEL_DEFINITIONS
 
+#include <cstdint>
 #include <memory>
 
 #include "gpusel/detail/core/process_state.hpp"
 
 namespace gpusel::detail::nvml {
 
+// The list of loaded libraries this copy uses, newest first: the process's,
+// unless it holds Libraries of another layout (Note [Layout signatures]).
+GPUSEL_DETAIL_PER_OBJECT inline std::atomic<void*>& nvml_libraries() noexcept {
+  Slot& slot = process_state().nvml_libraries;
+  std::uint64_t claimed = 0;
+  if (slot.layout.compare_exchange_strong(claimed, record_layout<Library>(), std::memory_order_acq_rel) ||
+      claimed == record_layout<Library>())
+    return slot.object;
+  static std::atomic<void*> own{nullptr};
+  return own;
+}
+
 GPUSEL_API LoadResult load(const std::string& path) {
   // The loaded libraries form a list, newest first: a process loads one NVML, or a
   // few in tests, so a search by path needs no map. The list is one per process,
   // shared by every copy of gpusel in it (Note [One state per process]), and never
   // destroyed: a query from another static object's destructor must still work.
-  detail::Atomic<const Library*>& loaded = process_state().nvml_libraries;
-  const auto find = [&path](const Library* newest) -> const Library* {
-    for (const Library* known = newest; known != nullptr; known = known->next)
+  // A copy whose Library has another layout than the list's keeps a list of
+  // its own (Note [Layout signatures]).
+  std::atomic<void*>& loaded = nvml_libraries();
+  const auto find = [&path](const void* newest) -> const Library* {
+    for (auto* known = static_cast<const Library*>(newest); known != nullptr; known = known->next)
       if (known->path == path) return known;
     return nullptr;
   };
-  if (const Library* known = find(loaded.load(detail::MemoryOrder::acquire))) return {known, LoadStatus::loaded, {}};
+  if (const Library* known = find(loaded.load(std::memory_order_acquire))) return {known, LoadStatus::loaded, {}};
 
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
@@ -240,7 +258,7 @@ GPUSEL_API LoadResult load(const std::string& path) {
     return failed;
   }
   // Publish, unless another thread published this path meanwhile: then use its library and close ours.
-  const Library* newest = loaded.load(detail::MemoryOrder::acquire);
+  void* newest = loaded.load(std::memory_order_acquire);
   do {
     if (const Library* known = find(newest)) {
       Return (*shutdown)() = nullptr;
@@ -248,9 +266,8 @@ GPUSEL_API LoadResult load(const std::string& path) {
       dlclose(handle);
       return {known, LoadStatus::loaded, {}};
     }
-    library->next = newest;
-  } while (
-      !loaded.compare_exchange_weak(newest, library.get(), detail::MemoryOrder::acq_rel, detail::MemoryOrder::acquire));
+    library->next = static_cast<const Library*>(newest);
+  } while (!loaded.compare_exchange_weak(newest, library.get(), std::memory_order_acq_rel, std::memory_order_acquire));
   return {library.release(), LoadStatus::loaded, {}};  // never freed, as said above
 }
 
