@@ -123,9 +123,9 @@ struct Inventory {
 
   bool ok() const noexcept { return status == InventoryStatus::ok; }
   // The first GPU with exactly this UUID (a broken NVML may report one twice), or nullptr.
-  const Gpu* find_uuid(std::string_view uuid) const noexcept;
+  GPUSEL_API const Gpu* find_uuid(std::string_view uuid) const noexcept;
   // Compares the numbers, so "0000:17:00.0" (CUDA's form) finds "00000000:17:00.0" (NVML's).
-  const Gpu* find_pci_bus_id(std::string_view pci_bus_id) const noexcept;
+  GPUSEL_API const Gpu* find_pci_bus_id(std::string_view pci_bus_id) const noexcept;
 };
 
 // Reads the inventory: identity only unless options.usage. A missing or failing
