@@ -359,7 +359,8 @@ EOF
       [ "$(tr ' ' '\n' <<<"${statuses[*]}" | grep -c '^125$')" = 2 ] || { echo "FAILED: expected 2 jobs to fail with 125"; failures=$((failures + 1)); }
       grep -qh "leased by another job" "$work"/err? || { echo "FAILED: the reason, a lease, is not given"; failures=$((failures + 1)); }
       # while a job holds a GPU, pick counts it busy and says who holds it; kill -9 frees it
-      "$gpusel" run --exclude 1,2,3 -- sleep 30 &
+      # (Its sleep outlives the kill -9 below: away from the test's output, which ctest waits on until it closes.)
+      "$gpusel" run --exclude 1,2,3 -- sleep 30 >/dev/null 2>&1 &
       holder=$!
       for _ in $(seq 50); do "$gpusel" pick --exclude 1,2,3 >/dev/null 2>&1 || break; sleep 0.1; done
       run 1 pick --exclude 1,2,3
