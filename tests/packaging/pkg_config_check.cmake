@@ -27,6 +27,7 @@ endif()
 run(ignored ${CMAKE_COMMAND} -S "${GPUSEL_SOURCE_DIR}" -B "${WORK_DIR}/gpusel-build" -G "${CMAKE_GENERATOR}"
     "-DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}" -DGPUSEL_BUILD_TESTS=OFF -DGPUSEL_BUILD_EXAMPLES=OFF
     -DGPUSEL_BUILD_BENCHMARKS=OFF -DGPUSEL_BUILD_TOOLS=OFF "-DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix" -DCMAKE_INSTALL_LIBDIR=lib)
+run(ignored ${CMAKE_COMMAND} --build "${WORK_DIR}/gpusel-build")  # libgpusel.a and libgpusel_machine.a
 run(ignored ${CMAKE_COMMAND} --install "${WORK_DIR}/gpusel-build")
 
 # Builds and runs the consumer from the prefix `prefix`, with pkg-config alone.
@@ -75,6 +76,7 @@ function(build_and_check name runtime source compiler flags)
       -P ${GPUSEL_SOURCE_DIR}/tests/consumer/nvcc/check_runtimes.cmake)
   run(output "${WORK_DIR}/${name}")
   message(STATUS "${name}: the ${runtime} CUDA runtime alone; ${output}")
+  set(last_output "${output}" PARENT_SCOPE)
 endfunction()
 
 set(ENV{PKG_CONFIG_PATH} "${WORK_DIR}/prefix/lib/pkgconfig")
@@ -89,7 +91,28 @@ if(READELF AND NM)
   set(cxx ${CMAKE_CXX_COMPILER} -std=c++17)
   build_and_check(cxx_gpusel shared "${CONSUMER_SOURCE}" cxx shared_flags)
   build_and_check(cxx_gpusel_static static "${CONSUMER_SOURCE}" cxx static_flags)
+  # gpusel compiled once (docs/compiled.md): libgpusel.a, GPUSEL_COMPILE_ONCE, and each runtime.
+  package_flags(compiled_flags gpusel_compiled)
+  package_flags(compiled_static_flags gpusel_compiled_static --static)
+  if(NOT compiled_flags MATCHES "(^|;)-DGPUSEL_COMPILE_ONCE(;|$)" OR NOT compiled_flags MATCHES "(^|;)-lgpusel(;|$)")
+    message(FATAL_ERROR "pkg-config gpusel_compiled should name -DGPUSEL_COMPILE_ONCE and -lgpusel: ${compiled_flags}")
+  endif()
+  build_and_check(cxx_gpusel_compiled shared "${CONSUMER_SOURCE}" cxx compiled_flags)
+  build_and_check(cxx_gpusel_compiled_static static "${CONSUMER_SOURCE}" cxx compiled_static_flags)
+  if(NOT last_output MATCHES "compiled once")
+    message(FATAL_ERROR "the consumer built with gpusel_compiled_static is not in compile-once mode: ${last_output}")
+  endif()
 endif()
+# The machine layer compiled once, CUDA-free: a program of the inventory alone, with no CUDA include or runtime.
+package_flags(machine_flags gpusel_machine_compiled)
+if(machine_flags MATCHES "cuda")
+  message(FATAL_ERROR "pkg-config gpusel_machine_compiled names CUDA: ${machine_flags}")
+endif()
+file(WRITE "${WORK_DIR}/machine.cpp"
+  "#include <gpusel/inventory.hpp>\n#include <iostream>\nint main() { std::cout << gpusel::query_inventory().gpus.size() << \" GPUs\\n\"; }\n")
+run(ignored ${CMAKE_CXX_COMPILER} -std=c++17 "${WORK_DIR}/machine.cpp" -o "${WORK_DIR}/machine" ${machine_flags})
+run(output "${WORK_DIR}/machine")
+message(STATUS "gpusel_machine_compiled: ${output}")
 if(NVCC)
   # nvcc links its own runtime (static unless -cudart shared), so with nvcc the
   # package is gpusel_headers, or gpusel with -cudart shared, or gpusel_static.
