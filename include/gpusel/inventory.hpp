@@ -155,6 +155,18 @@ GPUSEL_API GpuLink link_between(const Gpu& a, const Gpu& b) noexcept;
 // does not measure it. No peer-to-peer path joins MIG instances (the guide: no
 // P2P, NVLink or PCIe, in MIG mode), so topology leaves them out.
 
+namespace detail {
+
+// The NVML library query_inventory opens: InventoryOptions::nvml_library, else
+// GPUSEL_NVML_LIBRARY (read with secure_getenv), else libnvidia-ml.so.1.
+GPUSEL_API std::string nvml_library_path(const InventoryOptions& options);
+
+// The user running `pid`, from /proc/<pid>/status: "" when the process is not
+// visible from here, the uid's number when it has no name.
+GPUSEL_API std::string process_user(unsigned int pid);
+
+}  // namespace detail
+
 }  // namespace gpusel
 
 // --- definitions (Note [Compile-once mode]) ---------------------------------
@@ -210,7 +222,7 @@ inline const char* nvml_library_chooser(const InventoryOptions& options) {
   return nullptr;
 }
 
-inline std::string nvml_library_path(const InventoryOptions& options) {
+GPUSEL_API std::string nvml_library_path(const InventoryOptions& options) {
   if (!options.nvml_library.empty()) return options.nvml_library;
   if (auto variable = secure_environment_variable("GPUSEL_NVML_LIBRARY"); variable && !variable->empty())
     return *variable;
@@ -231,9 +243,7 @@ inline std::string read_first_line(const std::string& path) {
   return line;
 }
 
-// The user running `pid`, from /proc/<pid>/status: "" when the process is not
-// visible from here, the uid's number when it has no name.
-inline std::string process_user(unsigned int pid) {
+GPUSEL_API std::string process_user(unsigned int pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (in && std::getline(in, line)) {

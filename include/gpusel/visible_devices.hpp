@@ -204,6 +204,9 @@ constexpr bool starts_with_ignoring_case(std::string_view text, std::string_view
   return true;
 }
 
+// `text` in double quotes, escaped (newlines, tabs, quotes, backslashes...), for a message.
+GPUSEL_API std::string quote(std::string_view text);
+
 }  // namespace detail
 
 }  // namespace gpusel
@@ -306,7 +309,7 @@ class UuidIndex {
   std::vector<Node> nodes_;  // nodes_[0] is the root
 };
 
-inline std::string quote(std::string_view text) {
+GPUSEL_API std::string quote(std::string_view text) {
   std::string quoted = "\"";
   for (const char c : text) {
     if (c == '\n')
