@@ -16,6 +16,7 @@
 
 #include "forked_child.hpp"
 #include "gpusel/buffer.hpp"
+#include "gpusel/detail/data/device_pool.hpp"
 #include "gpusel/guard.hpp"
 #include "gpusel/stream.hpp"
 #include "gpusel_test.hpp"

@@ -3,6 +3,7 @@
 // is checked against the process environment on the emulated and the real runtime.
 // tests/mpirun/ checks it under a real `mpirun -np 4`.
 #include "gpusel/launcher.hpp"
+#include "gpusel/detail/core/environment.hpp"
 
 #include <gtest/gtest.h>
 

@@ -6,6 +6,7 @@
 #include "gpusel/visible_devices.hpp"
 
 #include "gpusel/detail/core/decimal.hpp"
+#include "gpusel/text.hpp"  // detail::quote
 
 #include <gtest/gtest.h>
 

@@ -73,6 +73,9 @@ GPUSEL_API CopyEngineSettings& copy_engine_settings() noexcept;
 // The options in effect with every default filled in.
 GPUSEL_API CopyEngineOptions effective_copy_options() noexcept;
 
+// The cores this process may run on.
+GPUSEL_API std::size_t usable_cores() noexcept;
+
 }  // namespace detail
 
 // The options copies use now, every default filled in (Note [Tuning the copy
@@ -103,8 +106,7 @@ GPUSEL_API void set_copy_engine_options(const CopyEngineOptions& options);
 namespace gpusel {
 namespace detail {
 
-// The cores this process may run on.
-inline std::size_t usable_cores() noexcept {
+GPUSEL_API std::size_t usable_cores() noexcept {
 #if defined(__linux__)
   cpu_set_t set;
   CPU_ZERO(&set);

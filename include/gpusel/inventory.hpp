@@ -129,9 +129,9 @@ struct Inventory {
 
   bool ok() const noexcept { return status == InventoryStatus::ok; }
   // The first GPU with exactly this UUID (a broken NVML may report one twice), or nullptr.
-  const Gpu* find_uuid(std::string_view uuid) const noexcept;
+  GPUSEL_API const Gpu* find_uuid(std::string_view uuid) const noexcept;
   // Compares the numbers, so "0000:17:00.0" (CUDA's form) finds "00000000:17:00.0" (NVML's).
-  const Gpu* find_pci_bus_id(std::string_view pci_bus_id) const noexcept;
+  GPUSEL_API const Gpu* find_pci_bus_id(std::string_view pci_bus_id) const noexcept;
 };
 
 // Reads the inventory: identity only unless options.usage. A missing or failing
@@ -162,6 +162,18 @@ GPUSEL_API GpuLink link_between(const Gpu& a, const Gpu& b) noexcept;
 // ends up on is CUDA's to decide. gpusel reads no utilization per instance: NVML
 // does not measure it. No peer-to-peer path joins MIG instances (the guide: no
 // P2P, NVLink or PCIe, in MIG mode), so topology leaves them out.
+
+namespace detail {
+
+// The NVML library query_inventory opens: InventoryOptions::nvml_library, else
+// GPUSEL_NVML_LIBRARY (read with secure_getenv), else libnvidia-ml.so.1.
+GPUSEL_API std::string nvml_library_path(const InventoryOptions& options);
+
+// The user running `pid`, from /proc/<pid>/status: "" when the process is not
+// visible from here, the uid's number when it has no name.
+GPUSEL_API std::string process_user(unsigned int pid);
+
+}  // namespace detail
 
 }  // namespace gpusel
 
@@ -220,7 +232,7 @@ inline const char* nvml_library_chooser(const InventoryOptions& options) {
   return nullptr;
 }
 
-inline std::string nvml_library_path(const InventoryOptions& options) {
+GPUSEL_API std::string nvml_library_path(const InventoryOptions& options) {
   if (!options.nvml_library.empty()) return options.nvml_library;
   if (auto variable = environment_variable("GPUSEL_NVML_LIBRARY", Trust::secure); variable && !variable->empty())
     return *variable;
@@ -267,7 +279,7 @@ inline std::string user_name(unsigned long uid) {
 
 // The user running `pid`, from /proc/<pid>/status: "" when the process is not
 // visible from here, the uid's number when it has no name.
-inline std::string process_user(unsigned int pid) {
+GPUSEL_API std::string process_user(unsigned int pid) {
   const std::optional<unsigned long> uid = process_uid(pid);
   return uid ? user_name(*uid) : std::string();
 }

@@ -216,14 +216,14 @@ struct LeaseTry {
 class WaitLine {
  public:
   // Notes the arrival; throws Error when the lease directory cannot be used.
-  WaitLine();
-  ~WaitLine();
+  GPUSEL_API WaitLine();
+  GPUSEL_API ~WaitLine();
   WaitLine(const WaitLine&) = delete;
   WaitLine& operator=(const WaitLine&) = delete;
   // Takes the place of this arrival in the line, once; throws Error when it cannot.
-  void join();
+  GPUSEL_API void join();
   // "" when no earlier arrival waits, else who is first ("pid 4242 of uid 1001, waiting for 12 s").
-  std::string ahead() const;
+  GPUSEL_API std::string ahead() const;
 
  private:
   std::string path_;

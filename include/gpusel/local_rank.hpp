@@ -95,7 +95,7 @@ struct LocalRank {
 
   // "local rank 2 of 4 (torchrun: LOCAL_RANK=2, LOCAL_WORLD_SIZE=4)", or
   // "local rank 0 (no launcher variable is set)".
-  std::string describe() const;
+  GPUSEL_API std::string describe() const;
 };
 
 // Reads a variable: its value, or nullopt when it is unset.

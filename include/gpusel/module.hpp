@@ -104,7 +104,7 @@ class Module {
   // pinned on to(cpu())); a buffer reached by several paths is copied once
   // (Note [A module graph is a tree with shared nodes]). Throws OutOfMemory when the copies do not fit, and
   // Error for any other failure; either way no buffer was moved.
-  Module& to(const Device& device);
+  GPUSEL_API Module& to(const Device& device);
 
   // PyTorch's spellings: model.cuda() (the current device), model.cuda(1),
   // model.cpu(). The same as to(gpusel::cuda()), to(gpusel::cuda(1)) and
@@ -116,14 +116,14 @@ class Module {
   // The device every buffer is on. A module without buffers reports the
   // device of its last to() (cpu before). Throws Error when the buffers are
   // on different devices (one was moved by hand), naming two of them.
-  Device device() const;
+  GPUSEL_API Device device() const;
 
   // Every buffer of the module and its children, in registration order, own
   // buffers first, named like PyTorch's named_buffers(): "weight", "child.weight".
   // A Buffer reached by several paths is listed once, under its first path,
   // unless `listing` is SharedBuffers::every_path (Note [A module graph is a
   // tree with shared nodes]).
-  [[nodiscard]] std::vector<BufferInfo> named_buffers(SharedBuffers listing = SharedBuffers::once) const;
+  [[nodiscard]] GPUSEL_API std::vector<BufferInfo> named_buffers(SharedBuffers listing = SharedBuffers::once) const;
 
   // The buffer registered as `name` ("child.weight"), by any of its paths.
   // Throws Error when there is none or its element type is not T.
@@ -163,8 +163,8 @@ class Module {
  private:
   // Steps 1 and 2 of Note [Module::to is a transaction] for the buffers not
   // yet on `target` (a resolved cuda:N or cpu), named by `names`.
-  static void move_entries(const Device& target, const std::vector<std::string>& names,
-                           const std::vector<detail::BufferEntry*>& entries);
+  GPUSEL_API static void move_entries(const Device& target, const std::vector<std::string>& names,
+                                      const std::vector<detail::BufferEntry*>& entries);
 
   struct Entry {
     std::string name;
@@ -187,14 +187,14 @@ class Module {
 
   // register_module's checks: `name` is new in this module, and `child` is not
   // this module and does not contain it (that would close a cycle).
-  void check_new_child(const std::string& name, const Module& child) const;
+  GPUSEL_API void check_new_child(const std::string& name, const Module& child) const;
 
   // The path from this module to `target` ("b.c"), if this module contains it;
   // `walked` keeps the modules searched already, so a shared child is searched once.
-  std::optional<std::string> path_to(const Module* target, Walked& walked) const;
+  GPUSEL_API std::optional<std::string> path_to(const Module* target, Walked& walked) const;
 
   // The entry at the path `name` ("child.weight"), or nullptr.
-  detail::BufferEntry* find_entry(std::string_view name) const;
+  GPUSEL_API detail::BufferEntry* find_entry(std::string_view name) const;
 
   // Sets the module and everything below it (a shared child once per path:
   // a repeated store; there are no cycles, so it ends).
@@ -203,7 +203,7 @@ class Module {
     for (const Child& child : children_) child.module->set_last_device(device);
   }
 
-  void check_new_name(const std::string& name, const void* object, const char* function) const;
+  GPUSEL_API void check_new_name(const std::string& name, const void* object, const char* function) const;
 
   std::vector<Entry> buffers_;
   std::vector<Child> children_;

@@ -55,10 +55,10 @@ struct CudaPhysicalOrder {
   int count() const noexcept { return static_cast<int>(positions.size()); }
   // Physical GPU `physical` of `inventory` (the one this order was made from);
   // throws Error when there is no such GPU.
-  const Gpu& gpu(const Inventory& inventory, int physical) const;
+  GPUSEL_API const Gpu& gpu(const Inventory& inventory, int physical) const;
   // The GPUs' UUIDs in this order, for parse_visible_devices: views of
   // `inventory`'s strings, valid while it lives unchanged.
-  std::vector<std::string_view> uuids(const Inventory& inventory) const;
+  GPUSEL_API std::vector<std::string_view> uuids(const Inventory& inventory) const;
 };
 
 // CUDA's physical order for `inventory`'s GPUs under this CUDA_DEVICE_ORDER

@@ -61,6 +61,35 @@ constexpr bool starts_with_ignoring_case(std::string_view text, std::string_view
   return true;
 }
 
+// `text` in lower case (ASCII letters only).
+inline std::string lower_ascii(std::string_view text) {
+  std::string lower(text);
+  for (char& c : lower) c = lower_ascii(c);
+  return lower;
+}
+
+// `text` in double quotes, with its newlines, tabs, quotes and backslashes escaped.
+inline std::string quote(std::string_view text) {
+  std::string quoted = "\"";
+  for (const char c : text) {
+    if (c == '\n')
+      quoted += "\\n";
+    else if (c == '\t')
+      quoted += "\\t";
+    else if (c == '"' || c == '\\')
+      quoted += std::string("\\") + c;
+    else
+      quoted += c;
+  }
+  return quoted + "\"";
+}
+
+// `text` padded with spaces to `width`.
+inline std::string pad(std::string text, std::size_t width) {
+  if (text.size() < width) text.append(width - text.size(), ' ');
+  return text;
+}
+
 }  // namespace detail
 
 // --- definitions (Note [Compile-once mode]) ---------------------------------
@@ -136,39 +165,6 @@ GPUSEL_API std::string hex_bytes(std::string_view text) {
   }
   return result;
 }
-
-namespace detail {
-
-// `text` in lower case (ASCII letters only).
-inline std::string lower_ascii(std::string_view text) {
-  std::string lower(text);
-  for (char& c : lower) c = lower_ascii(c);
-  return lower;
-}
-
-// `text` in double quotes, with its newlines, tabs, quotes and backslashes escaped.
-inline std::string quote(std::string_view text) {
-  std::string quoted = "\"";
-  for (const char c : text) {
-    if (c == '\n')
-      quoted += "\\n";
-    else if (c == '\t')
-      quoted += "\\t";
-    else if (c == '"' || c == '\\')
-      quoted += std::string("\\") + c;
-    else
-      quoted += c;
-  }
-  return quoted + "\"";
-}
-
-// `text` padded with spaces to `width`.
-inline std::string pad(std::string text, std::size_t width) {
-  if (text.size() < width) text.append(width - text.size(), ' ');
-  return text;
-}
-
-}  // namespace detail
 
 #endif  // GPUSEL_DEFINITIONS
 

@@ -117,10 +117,16 @@ struct VisibleToken {
 
   bool kept() const noexcept { return outcome == TokenOutcome::kept; }
   // "kept: physical GPU 1", "ignored: ends the list: it is out of range (5; this machine has 1 GPU: 0)".
-  std::string why(int physical_count) const;
+  GPUSEL_API std::string why(int physical_count) const;
 };
 
 // The physical->logical map for one value of CUDA_VISIBLE_DEVICES.
+class VisibleDevices;
+// Declared before the class that befriends it, so that its first declaration carries GPUSEL_API.
+[[nodiscard]] GPUSEL_API VisibleDevices parse_visible_devices(std::optional<std::string_view> cuda_visible_devices,
+                                                              PhysicalUuids physical,
+                                                              std::optional<std::string_view> cuda_device_order);
+
 class VisibleDevices {
  public:
   // cudaErrorNoDevice and cudaErrorInvalidDevice as integers: this header
@@ -144,9 +150,9 @@ class VisibleDevices {
   // How many devices CUDA would show (0 when not ok()).
   int count() const noexcept { return static_cast<int>(physical_.size()); }
   // The physical index of cuda:logical. Throws Error, naming the map, when there is no such device.
-  int physical(int logical) const;
+  GPUSEL_API int physical(int logical) const;
   // The logical index of a physical GPU, or nullopt when it is hidden.
-  std::optional<int> logical(int physical) const noexcept;
+  GPUSEL_API std::optional<int> logical(int physical) const noexcept;
 
   // The map, logical order: physical_indices()[logical] is the physical index.
   const std::vector<int>& physical_indices() const noexcept { return physical_; }
@@ -163,7 +169,7 @@ class VisibleDevices {
 
   // "2 CUDA devices are visible: cuda:0 is physical GPU 2, cuda:1 is physical GPU 0
   // (CUDA_VISIBLE_DEVICES=2,0)", or the reason when not ok().
-  std::string summary() const;
+  GPUSEL_API std::string summary() const;
 
  private:
   friend VisibleDevices parse_visible_devices(std::optional<std::string_view>, PhysicalUuids,

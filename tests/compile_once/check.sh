@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ctest header_compile_once_program: runs the compile-once program (main.cpp,
-# machine.cpp, implementation.cpp) on two H200s described to the fake NVML and
-# checks what it prints.
+# machine.cpp, header_only.cpp, linked with libgpusel.a) on two H200s described
+# to the fake NVML and checks what it prints.
 #   check.sh <program> <fake NVML library>
 set -uo pipefail
 program=$1
@@ -47,6 +47,7 @@ for expected in \
   'escaped: \x1b]0;owned\x07' \
   "module on cuda:1" \
   "round trip: same bytes" \
+  "header-only file: inventory 2 GPUs, picked GPU 1, round trip same values" \
   "missing device: gpusel::DeviceGuard: cudaSetDevice(cuda:7): invalid device ordinal (cudaErrorInvalidDevice); 2 CUDA devices are visible (cuda:0..cuda:1); CUDA_VISIBLE_DEVICES is unset"; do
   if ! grep -qF -- "$expected" <<<"$out"; then
     echo "FAILED: expected: $expected"

@@ -1,6 +1,6 @@
 // The machine layer alone, in compile-once mode: pick and assess, the criteria
 // and the topology in words, and CUDA's physical order, declared here, defined
-// in implementation.cpp.
+// in libgpusel.a.
 #include <gpusel/physical_order.hpp>
 #include <gpusel/pick_criteria.hpp>
 #include <gpusel/select.hpp>

@@ -1,16 +1,16 @@
-// A compile-once program (Note [Compile-once mode]) of three files, all compiled
-// with GPUSEL_COMPILE_ONCE: this one includes the umbrella header, machine.cpp
-// the machine layer alone, implementation.cpp defines what the mode compiles
-// once (the machine layer, the cuda layer's error paths and the data layer's
-// engine). Run by check.sh on a
-// machine described to the fake NVML; it prints what it found.
+// A compile-once program of three files, linked with gpusel::compiled_no_runtime
+// (libgpusel.a, src/gpusel.cpp): this one includes the umbrella header,
+// machine.cpp the machine layer alone, and header_only.cpp is compiled
+// header-only beside them. Run by check.sh on a machine described to the fake
+// NVML; it prints what it found.
 #include <gpusel/gpusel.hpp>
 
 #include <iostream>
 #include <string>
 #include <vector>
 
-std::string describe_picks();  // machine.cpp
+std::string describe_picks();    // machine.cpp
+std::string header_only_view();  // header_only.cpp
 
 namespace {
 
@@ -70,6 +70,7 @@ int main() {
     std::cout << "escaped: " << gpusel::escape_for_terminal("\x1b]0;owned\x07") << "\n";
     std::cout << move_data();
     std::cout << missing_device_error();
+    std::cout << header_only_view();
     return 0;
   } catch (const std::exception& error) {
     std::cerr << "compile_once_program: " << error.what() << "\n";

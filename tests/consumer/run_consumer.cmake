@@ -25,3 +25,5 @@ run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/consumer-build -G 
     -DFETCHCONTENT_FULLY_DISCONNECTED=OFF ${extra})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer-build)
 run(${WORK_DIR}/consumer-build/consumer)
+run(${WORK_DIR}/consumer-build/consumer_compiled)
+run(${WORK_DIR}/consumer-build/consumer_mixed)

@@ -8,6 +8,9 @@
 # With NVCC, it also builds CUDA_SOURCE with nvcc and each package, and checks
 # from the binaries (tests/consumer/nvcc/check_runtimes.cmake) that each has
 # exactly the CUDA runtime it asked for.
+# With -DPART=compiled it checks the compiled packages instead (gpusel_compiled,
+# gpusel_compiled_static, gpusel_machine_compiled; docs/compiled.md), in a test
+# of its own so that the two run side by side.
 cmake_minimum_required(VERSION 3.21)
 file(REMOVE_RECURSE "${WORK_DIR}")
 
@@ -24,9 +27,17 @@ if(NOT PKG_CONFIG)
   find_program(PKG_CONFIG NAMES pkg-config pkgconf REQUIRED)
 endif()
 
+set(compiled OFF)
+if(PART STREQUAL "compiled")
+  set(compiled ON)
+endif()
 run(ignored ${CMAKE_COMMAND} -S "${GPUSEL_SOURCE_DIR}" -B "${WORK_DIR}/gpusel-build" -G "${CMAKE_GENERATOR}"
     "-DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}" -DGPUSEL_BUILD_TESTS=OFF -DGPUSEL_BUILD_EXAMPLES=OFF
-    -DGPUSEL_BUILD_BENCHMARKS=OFF -DGPUSEL_BUILD_TOOLS=OFF "-DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix" -DCMAKE_INSTALL_LIBDIR=lib)
+    -DGPUSEL_BUILD_BENCHMARKS=OFF -DGPUSEL_BUILD_TOOLS=OFF -DGPUSEL_INSTALL_COMPILED=${compiled}
+    "-DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix" -DCMAKE_INSTALL_LIBDIR=lib)
+if(compiled)
+  run(ignored ${CMAKE_COMMAND} --build "${WORK_DIR}/gpusel-build")  # libgpusel.a and libgpusel_machine.a
+endif()
 run(ignored ${CMAKE_COMMAND} --install "${WORK_DIR}/gpusel-build")
 
 # Builds and runs the consumer from the prefix `prefix`, with pkg-config alone.
@@ -57,7 +68,9 @@ function(build_with_pkg_config prefix)
   message(STATUS "${output}")
 endfunction()
 
-build_with_pkg_config("${WORK_DIR}/prefix")
+if(NOT compiled)
+  build_with_pkg_config("${WORK_DIR}/prefix")
+endif()
 
 # Flags of `package` (and `extra` pkg-config options) as a list.
 function(package_flags result package)
@@ -75,10 +88,45 @@ function(build_and_check name runtime source compiler flags)
       -P ${GPUSEL_SOURCE_DIR}/tests/consumer/nvcc/check_runtimes.cmake)
   run(output "${WORK_DIR}/${name}")
   message(STATUS "${name}: the ${runtime} CUDA runtime alone; ${output}")
+  set(last_output "${output}" PARENT_SCOPE)
 endfunction()
 
 set(ENV{PKG_CONFIG_PATH} "${WORK_DIR}/prefix/lib/pkgconfig")
 set(ENV{PKG_CONFIG_LIBDIR} "${WORK_DIR}/prefix/lib/pkgconfig")
+if(compiled)
+  if(READELF AND NM)
+    set(cxx ${CMAKE_CXX_COMPILER} -std=c++17)
+    # gpusel compiled once (docs/compiled.md): libgpusel.a, GPUSEL_COMPILE_ONCE, and each runtime.
+    package_flags(compiled_flags gpusel_compiled)
+    package_flags(compiled_static_flags gpusel_compiled_static --static)
+    if(NOT compiled_flags MATCHES "(^|;)-DGPUSEL_COMPILE_ONCE(;|$)" OR NOT compiled_flags MATCHES "(^|;)-lgpusel(;|$)")
+      message(FATAL_ERROR "pkg-config gpusel_compiled should name -DGPUSEL_COMPILE_ONCE and -lgpusel: ${compiled_flags}")
+    endif()
+    build_and_check(cxx_gpusel_compiled shared "${CONSUMER_SOURCE}" cxx compiled_flags)
+    build_and_check(cxx_gpusel_compiled_static static "${CONSUMER_SOURCE}" cxx compiled_static_flags)
+    if(NOT last_output MATCHES "compiled once")
+      message(FATAL_ERROR "the consumer built with gpusel_compiled_static is not in compile-once mode: ${last_output}")
+    endif()
+  endif()
+  # The machine layer compiled once, CUDA-free: a program of the inventory alone, with no CUDA include or runtime.
+  package_flags(machine_flags gpusel_machine_compiled)
+  if(machine_flags MATCHES "cuda")
+    message(FATAL_ERROR "pkg-config gpusel_machine_compiled names CUDA: ${machine_flags}")
+  endif()
+  file(WRITE "${WORK_DIR}/machine.cpp"
+    "#include <gpusel/inventory.hpp>\n#include <iostream>\nint main() { std::cout << gpusel::query_inventory().gpus.size() << \" GPUs\\n\"; }\n")
+  run(ignored ${CMAKE_CXX_COMPILER} -std=c++17 "${WORK_DIR}/machine.cpp" -o "${WORK_DIR}/machine" ${machine_flags})
+  run(output "${WORK_DIR}/machine")
+  message(STATUS "gpusel_machine_compiled: ${output}")
+  file(RENAME "${WORK_DIR}/prefix" "${WORK_DIR}/moved-prefix")
+  set(ENV{PKG_CONFIG_PATH} "${WORK_DIR}/moved-prefix/lib/pkgconfig")
+  set(ENV{PKG_CONFIG_LIBDIR} "${WORK_DIR}/moved-prefix/lib/pkgconfig")
+  package_flags(machine_flags gpusel_machine_compiled)
+  run(ignored ${CMAKE_CXX_COMPILER} -std=c++17 "${WORK_DIR}/machine.cpp" -o "${WORK_DIR}/machine" ${machine_flags})
+  run(output "${WORK_DIR}/machine")
+  message(STATUS "gpusel_machine_compiled from the moved prefix: ${output}")
+  return()
+endif()
 # `--static` cannot take the shared runtime's -lcudart away: the static runtime is its own package.
 package_flags(static_flags gpusel_static --static)
 if(NOT static_flags MATCHES "(^|;)-lcudart_static(;|$)" OR static_flags MATCHES "(^|;)-lcudart(;|$)")

@@ -516,7 +516,8 @@ EOF
       [ "$(tr ' ' '\n' <<<"${statuses[*]}" | grep -c '^125$')" = 2 ] || { echo "FAILED: expected 2 jobs to fail with 125"; failures=$((failures + 1)); }
       grep -qh "leased by another job" "$work"/err? || { echo "FAILED: the reason, a lease, is not given"; failures=$((failures + 1)); }
       # while a job holds a GPU, pick counts it busy and says who holds it; kill -9 frees it
-      "$gpusel" run --exclude 1,2,3 -- sh -c 'echo $$ >"$1"; exec sleep 30' sh "$work/holder_command" &
+      # (Away from the test's output, which ctest waits on until it closes.)
+      "$gpusel" run --exclude 1,2,3 -- sh -c 'echo $$ >"$1"; exec sleep 30' sh "$work/holder_command" >/dev/null 2>&1 &
       holder=$!
       until_file "$work/holder_command"
       run 1 pick --exclude 1,2,3

@@ -22,14 +22,17 @@ if(NOT EXISTS "${SOURCE_PATH}/include/gpusel/gpusel.hpp")
                       "${SOURCE_PATH} is not one")
 endif()
 
-# Header-only: a debug build would install the same files a second time.
+# Header-only: a debug build would install the same files a second time. The
+# "compiled" feature's libraries are built release only too, as the CUDA
+# runtime is: a debug program links them all the same.
 set(VCPKG_BUILD_TYPE release)
 
 # The package is the headers, the CMake config, the pkg-config files and the
 # docs; the feature "tool" adds the gpusel command (gpusel[tool], as
-# sqlite3[tool]). Tests, examples and benchmarks are gpusel's own checks: they
+# sqlite3[tool]), and "compiled" the compiled targets (gpusel::compiled and
+# friends, docs/compiled.md: libgpusel.a and libgpusel_machine.a). Tests, examples and benchmarks are gpusel's own checks: they
 # need GoogleTest and Google Benchmark, which a consumer has no reason to build.
-vcpkg_check_features(OUT_FEATURE_OPTIONS FEATURE_OPTIONS FEATURES tool GPUSEL_BUILD_TOOLS)
+vcpkg_check_features(OUT_FEATURE_OPTIONS FEATURE_OPTIONS FEATURES tool GPUSEL_BUILD_TOOLS compiled GPUSEL_INSTALL_COMPILED)
 vcpkg_cmake_configure(
   SOURCE_PATH "${SOURCE_PATH}"
   OPTIONS

@@ -94,7 +94,7 @@ class DevicePools {
  public:
   // The pools of the CUDA runtime the caller links, shared by every copy of
   // gpusel that calls it (Note [One state per runtime]).
-  static DevicePools& instance() noexcept;
+  GPUSEL_API static DevicePools& instance() noexcept;
 
   // `bytes` (> 0) on `device`, which the caller has made current, ordered on
   // `stream` (cudaStreamLegacy for memory used by synchronous work). Throws

@@ -65,34 +65,35 @@ class UntypedBuffer {
   // memory, so that its free waits for it (Note [When freed device memory is
   // reused]). Nothing to do for host memory, an empty buffer, or a blocking
   // stream of the memory's own device. Throws Error naming `what`.
-  void record_stream(const Stream& stream, ErrorContext what);
+  GPUSEL_API void record_stream(const Stream& stream, ErrorContext what);
 
   void* data() const noexcept { return pointer_; }
   std::size_t bytes() const noexcept { return bytes_; }
   const MemoryPlace& place() const noexcept { return place_; }
 
   // A new buffer in `target` holding a copy of these bytes; done when it returns.
-  [[nodiscard]] UntypedBuffer copy_to(const MemoryPlace& target, ErrorContext what) const;
+  [[nodiscard]] GPUSEL_API UntypedBuffer copy_to(const MemoryPlace& target, ErrorContext what) const;
 
   // This buffer itself when it is in `target` already; otherwise a copy
   // there, and this buffer's memory is freed. Either way *this is left empty.
-  [[nodiscard]] UntypedBuffer move_to(const MemoryPlace& target, ErrorContext what);
+  [[nodiscard]] GPUSEL_API UntypedBuffer move_to(const MemoryPlace& target, ErrorContext what);
 
   // A new buffer in `target`, its copy queued on `stream` where no pageable
   // memory is involved (detail/data/copy_engine.hpp's copy_async): then the caller
   // keeps both alive and synchronizes the stream before using either. Device
   // memory in the result is allocated on `stream`, which is recorded for it.
-  [[nodiscard]] UntypedBuffer copy_to(const MemoryPlace& target, const Stream& stream, ErrorContext what) const;
+  [[nodiscard]] GPUSEL_API UntypedBuffer copy_to(const MemoryPlace& target, const Stream& stream,
+                                                 ErrorContext what) const;
 
   // Copies bytes() from `source`, in `from`, into this buffer; done when it returns.
-  void copy_from(const void* source, const MemoryPlace& from, ErrorContext what);
+  GPUSEL_API void copy_from(const void* source, const MemoryPlace& from, ErrorContext what);
 
   // Copies this buffer's bytes to `destination`, in `to`; done when it returns.
-  void copy_into(void* destination, const MemoryPlace& to, ErrorContext what) const;
+  GPUSEL_API void copy_into(void* destination, const MemoryPlace& to, ErrorContext what) const;
 
   // Sets the buffer to copies of the `pattern_bytes` at `pattern`, one after
   // another (bytes() is a multiple of `pattern_bytes`); done when it returns.
-  void fill(const void* pattern, std::size_t pattern_bytes, ErrorContext what);
+  GPUSEL_API void fill(const void* pattern, std::size_t pattern_bytes, ErrorContext what);
 
  private:
   // The GPU this buffer is on, or -1 in host memory.
@@ -102,7 +103,7 @@ class UntypedBuffer {
       : pointer_(pointer), bytes_(bytes), place_(place) {}
 
   // Frees the memory and forgets the recorded uses; never throws.
-  void release() noexcept;
+  GPUSEL_API void release() noexcept;
 
   void* pointer_ = nullptr;
   std::size_t bytes_ = 0;
@@ -122,7 +123,7 @@ struct ElementsCall {
   std::size_t element_bytes;
   Device device;
 
-  std::string operator()() const;
+  GPUSEL_API std::string operator()() const;
 };
 
 // "gpusel::Buffer::to(cuda:1) of 1024 elements (4096 bytes) on cpu", then
@@ -135,7 +136,7 @@ struct MoveCall {
   const char* suffix = "";
   const Stream* stream = nullptr;
 
-  std::string operator()() const;
+  GPUSEL_API std::string operator()() const;
 };
 
 // Where new memory on `device` lives: pageable host memory for cpu, the GPU's
