@@ -688,13 +688,6 @@ int report_no_gpus(const gpusel::DeviceMap& map, bool json) {
 constexpr std::chrono::milliseconds kDefaultNvmlTimeout{30000};
 bool g_nvml_hung = false;  // a thread is left inside NVML: main ends with _Exit
 
-// GPUSEL_NVML_TIMEOUT: a duration as --wait takes it; unset or empty, the default; 0, no limit.
-std::chrono::milliseconds nvml_timeout() {
-  const char* text = std::getenv("GPUSEL_NVML_TIMEOUT");
-  if (text == nullptr || *text == '\0') return kDefaultNvmlTimeout;
-  return parse_duration("GPUSEL_NVML_TIMEOUT", text);
-}
-
 // visible_devices(options), or nullopt when NVML did not answer within `timeout` (Note [A hanging NVML]).
 std::optional<gpusel::DeviceMap> read_devices(const gpusel::InventoryOptions& options,
                                               std::chrono::milliseconds timeout) {
@@ -1426,6 +1419,13 @@ int run_version(const Arguments&) {
 }
 
 #ifndef GPUSEL_COMMAND_NO_MAIN  // tests/fuzz/arguments_fuzz.cpp includes this file for parse_arguments
+// GPUSEL_NVML_TIMEOUT: a duration as --wait takes it; unset or empty, the default; 0, no limit.
+std::chrono::milliseconds nvml_timeout() {
+  const char* text = std::getenv("GPUSEL_NVML_TIMEOUT");
+  if (text == nullptr || *text == '\0') return kDefaultNvmlTimeout;
+  return parse_duration("GPUSEL_NVML_TIMEOUT", text);
+}
+
 // `status`, once what was written to stdout is out: a write that failed (stdout
 // closed, a full disk) is an error of its own, kExitWriteFailed, whatever the command did.
 int flush_output(int status) {
