@@ -37,7 +37,7 @@ class GpuselConan(ConanFile):
 
     def export_sources(self):
         root = self._source_root()
-        for pattern in ("CMakeLists.txt", "LICENSE", "README.md", "CHANGELOG.md", "include/*", "cmake/*.in",
+        for pattern in ("CMakeLists.txt", "LICENSE", "README.md", "CHANGELOG.md", "include/*", "src/*", "cmake/*.in",
                         "cmake/*.cmake", "docs/*.md", "examples/machines/*.machine"):
             copy(self, pattern, root, self.export_sources_folder)
 
@@ -54,6 +54,9 @@ class GpuselConan(ConanFile):
         for option in ("GPUSEL_BUILD_TESTS", "GPUSEL_BUILD_EXAMPLES", "GPUSEL_BUILD_BENCHMARKS", "GPUSEL_BUILD_TOOLS"):
             toolchain.cache_variables[option] = False
         toolchain.cache_variables["GPUSEL_INSTALL"] = True
+        # The header-only package: gpusel's compiled libraries (gpusel::compiled and friends) are left out, so the
+        # package stays one for every compiler and build type (package_id below).
+        toolchain.cache_variables["GPUSEL_INSTALL_COMPILED"] = False
         toolchain.generate()
 
     def build(self):
