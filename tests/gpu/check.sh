@@ -19,7 +19,7 @@
 #     into existing and fresh pages (GPUSEL_CHECK_CALIBRATION_ARGS);
 #  3. every <build>/tests/*_real (GoogleTest);
 #  4. every benchmark binary in <build>/tests/bench (the *_emulated smoke-test
-#     builds and host_calibration aside), with GPUSEL_CHECK_REPETITIONS (15)
+#     builds, host_calibration and pick_bench, which times the fake NVML, aside), with GPUSEL_CHECK_REPETITIONS (15)
 #     randomly interleaved repetitions of GPUSEL_CHECK_MIN_TIME (0.05) s each;
 #     /proc/vmstat's thp_fault_alloc and thp_fault_fallback are read before and
 #     after, and buffer_bench's "gpusel host memory:" line (the engine's
@@ -151,8 +151,10 @@ done
 ((found)) || echo "check.sh: no test binary matches $build/tests/*_real" >&2
 
 # 4. The benchmarks, each beside its raw baseline in the same run.
+# pick_bench times list and pick on the fake NVML: host work with no CUDA call to compare against.
 is_benchmark() {
-  [[ -f $1 && -x $1 && $1 != *_emulated && $1 != *.so* && $(basename "$1") != host_calibration ]]
+  [[ -f $1 && -x $1 && $1 != *_emulated && $1 != *.so* && $(basename "$1") != host_calibration &&
+    $(basename "$1") != pick_bench ]]
 }
 vmstat_thp > "$results/vmstat.before"
 for binary in "$build"/tests/bench/*; do
