@@ -45,7 +45,9 @@ BUDGETS = [
     ("gpusel/stream.hpp", "gpusel/error.hpp", 2.00),
     ("T + gpusel/guard.hpp", "T", 1.20),
     ("T + compile-once + gpusel/buffer.hpp", "T", 1.30),
-    ("T + compile-once + gpusel/gpusel.hpp", "T", 1.40),
+    # 1.40 until the lease trust rule, the wait line and the pick and guard work of issue 20 took clang to 1.412
+    # (g++ 1.377): docs/benchmarks.md.
+    ("T + compile-once + gpusel/gpusel.hpp", "T", 1.45),
 ]
 # Reported, never judged: what a header-only file pays.
 REPORTED = [("T + gpusel/buffer.hpp", "T"), ("T + gpusel/gpusel.hpp", "T")]
