@@ -31,28 +31,6 @@ GPUSEL_API void release_cached_resources() noexcept;
 
 }  // namespace gpusel
 
-#if GPUSEL_DEFINITIONS
-
-#include "gpusel/detail/core/fork_state.hpp"
-#include "gpusel/detail/cuda/primary_context.hpp"
-#include "gpusel/detail/data/device_pool.hpp"
-#include "gpusel/detail/data/engine_cache.hpp"
-#include "gpusel/detail/data/host_block_cache.hpp"
-#include "gpusel/detail/data/peer_access.hpp"
-#include "gpusel/detail/data/staging_pool.hpp"
-
-namespace gpusel {
-
-GPUSEL_API void release_cached_resources() noexcept {
-  if (detail::HostBlocks* blocks = detail::HostBlocks::find()) blocks->release_cached();
-  if (detail::forked_after_cuda()) return;
-  detail::EngineCache::instance().release();
-  detail::StagingPool::instance().release_idle();
-  detail::DevicePools::instance().release();
-  detail::PeerAccess::instance().forget();
-  detail::DeviceFacts::instance().forget_contexts();
-}
-
-}  // namespace gpusel
-
-#endif  // GPUSEL_DEFINITIONS
+#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#include "gpusel/cached_resources-inl.hpp"
+#endif

@@ -23,23 +23,6 @@ GPUSEL_API Device local_rank_device(Placement placement = Placement::rank_or_cpu
 
 }  // namespace gpusel
 
-// --- definitions (Note [Compile-once mode]) ---------------------------------
-#if GPUSEL_DEFINITIONS
-
-namespace gpusel {
-
-GPUSEL_API Device local_rank_device(Placement placement) {
-  const std::optional<LocalRank> rank = local_rank();
-  const int visible = device_count();  // from NVML before CUDA starts: starts nothing
-  try {
-    return device_for_local_rank(rank, visible, placement);
-  } catch (const Error&) {
-    // The decision is pure: made again with the runtime's account of the devices for the message, which
-    // asks the CUDA runtime (and so starts CUDA) only now that there is an error to explain.
-    return device_for_local_rank(rank, visible, placement, detail::describe_visible_devices());
-  }
-}
-
-}  // namespace gpusel
-
-#endif  // GPUSEL_DEFINITIONS
+#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#include "gpusel/launcher-inl.hpp"
+#endif

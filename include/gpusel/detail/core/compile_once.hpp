@@ -5,24 +5,23 @@
 // Note [Compile-once mode]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
 // Header-only is the default. With GPUSEL_COMPILE_ONCE (which the compiled
-// targets, gpusel::compiled and friends, give every file that links them) the
-// headers listed in gpusel/implementation.hpp declare their out-of-line
-// functions, and src/gpusel.cpp (src/gpusel_machine.cpp, the machine layer
-// alone) defines them once. The rule: a non-template function that is not
+// targets, gpusel::compiled and friends, give every file that links them)
+// gpusel's out-of-line functions are compiled once, by src/gpusel.cpp
+// (src/gpusel_machine.cpp, the machine layer alone), and the other files see
+// their declarations only. The rule: a non-template function that is not
 // constexpr, not defined in its class and not on a copy's hot path is declared
-// GPUSEL_API above `#if GPUSEL_DEFINITIONS` (default arguments there only) and
-// defined GPUSEL_API below it; a member function defined below is declared
-// GPUSEL_API in its class too. What stays inline in both modes: types,
-// templates (Buffer<T>), constexpr functions, members defined in their class,
-// the cuda layer's switching (guards, streams, the current device), and helpers
-// used only by the definitions (plain `inline` below, declared nowhere else).
-// In compile-once mode GPUSEL_API is an ABI tag, so a file compiled header-only
-// beside compiled ones defines other symbols than libgpusel.a and the program
-// has no two definitions of one function (ctest header_compile_once_abi_tag).
-// A new such header is included by gpusel/implementation.hpp (or
-// machine_implementation.hpp); the compile-once header units and src/'s
-// -Werror=missing-declarations catch a half that is missing. What the mode
-// saves a file is in docs/benchmarks.md (Compile cost).
+// GPUSEL_API in x.hpp (default arguments there only) and defined GPUSEL_API in
+// x-inl.hpp beside it; a member function defined there is declared GPUSEL_API in
+// its class too. x.hpp ends by including x-inl.hpp where GPUSEL_DEFINITIONS is
+// 1: header-only, or the one implementation file. What stays inline in both
+// modes: types, templates (Buffer<T>), constexpr functions, members defined in
+// their class, the cuda layer's switching (guards, streams, the current
+// device), and helpers only the definitions use (plain `inline`, in an -inl.hpp
+// or a header that only -inl.hpp files include). In compile-once mode
+// GPUSEL_API is an ABI tag, so a file compiled header-only beside compiled ones
+// defines other symbols than libgpusel.a: no two definitions of one function
+// (ctest header_compile_once_abi_tag). A new x-inl.hpp is reached from
+// gpusel/implementation.hpp (or machine_implementation.hpp).
 
 #if defined(GPUSEL_IMPLEMENTATION) && !defined(GPUSEL_COMPILE_ONCE)
 #define GPUSEL_COMPILE_ONCE

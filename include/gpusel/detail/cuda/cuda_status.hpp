@@ -33,32 +33,6 @@ GPUSEL_API Error cuda_error(cudaError_t status, std::string_view call, const Dev
 
 }  // namespace gpusel::detail
 
-// --- definitions (Note [Compile-once mode]) ---------------------------------
-#if GPUSEL_DEFINITIONS
-
-namespace gpusel::detail {
-
-GPUSEL_API std::string describe_status(cudaError_t status) {
-  const char* description = cudaGetErrorString(status);
-  const char* name = cudaGetErrorName(status);
-  return std::string(description != nullptr ? description : "unknown error") + " (" +
-         (name != nullptr ? name : "cudaError " + std::to_string(static_cast<int>(status))) + ")";
-}
-
-GPUSEL_API Error cuda_error(cudaError_t status, std::string_view call, const std::string& target,
-                            const std::string& context) {
-  (void)cudaGetLastError();
-  std::string message = std::string(call) + "(" + target + "): " + describe_status(status);
-  if (!context.empty()) message += "; " + context;
-  const char* name = cudaGetErrorName(status);
-  return Error(static_cast<int>(status), name != nullptr ? name : "", message);
-}
-
-GPUSEL_API Error cuda_error(cudaError_t status, std::string_view call, const Device& device,
-                            const std::string& context) {
-  return cuda_error(status, call, device.str(), context);
-}
-
-}  // namespace gpusel::detail
-
-#endif  // GPUSEL_DEFINITIONS
+#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#include "gpusel/detail/cuda/cuda_status-inl.hpp"
+#endif

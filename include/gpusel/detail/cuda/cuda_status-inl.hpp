@@ -1,0 +1,31 @@
+// The definitions of gpusel/detail/cuda/cuda_status.hpp's out-of-line functions (Note [Compile-once mode]
+// in gpusel/detail/core/compile_once.hpp): the header includes this file where
+// they are compiled, header-only or in gpusel's one implementation file.
+#pragma once
+
+#include "gpusel/detail/cuda/cuda_status.hpp"
+
+namespace gpusel::detail {
+
+GPUSEL_API std::string describe_status(cudaError_t status) {
+  const char* description = cudaGetErrorString(status);
+  const char* name = cudaGetErrorName(status);
+  return std::string(description != nullptr ? description : "unknown error") + " (" +
+         (name != nullptr ? name : "cudaError " + std::to_string(static_cast<int>(status))) + ")";
+}
+
+GPUSEL_API Error cuda_error(cudaError_t status, std::string_view call, const std::string& target,
+                            const std::string& context) {
+  (void)cudaGetLastError();
+  std::string message = std::string(call) + "(" + target + "): " + describe_status(status);
+  if (!context.empty()) message += "; " + context;
+  const char* name = cudaGetErrorName(status);
+  return Error(static_cast<int>(status), name != nullptr ? name : "", message);
+}
+
+GPUSEL_API Error cuda_error(cudaError_t status, std::string_view call, const Device& device,
+                            const std::string& context) {
+  return cuda_error(status, call, device.str(), context);
+}
+
+}  // namespace gpusel::detail

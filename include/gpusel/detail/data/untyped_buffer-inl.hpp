@@ -1,0 +1,142 @@
+// The definitions of gpusel/detail/data/untyped_buffer.hpp's out-of-line functions (Note [Compile-once mode]
+// in gpusel/detail/core/compile_once.hpp): the header includes this file where
+// they are compiled, header-only or in gpusel's one implementation file.
+#pragma once
+
+#include "gpusel/detail/data/untyped_buffer.hpp"
+
+#include <limits>
+
+#include "gpusel/detail/cuda/resolve_device.hpp"
+#include "gpusel/detail/data/stream_uses.hpp"
+#include "gpusel/error.hpp"
+
+namespace gpusel::detail {
+
+GPUSEL_API void UntypedBuffer::release() noexcept {
+  free_memory(pointer_, place_, uses_);
+  delete uses_;
+  uses_ = nullptr;
+}
+
+GPUSEL_API void UntypedBuffer::record_stream(const Stream& stream, ErrorContext what) {
+  if (stream.handle() == nullptr) throw Error(what() + ": the Stream was moved from");
+  if (place_.kind != MemoryKind::device || pointer_ == nullptr) return;
+  if (stream.order() == StreamOrder::with_default_stream && stream.device_index() == place_.device) return;
+  if (uses_ == nullptr) uses_ = new StreamUses;
+  uses_->record(stream.handle(), stream.device_index(), what);
+}
+
+GPUSEL_API UntypedBuffer UntypedBuffer::copy_to(const MemoryPlace& target, ErrorContext what) const {
+  UntypedBuffer result = allocate(bytes_, target, what, gpu());
+  result.copy_from(pointer_, place_, what);
+  return result;
+}
+
+GPUSEL_API UntypedBuffer UntypedBuffer::move_to(const MemoryPlace& target, ErrorContext what) {
+  if (target == place_) return std::move(*this);
+  UntypedBuffer result = copy_to(target, what);
+  *this = UntypedBuffer();
+  return result;
+}
+
+GPUSEL_API UntypedBuffer UntypedBuffer::copy_to(const MemoryPlace& target, const Stream& stream,
+                                                ErrorContext what) const {
+  UntypedBuffer result = allocate(bytes_, target, what, gpu(), stream.handle());
+  // On failure the result is freed on the legacy stream, which may not be
+  // ordered after `stream`'s allocation and copies: they finish first.
+  const auto finish_stream = [&]() noexcept {
+    if (target.kind == MemoryKind::device && cudaStreamSynchronize(stream.handle()) != cudaSuccess)
+      (void)cudaGetLastError();
+  };
+  try {
+    copy_async(result.pointer_, target, pointer_, place_, bytes_, stream);
+  } catch (const Error& error) {
+    finish_stream();
+    rethrow_with_prefix(error, what());
+  }
+  try {
+    result.record_stream(stream, what);
+  } catch (...) {
+    finish_stream();
+    throw;
+  }
+  return result;
+}
+
+GPUSEL_API void UntypedBuffer::copy_from(const void* source, const MemoryPlace& from, ErrorContext what) {
+  try {
+    copy(pointer_, place_, source, from, bytes_);
+  } catch (const Error& error) {
+    rethrow_with_prefix(error, what());
+  }
+}
+
+GPUSEL_API void UntypedBuffer::copy_into(void* destination, const MemoryPlace& to, ErrorContext what) const {
+  try {
+    copy(destination, to, pointer_, place_, bytes_);
+  } catch (const Error& error) {
+    rethrow_with_prefix(error, what());
+  }
+}
+
+GPUSEL_API void UntypedBuffer::fill(const void* pattern, std::size_t pattern_bytes, ErrorContext what) {
+  try {
+    detail::fill(pointer_, place_, bytes_, pattern, pattern_bytes);
+  } catch (const Error& error) {
+    rethrow_with_prefix(error, what());
+  }
+}
+
+GPUSEL_API std::string ElementsCall::operator()() const {
+  return std::string(function) + "(" + std::to_string(size) + " elements, " +
+         (size <= std::numeric_limits<std::size_t>::max() / element_bytes ? std::to_string(size * element_bytes)
+                                                                          : "too many") +
+         " bytes, " + device.str() + ")";
+}
+
+GPUSEL_API std::string MoveCall::operator()() const {
+  std::string text = "gpusel::Buffer::to(" + target.str() + ") of " + std::to_string(size) + " elements (" +
+                     std::to_string(size * element_bytes) + " bytes) on " +
+                     (from.kind == MemoryKind::pinned_host ? std::string("cpu (pinned)") : from.as_device().str()) +
+                     suffix;
+  if (stream != nullptr) text += " on a stream of " + stream->device().str();
+  return text;
+}
+
+GPUSEL_API MemoryPlace place_of(const Device& device, ErrorContext what) {
+  if (device.is_cpu()) return MemoryPlace{};
+  return MemoryPlace{MemoryKind::device, resolve_cuda_index(device, what)};
+}
+
+GPUSEL_API MemoryPlace target_place(const Device& device, const MemoryPlace& from, ErrorContext what) {
+  if (device.is_cpu()) return from.is_host() ? from : MemoryPlace{};
+  return place_of(device, what);
+}
+
+GPUSEL_API UntypedBuffer allocate_elements(const ElementsCall& call, const MemoryPlace& place) {
+  if (call.size > std::numeric_limits<std::size_t>::max() / call.element_bytes)
+    throw OutOfMemory(call() + ": " + std::to_string(call.size) + " elements do not fit in memory");
+  return UntypedBuffer::allocate(call.size * call.element_bytes, place, call);
+}
+
+GPUSEL_API UntypedBuffer allocate_elements(const ElementsCall& call) {
+  return allocate_elements(call, place_of(call.device, call));
+}
+
+GPUSEL_API UntypedBuffer copy_host_elements(const ElementsCall& call, const void* values) {
+  UntypedBuffer buffer = allocate_elements(call);
+  if (call.size != 0 && values == nullptr) throw Error(call() + ": the data pointer is null");
+  buffer.copy_from(values, MemoryPlace{}, call);
+  return buffer;
+}
+
+GPUSEL_API void copy_elements(UntypedBuffer& destination, const UntypedBuffer& source, const ElementsCall& call) {
+  const std::size_t source_size = source.bytes() / call.element_bytes;
+  if (source_size != call.size)
+    throw Error(call() + ": the source has " + std::to_string(source_size) + " elements, this Buffer " +
+                std::to_string(call.size));
+  if (&source != &destination) destination.copy_from(source.data(), source.place(), call);
+}
+
+}  // namespace gpusel::detail

@@ -1,0 +1,114 @@
+// The definitions of gpusel/detail/machine/nvml.hpp's out-of-line functions (Note [Compile-once mode]
+// in gpusel/detail/core/compile_once.hpp): the header includes this file where
+// they are compiled, header-only or in gpusel's one implementation file.
+#pragma once
+
+#include "gpusel/detail/machine/nvml.hpp"
+
+#include <cstdint>
+#include <memory>
+
+#include "gpusel/detail/core/process_state.hpp"
+
+namespace gpusel::detail::nvml {
+
+// The list of loaded libraries this copy uses, newest first: the process's,
+// unless it holds Libraries of another layout (Note [Layout signatures]).
+GPUSEL_DETAIL_PER_OBJECT inline std::atomic<void*>& nvml_libraries() noexcept {
+  Slot& slot = process_state().nvml_libraries;
+  std::uint64_t claimed = 0;
+  if (slot.layout.compare_exchange_strong(claimed, record_layout<Library>(), std::memory_order_acq_rel) ||
+      claimed == record_layout<Library>())
+    return slot.object;
+  static std::atomic<void*> own{nullptr};
+  return own;
+}
+
+GPUSEL_API LoadResult load(const std::string& path) {
+  // The loaded libraries form a list, newest first: a process loads one NVML, or a
+  // few in tests, so a search by path needs no map. The list is one per process,
+  // shared by every copy of gpusel in it (Note [One state per process]), and never
+  // destroyed: a query from another static object's destructor must still work.
+  // A copy whose Library has another layout than the list's keeps a list of
+  // its own (Note [Layout signatures]).
+  std::atomic<void*>& loaded = nvml_libraries();
+  const auto find = [&path](const void* newest) -> const Library* {
+    for (auto* known = static_cast<const Library*>(newest); known != nullptr; known = known->next)
+      if (known->path == path) return known;
+    return nullptr;
+  };
+  if (const Library* known = find(loaded.load(std::memory_order_acquire))) return {known, LoadStatus::loaded, {}};
+
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* error = dlerror();
+    return {nullptr, LoadStatus::not_found,
+            "NVML (" + path + ") could not be loaded: " + (error != nullptr ? error : "")};
+  }
+  auto library = std::make_unique<Library>();  // before nvmlInit: no allocation can fail after it
+  library->handle = handle;
+  library->path = path;
+  const char* missing = nullptr;
+  if (!bind(handle, "nvmlInit_v2", library->init))
+    missing = "nvmlInit_v2";
+  else if (!bind(handle, "nvmlErrorString", library->error_string))
+    missing = "nvmlErrorString";
+  else if (!bind(handle, "nvmlDeviceGetCount_v2", library->device_count))
+    missing = "nvmlDeviceGetCount_v2";
+  else if (!bind(handle, "nvmlDeviceGetHandleByIndex_v2", library->handle_by_index))
+    missing = "nvmlDeviceGetHandleByIndex_v2";
+  else if (!bind(handle, "nvmlDeviceGetUUID", library->uuid))
+    missing = "nvmlDeviceGetUUID";
+  else if (!bind(handle, "nvmlDeviceGetName", library->name))
+    missing = "nvmlDeviceGetName";
+  else if (!bind(handle, "nvmlDeviceGetPciInfo_v3", library->pci_info))
+    missing = "nvmlDeviceGetPciInfo_v3";
+  else if (!bind(handle, "nvmlDeviceGetMemoryInfo", library->memory_info))
+    missing = "nvmlDeviceGetMemoryInfo";
+  if (missing != nullptr) {
+    // A library with neither of NVML's first two entry points is some other library, not an old NVML.
+    const bool not_nvml =
+        library->init == nullptr && library->error_string == nullptr && dlsym(handle, "nvmlErrorString") == nullptr;
+    dlclose(handle);
+    if (not_nvml)
+      return {nullptr, LoadStatus::unusable,
+              "NVML (" + path + ") lacks nvmlInit_v2 and nvmlErrorString: " + path + " is not an NVML library"};
+    return {nullptr, LoadStatus::unusable, "NVML (" + path + ") lacks " + missing + ": the driver is too old"};
+  }
+  bind(handle, "nvmlDeviceGetUtilizationRates", library->utilization);
+  bind(handle, "nvmlDeviceGetComputeRunningProcesses_v3", library->compute_processes);
+  bind(handle, "nvmlDeviceGetMigMode", library->mig_mode);
+  bind(handle, "nvmlDeviceGetCudaComputeCapability", library->compute_capability);
+  bind(handle, "nvmlSystemGetDriverVersion", library->driver_version);
+  bind(handle, "nvmlSystemGetCudaDriverVersion_v2", library->cuda_driver_version);
+  bind(handle, "nvmlDeviceGetMemoryInfo_v2", library->memory_info_v2);
+  bind(handle, "nvmlDeviceGetMaxMigDeviceCount", library->max_mig_device_count);
+  bind(handle, "nvmlDeviceGetMigDeviceHandleByIndex", library->mig_device_handle_by_index);
+  bind(handle, "nvmlDeviceGetGpuInstanceId", library->gpu_instance_id);
+  bind(handle, "nvmlDeviceGetComputeInstanceId", library->compute_instance_id);
+  bind(handle, "nvmlDeviceGetTopologyCommonAncestor", library->topology_common_ancestor);
+  bind(handle, "nvmlDeviceGetP2PStatus", library->p2p_status);
+  bind(handle, "nvmlDeviceGetNumaNodeId", library->numa_node_id);
+  bind(handle, "nvmlDeviceGetCpuAffinity", library->cpu_affinity);
+
+  const Return status = library->init();
+  if (status != kSuccess) {
+    LoadResult failed{nullptr, LoadStatus::init_failed, "nvmlInit failed: " + library->describe(status)};
+    dlclose(handle);
+    return failed;
+  }
+  // Publish, unless another thread published this path meanwhile: then use its library and close ours.
+  void* newest = loaded.load(std::memory_order_acquire);
+  do {
+    if (const Library* known = find(newest)) {
+      Return (*shutdown)() = nullptr;
+      if (bind(handle, "nvmlShutdown", shutdown)) (void)shutdown();  // undoes our nvmlInit only
+      dlclose(handle);
+      return {known, LoadStatus::loaded, {}};
+    }
+    library->next = static_cast<const Library*>(newest);
+  } while (!loaded.compare_exchange_weak(newest, library.get(), std::memory_order_acq_rel, std::memory_order_acquire));
+  return {library.release(), LoadStatus::loaded, {}};  // never freed, as said above
+}
+
+}  // namespace gpusel::detail::nvml

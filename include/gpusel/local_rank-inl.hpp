@@ -1,0 +1,136 @@
+// The definitions of gpusel/local_rank.hpp's out-of-line functions (Note [Compile-once mode]
+// in gpusel/detail/core/compile_once.hpp): the header includes this file where
+// they are compiled, header-only or in gpusel's one implementation file.
+// Layer: machine (docs/layers.md).
+#pragma once
+
+#include "gpusel/local_rank.hpp"
+
+#include "gpusel/detail/core/decimal.hpp"
+#include "gpusel/detail/core/environment.hpp"
+
+namespace gpusel {
+
+GPUSEL_API std::string LocalRank::describe() const {
+  std::string text = "local rank " + std::to_string(rank);
+  if (size) text += " of " + std::to_string(*size);
+  text += launcher.empty() ? " (no launcher variable is set" : " (" + launcher + ": " + source;
+  if (!task_gpus.empty()) text += "; each task has GPUs of its own: " + task_gpus;
+  for (const std::string& other : overridden) text += "; " + other + " ignored";
+  return text + ")";
+}
+
+namespace detail {
+
+// A rank or a count as launchers write it: decimal digits only, fitting an int.
+inline int parse_launcher_number(const char* variable, const std::string& value) {
+  const auto reject = [&](const char* why) {
+    return Error(std::string("gpusel::local_rank(): ") + variable + "=\"" + value + "\" " + why +
+                 "; expected a non-negative decimal integer as launchers set it (e.g. " + variable + "=0)");
+  };
+  if (value.empty()) throw reject("is set but empty");
+  const DecimalRead number = read_decimal(value, DecimalGrammar::whole_text);
+  if (!number.ok) throw reject("is not a non-negative decimal integer");
+  if (number.overflow || number.value > static_cast<std::uint64_t>(Device::kMaxIndex)) throw reject("is out of range");
+  return static_cast<int>(number.value);
+}
+
+// The variable that says Slurm gave each task GPUs of its own, as "NAME=value";
+// empty when none does (Note [Slurm tasks with GPUs of their own]).
+inline std::string slurm_task_gpus(const ReadVariable& read) {
+  if (const std::optional<std::string> per_task = read("SLURM_GPUS_PER_TASK"); per_task && !per_task->empty())
+    return "SLURM_GPUS_PER_TASK=" + *per_task;
+  if (const std::optional<std::string> bind = read("SLURM_GPU_BIND")) {
+    std::string_view kind = *bind;
+    if (kind.substr(0, 8) == "verbose,") kind.remove_prefix(8);
+    if (!kind.empty() && kind != "none") return "SLURM_GPU_BIND=" + *bind;
+  }
+  if (const std::optional<std::string> tres = read("SLURM_TRES_PER_TASK");
+      tres && tres->find("gres/gpu") != std::string::npos)
+    return "SLURM_TRES_PER_TASK=" + *tres;
+  return {};
+}
+
+}  // namespace detail
+
+GPUSEL_API std::optional<LocalRank> find_local_rank(const ReadVariable& read) {
+  std::optional<LocalRank> found;
+  for (const LauncherVariables& variables : launcher_variables) {
+    const std::optional<std::string> rank_text = read(variables.rank_variable);
+    if (!rank_text) continue;
+    if (found) {
+      found->overridden.push_back(std::string(variables.rank_variable) + "=" + *rank_text);
+      continue;
+    }
+    LocalRank rank;
+    rank.launcher = variables.launcher;
+    rank.rank = detail::parse_launcher_number(variables.rank_variable, *rank_text);
+    rank.source = std::string(variables.rank_variable) + "=" + *rank_text;
+    if (variables.size_variable != nullptr) {
+      if (const std::optional<std::string> size_text = read(variables.size_variable)) {
+        rank.size = detail::parse_launcher_number(variables.size_variable, *size_text);
+        rank.source += std::string(", ") + variables.size_variable + "=" + *size_text;
+        if (rank.rank >= *rank.size) {
+          throw Error("gpusel::local_rank(): " + rank.source + ": the rank must be below the number of processes");
+        }
+      }
+    }
+    if (std::string_view(variables.rank_variable) == "SLURM_LOCALID") rank.task_gpus = detail::slurm_task_gpus(read);
+    found = std::move(rank);
+  }
+  return found;
+}
+
+GPUSEL_API std::optional<LocalRank> local_rank() {
+  return find_local_rank([](const char* name) { return detail::environment_variable(name); });
+}
+
+namespace detail {
+inline const char* placement_name(Placement placement) noexcept {
+  switch (placement) {
+    case Placement::rank_or_cpu:
+      return "rank_or_cpu";
+    case Placement::round_robin:
+      return "round_robin";
+    case Placement::one_gpu_per_rank:
+      return "one_gpu_per_rank";
+  }
+  return "?";
+}
+}  // namespace detail
+
+GPUSEL_API Device device_for_local_rank(const std::optional<LocalRank>& rank, int visible_devices, Placement placement,
+                                        std::string_view why_this_many) {
+  const LocalRank alone{};
+  const LocalRank& process = rank ? *rank : alone;
+  if (visible_devices < 0) {
+    throw Error("gpusel::device_for_local_rank: the visible device count cannot be negative, got " +
+                std::to_string(visible_devices));
+  }
+  const auto too_few = [&](const std::string& need, std::string_view advice) {
+    const std::string visible = !why_this_many.empty() ? std::string(why_this_many)
+                                                       : std::to_string(visible_devices) + " CUDA device" +
+                                                             (visible_devices == 1 ? " is visible" : "s are visible");
+    return Error(std::string("gpusel::local_rank_device(") + detail::placement_name(placement) + "): " + need +
+                 ", but " + visible + "; this process is " + process.describe() + std::string(advice));
+  };
+  // The number of the rank's device among the visible ones: its first when the
+  // task sees only its own GPUs (Note [Slurm tasks with GPUs of their own]).
+  const int number = process.task_gpus.empty() ? process.rank : 0;
+  if (placement == Placement::one_gpu_per_rank) {
+    if (process.size && *process.size > visible_devices) {
+      throw too_few(std::to_string(*process.size) + " processes on this node each need a GPU of their own", "");
+    }
+    if (number >= visible_devices) {
+      throw too_few("local rank " + std::to_string(process.rank) + " needs a GPU of its own", "");
+    }
+  }
+  if (visible_devices == 0) return cpu();
+  if (placement == Placement::rank_or_cpu && number >= visible_devices) {
+    throw too_few("local rank " + std::to_string(process.rank) + " has no GPU of its number",
+                  "; to share GPUs between ranks, ask for it: local_rank_device(gpusel::Placement::round_robin)");
+  }
+  return cuda(number % visible_devices);
+}
+
+}  // namespace gpusel

@@ -1,0 +1,353 @@
+// The definitions of gpusel/visibility.hpp's out-of-line functions (Note [Compile-once mode]
+// in gpusel/detail/core/compile_once.hpp): the header includes this file where
+// they are compiled, header-only or in gpusel's one implementation file.
+// Layer: machine (docs/layers.md).
+#pragma once
+
+#include "gpusel/visibility.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+
+#include "gpusel/detail/core/environment.hpp"
+
+namespace gpusel {
+
+// Note [Knowing whether CUDA has started]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The CUDA driver reads CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER in cuInit,
+// which the runtime's first call makes; once it has succeeded, changing them
+// changes nothing in this process. Whether the driver library, libcuda.so.1,
+// is loaded is not the answer: nvmlInit loads it too, without initializing
+// it, and it stays loaded after nvmlShutdown (measured on the H200, driver
+// 580), so any program that has listed its GPUs has libcuda loaded. gpusel
+// asks the driver itself instead, if it is loaded: before a successful cuInit
+// every driver call but a few (cuInit, cuDriverGetVersion, cuGetProcAddress)
+// returns CUDA_ERROR_NOT_INITIALIZED, and cuDeviceGetCount neither initializes
+// nor changes anything. dlopen("libcuda.so.1", RTLD_NOLOAD) finds a loaded
+// library by its SONAME and never loads one, so asking starts nothing either.
+// Measured on the H200, for the record:
+//  - cudaRuntimeGetVersion loads nothing; cudaDriverGetVersion loads and
+//    initializes the driver, so it counts as starting CUDA;
+//  - a cuInit that failed (CUDA_VISIBLE_DEVICES naming no GPU: 100, or one GPU
+//    twice: 101) leaves the driver uninitialized, and a later cuInit reads the
+//    variables again;
+//  - but the runtime remembers its own failure: after a failed first runtime
+//    call it keeps failing even once the variable is fixed. cuda_started() is
+//    false in that process (the driver is not initialized), and cannot tell.
+namespace detail {
+inline constexpr int kCudaErrorNotInitialized = 3;  // CUDA_ERROR_NOT_INITIALIZED (cuda.h, not included)
+
+inline bool cuda_driver_initialized() noexcept {
+  void* handle = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+  if (handle == nullptr) return false;
+  using DeviceGetCount = int (*)(int*);
+  const auto device_count = reinterpret_cast<DeviceGetCount>(dlsym(handle, "cuDeviceGetCount"));
+  int count = 0;
+  // A libcuda without cuDeviceGetCount is no driver gpusel knows: call it started, the safe side.
+  const bool initialized = device_count == nullptr || device_count(&count) != kCudaErrorNotInitialized;
+  dlclose(handle);  // NOLOAD took a reference: give it back
+  return initialized;
+}
+
+// Note [NVML without the driver library]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// NVML can see GPUs that CUDA cannot use: a container started with
+// NVIDIA_DRIVER_CAPABILITIES=utility has libnvidia-ml.so.1 but no
+// libcuda.so.1, and every runtime call fails (cudaErrorInsufficientDriver).
+// So device_count() counts from NVML only when the driver library loads:
+// dlopen("libcuda.so.1", RTLD_NOLOAD) finds it when NVML loaded it (as the
+// real nvmlInit does), else gpusel loads it itself, as NVML would have, and
+// keeps it loaded. Neither calls cuInit, so nothing starts (Note [Knowing
+// whether CUDA has started]) and a parent can still fork workers. Nothing is
+// cached: a process may load the library later, and a failed load costs one
+// search of the library path per count.
+inline bool cuda_driver_library_loads() noexcept {
+  if (void* handle = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY)) {
+    dlclose(handle);  // NOLOAD took a reference: give it back
+    return true;
+  }
+  return dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL) != nullptr;  // kept loaded, as NVML keeps it
+}
+}  // namespace detail
+
+GPUSEL_API bool cuda_started() noexcept { return detail::cuda_driver_initialized(); }
+
+GPUSEL_API DeviceMap visible_devices(const InventoryOptions& options) {
+  DeviceMap map;
+  map.inventory = query_inventory(options);
+  const auto order_variable = detail::environment_variable("CUDA_DEVICE_ORDER");
+  map.order = cuda_physical_order(map.inventory, order_variable);
+  map.visible = parse_visible_devices(detail::environment_variable("CUDA_VISIBLE_DEVICES"),
+                                      map.order.uuids(map.inventory), order_variable);
+  return map;
+}
+
+namespace detail {
+
+GPUSEL_API std::optional<int> count_devices_without_cuda(int runtime_version) noexcept {
+  try {
+    if (cuda_driver_initialized()) return std::nullopt;
+    const DeviceMap map = visible_devices();
+    if (!map.known()) return std::nullopt;
+    if (!cuda_driver_library_loads()) return 0;  // Note [NVML without the driver library]
+    const int driver = map.inventory.cuda_driver_version;
+    if (driver > 0 && driver / 1000 < runtime_version / 1000) return 0;
+    for (const Gpu& gpu : map.inventory.gpus)
+      if (gpu.mig_enabled) return std::nullopt;
+    return map.visible.count();
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+// The first token not kept, when it is a MIG- one: from there on what CUDA
+// shows is CUDA's to decide, not known to fail. nullptr otherwise.
+inline const VisibleToken* mig_token_ending_list(const VisibleDevices& visible) noexcept {
+  for (const VisibleToken& token : visible.tokens())
+    if (!token.kept())
+      return token.outcome == TokenOutcome::unknown_uuid && token.text.rfind("MIG-", 0) == 0 ? &token : nullptr;
+  return nullptr;
+}
+
+// Escaped for a terminal (Note [Hostile text]), as all of explain() is.
+inline std::string describe_gpu(int physical, const Gpu& gpu) {
+  std::string text = "physical " + std::to_string(physical) + "  nvidia-smi " + std::to_string(gpu.nvml_index) + "  ";
+  if (!gpu.name.empty()) text += escape_for_terminal(gpu.name) + "  ";
+  return text + escape_for_terminal(gpu.uuid) + "  " + escape_for_terminal(gpu.pci_bus_id);
+}
+
+}  // namespace detail
+
+GPUSEL_API bool DeviceMap::cuda_would_fail() const noexcept {
+  return known() && !visible.ok() && detail::mig_token_ending_list(visible) == nullptr;
+}
+
+GPUSEL_API std::string explain(const DeviceMap& map) {
+  const VisibleDevices& visible = map.visible;
+  std::string text = escape_for_terminal(detail::describe_value("CUDA_VISIBLE_DEVICES", visible.variable())) + "  " +
+                     escape_for_terminal(detail::describe_value("CUDA_DEVICE_ORDER", visible.device_order())) +
+                     (visible.device_order() ? "" : " (FASTEST_FIRST)") + "\n";
+  text += cuda_started() ? "CUDA has started in this process: changing these variables now has no effect here.\n"
+                         : "CUDA has not started in this process: the variables can still be changed.\n";
+  const VisibleToken* mig_end = nullptr;  // a MIG- token that ended the list
+  int mig_owner = -1;                     // the physical GPU of the instance it names, when NVML lists it
+  std::string mig_end_why;                // what that token is, then
+  if (!map.known()) {
+    text += "The physical GPUs are unknown: " + escape_for_terminal(map.inventory.reason) +
+            ".\nWithout NVML gpusel cannot list them without starting CUDA; gpusel::device_count() asks the CUDA "
+            "runtime.\n";
+  } else {
+    const Inventory& inventory = map.inventory;
+    text += "NVML (" + escape_for_terminal(inventory.nvml_library) + ") sees " + std::to_string(inventory.gpus.size()) +
+            (inventory.gpus.size() == 1 ? " GPU" : " GPUs");
+    if (!inventory.driver_version.empty()) text += ", driver " + escape_for_terminal(inventory.driver_version);
+    if (inventory.cuda_driver_version > 0)
+      text += " (CUDA " + std::to_string(inventory.cuda_driver_version / 1000) + "." +
+              std::to_string(inventory.cuda_driver_version % 1000 / 10) + ")";
+    text += ".\n";
+    mig_end = detail::mig_token_ending_list(visible);
+    if (mig_end != nullptr) {
+      // The instance, when NVML lists it (Note [MIG instances]); CUDA's enumeration stays CUDA's.
+      std::string owner;
+      for (int physical = 0; physical < map.order.count() && owner.empty(); ++physical) {
+        const Gpu& gpu = map.order.gpu(inventory, physical);
+        for (const MigInstance& instance : gpu.mig_instances)
+          if (owner.empty() && detail::starts_with_ignoring_case(instance.uuid, mig_end->text)) {
+            owner = ", an instance of physical GPU " + std::to_string(physical) + " (nvidia-smi " +
+                    std::to_string(gpu.nvml_index) + "; GI " + std::to_string(instance.gpu_instance_id) + ", CI " +
+                    std::to_string(instance.compute_instance_id) + ")";
+            mig_owner = physical;
+            mig_end_why = "ends gpusel's list: MIG instance (GI " + std::to_string(instance.gpu_instance_id) + ", CI " +
+                          std::to_string(instance.compute_instance_id) + ") of physical GPU " +
+                          std::to_string(physical) + "; what CUDA shows from this token on is CUDA's to decide";
+          }
+      }
+      text += "CUDA_VISIBLE_DEVICES names a MIG instance (" + escape_for_terminal(detail::quote(mig_end->text)) +
+              (owner.empty() ? std::string("), which is none of the GPUs or MIG instances NVML lists") : ")" + owner) +
+              ": what CUDA shows from that token on is CUDA's to decide (nvidia-smi -L lists the instances; "
+              "CUDA 11 and 12 show a process one MIG instance). Known before it: " +
+              (visible.ok() ? detail::visible_count_text(visible.count()) : std::string("nothing")) + ".\n";
+    }
+    if (!visible.ok() && mig_end == nullptr) {
+      text += "No CUDA device is visible: " + escape_for_terminal(visible.reason()) + "; the CUDA runtime fails with " +
+              visible.error_name() + ".\n";
+    } else if (visible.ok()) {
+      // A GPU in MIG mode is not a CUDA device: CUDA shows its instances instead
+      // and numbers the devices from there on itself, so it gets no cuda:N, nor do those after it.
+      int first_mig = -1;
+      for (int logical = 0; logical < visible.count() && first_mig < 0; ++logical)
+        if (map.device(logical)->mig_enabled) first_mig = logical;
+      text += first_mig < 0 ? detail::visible_count_text(visible.count()) + ":\n"
+                            : std::to_string(visible.count()) + (visible.count() == 1 ? " GPU is" : " GPUs are") +
+                                  " visible; CUDA shows the MIG instances of a GPU in MIG mode instead, and numbers "
+                                  "the devices from cuda:" +
+                                  std::to_string(first_mig) + " on itself:\n";
+      // As wide as the widest label and two blanks: "cuda:1000" needs more than "cuda:0".
+      const std::size_t width = std::string("cuda:").size() + std::to_string(visible.count() - 1).size() + 2;
+      for (int logical = 0; logical < visible.count(); ++logical) {
+        const Gpu& gpu = *map.device(logical);
+        const std::string label = first_mig < 0 || logical < first_mig ? "cuda:" + std::to_string(logical)
+                                  : gpu.mig_enabled                    ? std::string("MIG")
+                                                                       : std::string("cuda:?");
+        text += "  " + detail::pad(label, width < 8 ? 8 : width) +
+                detail::describe_gpu(visible.physical_indices()[static_cast<std::size_t>(logical)], gpu) + "\n";
+      }
+    }
+    std::string hidden;
+    for (int physical = 0; physical < map.order.count(); ++physical)
+      if (!visible.logical(physical) && physical != mig_owner)  // the GPU of the instance named is not hidden
+        hidden += "  " + detail::describe_gpu(physical, map.order.gpu(map.inventory, physical)) + "\n";
+    if (!hidden.empty()) text += "Hidden from this process:\n" + hidden;
+    if (!map.order.exact) text += "Caution: " + map.order.caveat + ".\n";
+  }
+  if (!visible.tokens().empty()) {
+    text += "How CUDA reads CUDA_VISIBLE_DEVICES (split on ','; the first token not kept ends the list):\n";
+    for (const VisibleToken& token : visible.tokens())
+      text += "  " + detail::pad(escape_for_terminal(detail::quote(token.text)), 14) + " " +
+              (!map.known()                                ? std::string("not checked: the GPUs are unknown")
+               : &token == mig_end && !mig_end_why.empty() ? mig_end_why
+                                                           : escape_for_terminal(token.why(visible.physical_count()))) +
+              "\n";
+  }
+  return text;
+}
+
+GPUSEL_API std::string explain() { return explain(visible_devices()); }
+
+namespace detail {
+
+// "CUDA_VISIBLE_DEVICES=1 stays in force", "CUDA_VISIBLE_DEVICES stays unset": what a change made too late leaves.
+inline std::string variable_in_force(const char* name) {
+  if (!environment_variable(name)) return std::string(name) + " stays unset";
+  return describe_variable(name) + " stays in force";
+}
+
+// `value` (a list of GPU- or MIG- UUIDs, or of indices) checked and set. MIG- tokens name MIG
+// instances, which NVML's GPU list does not hold: they are checked for form only, and CUDA
+// decides what they show.
+inline void set_visible_value(const std::string& call, const std::string& value, std::size_t tokens,
+                              VisibleScope scope) {
+  if (cuda_driver_initialized())
+    throw Error(call +
+                ": CUDA has already started in this process (the driver is initialized), so CUDA_VISIBLE_DEVICES=" +
+                value + " would have no effect here (" + variable_in_force("CUDA_VISIBLE_DEVICES") +
+                "); call it before the first CUDA call, or set the variable in the environment "
+                "that starts the process");
+  const DeviceMap map = visible_devices();
+  std::string checked_value;  // value without its MIG- tokens
+  std::size_t checked_tokens = 0;
+  for (std::size_t start = 0; start <= value.size() && tokens > 0;) {
+    const std::size_t comma = std::min(value.find(',', start), value.size());
+    const std::string token = value.substr(start, comma - start);
+    if (token.rfind("MIG-", 0) != 0) {
+      checked_value += (checked_value.empty() ? "" : ",") + token;
+      ++checked_tokens;
+    }
+    start = comma + 1;
+  }
+  if (map.known() && checked_tokens > 0) {
+    const VisibleDevices checked =
+        parse_visible_devices(checked_value, map.order.uuids(map.inventory), environment_variable("CUDA_DEVICE_ORDER"));
+    if (!checked.ok() || static_cast<std::size_t>(checked.count()) != checked_tokens) {
+      std::string why = checked.reason();
+      for (const VisibleToken& token : checked.tokens())
+        if (!token.kept()) {
+          why = quote(token.text) + " " + token.why(checked.physical_count());
+          break;
+        }
+      throw Error(call + ": CUDA_VISIBLE_DEVICES=" + value + " would not show what was asked: " + why);
+    }
+    if (scope == VisibleScope::within_visible && map.visible.variable()) {
+      for (const int physical : checked)
+        if (!map.visible.logical(physical))
+          throw Error(call + ": physical GPU " + std::to_string(physical) + " (" +
+                      map.order.gpu(map.inventory, physical).uuid + ") is hidden by " +
+                      describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable()) +
+                      ", this job's allocation: name a GPU it shows (keep_visible_devices({0}) keeps cuda:0), or "
+                      "leave the allocation explicitly with gpusel::VisibleScope::whole_machine");
+    }
+  }
+  if (setenv("CUDA_VISIBLE_DEVICES", value.c_str(), 1) != 0)
+    throw Error(call + ": setenv(\"CUDA_VISIBLE_DEVICES\") failed");
+}
+
+}  // namespace detail
+
+GPUSEL_API void set_visible_devices(const std::vector<int>& physical_indices, VisibleScope scope) {
+  std::string value;
+  for (const int index : physical_indices) value += (value.empty() ? "" : ",") + std::to_string(index);
+  const std::string call = "gpusel::set_visible_devices({" + value + "})";
+  for (std::size_t i = 0; i < physical_indices.size(); ++i) {
+    if (physical_indices[i] < 0) throw Error(call + ": a physical index cannot be negative");
+    for (std::size_t j = 0; j < i; ++j)
+      if (physical_indices[i] == physical_indices[j])
+        throw Error(call + ": physical GPU " + std::to_string(physical_indices[i]) +
+                    " is named twice, which makes CUDA fail with cudaErrorInvalidDevice");
+  }
+  detail::set_visible_value(call, value, physical_indices.size(), scope);
+}
+
+GPUSEL_API void set_visible_devices(const std::vector<std::string>& uuids, VisibleScope scope) {
+  std::string value;
+  for (const std::string& uuid : uuids) value += (value.empty() ? "" : ",") + uuid;
+  const std::string call = "gpusel::set_visible_devices({" + value + "})";
+  for (const std::string& uuid : uuids) {
+    if (!detail::is_uuid_token(uuid) || uuid.size() == 4 || uuid.find(',') != std::string::npos)
+      throw Error(
+          call + ": " + detail::quote(uuid) +
+          " is not a GPU UUID: expected \"GPU-\" or \"MIG-\" and (a prefix of) the hex UUID, as nvidia-smi -L shows");
+  }
+  detail::set_visible_value(call, value, uuids.size(), scope);
+}
+
+GPUSEL_API void set_visible_devices(std::initializer_list<int> physical_indices, VisibleScope scope) {
+  set_visible_devices(std::vector<int>(physical_indices), scope);
+}
+GPUSEL_API void set_visible_devices(std::initializer_list<std::string_view> uuids, VisibleScope scope) {
+  std::vector<std::string> copies;
+  for (const std::string_view uuid : uuids) copies.emplace_back(uuid);
+  set_visible_devices(copies, scope);
+}
+
+GPUSEL_API void keep_visible_devices(const std::vector<int>& logical_indices) {
+  std::string asked;
+  for (const int index : logical_indices) asked += (asked.empty() ? "" : ",") + std::to_string(index);
+  const std::string call = "gpusel::keep_visible_devices({" + asked + "})";
+  const DeviceMap map = visible_devices();
+  const VisibleDevices& visible = map.visible;
+  const bool unknown = !map.known() && visible.variable();  // no NVML: count the tokens themselves
+  std::vector<std::string> kept_tokens;
+  for (const VisibleToken& token : visible.tokens()) {
+    if (!unknown && !token.kept()) break;
+    if (unknown && token.text.empty()) break;
+    kept_tokens.push_back(token.text);
+  }
+  const int count = map.known() ? visible.count() : static_cast<int>(kept_tokens.size());
+  if (map.known() && !visible.ok())
+    throw Error(call + ": no CUDA device is visible now (" + visible.reason() + "), so there is nothing to keep");
+  std::string value;
+  for (std::size_t i = 0; i < logical_indices.size(); ++i) {
+    const int logical = logical_indices[i];
+    if (logical < 0 || logical >= count)
+      throw Error(call + ": there is no cuda:" + std::to_string(logical) + " to keep; " +
+                  (map.known() ? visible.summary()
+                               : std::to_string(count) + " devices are named by " +
+                                     detail::describe_variable("CUDA_VISIBLE_DEVICES")));
+    for (std::size_t j = 0; j < i; ++j)
+      if (logical_indices[j] == logical) throw Error(call + ": cuda:" + std::to_string(logical) + " is named twice");
+    const std::string token =
+        visible.variable() ? kept_tokens[static_cast<std::size_t>(logical)] : std::to_string(visible.physical(logical));
+    value += (i == 0 ? "" : ",") + token;
+  }
+  detail::set_visible_value(call, value, logical_indices.size(), VisibleScope::within_visible);
+}
+
+GPUSEL_API void keep_visible_devices(std::initializer_list<int> logical_indices) {
+  keep_visible_devices(std::vector<int>(logical_indices));
+}
+
+}  // namespace gpusel
