@@ -4,6 +4,7 @@
 //   gpusel run -n 2 --min-free 8GiB -- ./train      (picks, leases, runs, returns ./train's status)
 // `gpusel help` says everything. The program is a parser (kOptions, kCommands),
 // one function per command, and exit statuses that mean what kUsage says.
+#include <gpusel/detail/machine/wait_line.hpp>
 #include <gpusel/lease.hpp>
 #include <gpusel/local_rank.hpp>
 #include <gpusel/memory_size.hpp>
@@ -1054,7 +1055,7 @@ int run_pick(const Arguments& arguments) {
 // A lease lasts as long as the job, whatever happens to `gpusel run`. The command
 // starts with a copy of each lock file's descriptor (numbered 10 or above, clear of
 // a shell's redirections 3-9), and a flock lock ends only when the last descriptor
-// on its open file description closes (Note [Leases]). So `kill -9` of run (the OOM
+// on its open file description closes (Note [Lease files]). So `kill -9` of run (the OOM
 // killer, a scheduler's cleanup) leaves the GPU leased while the command lives, and
 // a command that puts its work in the background (`sh -c 'train &'`) keeps it while
 // that work runs. The costs: whatever the job leaves running keeps the GPU until it

@@ -25,8 +25,10 @@
 
 #include "gpusel/detail/machine/connected_sets.hpp"
 #include "gpusel/detail/machine/nvml.hpp"
+#include "gpusel/detail/machine/wait_line.hpp"
 #include "gpusel/inventory.hpp"
 #include "gpusel/lease.hpp"
+#include "gpusel/lease_directory.hpp"
 #include "gpusel/local_rank.hpp"
 #include "gpusel/physical_order.hpp"
 #include "gpusel/pick_criteria.hpp"

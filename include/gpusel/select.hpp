@@ -71,7 +71,7 @@ namespace gpusel {
 // CUDA's to decide. What CUDA does with several instances in one process's
 // variable: CUDA 11 and 12 show only one (NVIDIA's MIG user guide), so picking
 // several instances is for several processes (a lease each), not for one.
-// Leases (Note [Leases]): an instance's lease holds its own lock file exclusively and
+// Leases (Note [MIG leases]): an instance's lease holds its own lock file exclusively and
 // its GPU's shared, so instances of one GPU go to different jobs, and a lease on
 // the whole GPU (lease_gpu of the GPU's UUID) excludes every instance and is
 // excluded by any.

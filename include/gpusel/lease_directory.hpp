@@ -1,0 +1,106 @@
+// The lease directory: where this machine's leases (gpusel/lease.hpp) live, and
+// whom gpusel trusts with it.
+//
+//   gpusel::lease_directory();        // "/tmp/gpusel-leases", or GPUSEL_LEASE_DIR
+//   gpusel::check_lease_directory();  // an Error saying what is wrong with it, and how to fix it
+//
+// This header includes no CUDA header and makes no CUDA call.
+// Layer: machine (docs/layers.md).
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "gpusel/detail/core/compile_once.hpp"
+#include "gpusel/error.hpp"
+
+namespace gpusel {
+
+// Note [The lease directory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// secure_getenv("GPUSEL_LEASE_DIR") when set and not empty (an absolute path: a relative one is an Error, since jobs in
+// different working directories would not see each other), else /tmp/gpusel-leases, made on first use with mode 1777; a
+// GPUSEL_LEASE_DIR gpusel makes is 0700, the caller's own, since another user's directory is trusted by nobody else
+// anyway. /tmp because it is the one directory every Linux machine has, local and writable by every user. It is opened
+// with O_DIRECTORY|O_NOFOLLOW, must pass Note [Who can break a lease], and must not be on a network filesystem (statfs:
+// NFS, SMB, Lustre, GPFS, ...), where flock can become a POSIX lock that any close drops. Whatever is wrong is an Error
+// that says so and how to fix it, never a silent fallback.
+
+// Note [Who can break a lease]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Whoever can unlink a held lock file lets the next job make a new one and share
+// the GPU; in a sticky directory that is the file's owner, the directory's owner
+// and root. So the lease directory, and every directory above it, must belong to
+// root or the caller (and be sticky where others may write), else an Error names
+// the owner and how root provisions it; and each user locks a file of its own,
+// <UUID>.<uid>.lock, which only that user and root can remove. A lease: lock the
+// own file, check that its name still names it (fstat and fstatat: same device
+// and inode), then try every other user's file of the GPU with a conflicting
+// lock; any one held means another job's lease, and the own lock is let go and
+// the round tried again, a bounded number of times. Two jobs cannot both win
+// (each holds its own before it looks at the other's). A crashed job's file holds
+// no lock and blocks nothing. What remains: a user's job holds its GPU as long as
+// it runs (shown with pid and user); a file squatting under the caller's name, or
+// unreadable, makes that one GPU unusable, with the reason; root can do anything.
+
+namespace detail {
+
+// A descriptor, closed when destroyed.
+class FileDescriptor {
+ public:
+  FileDescriptor() noexcept = default;
+  explicit FileDescriptor(int fd) noexcept : fd_(fd) {}
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileDescriptor& operator=(FileDescriptor&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  // Two owners would close one descriptor twice.
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() { reset(); }
+  int get() const noexcept { return fd_; }
+  void reset() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// The name of a network filesystem (NFS, CIFS, Lustre, ...) for a statfs f_type,
+// or nullptr for any other: leases refuse a directory on one (Note [The lease directory]).
+GPUSEL_API const char* network_filesystem(std::uint32_t f_type) noexcept;
+
+// The lease directory at `path`, made when missing, opened and checked (Note [The
+// lease directory], Note [Who can break a lease]); throws Error saying what is
+// wrong and how to fix it.
+GPUSEL_API FileDescriptor open_lease_directory(const std::string& path);
+
+// Whether `file` is still what `name` in `directory` names (lock-then-verify).
+GPUSEL_API bool still_named(const FileDescriptor& directory, const std::string& name, const FileDescriptor& file);
+
+}  // namespace detail
+
+// The lease directory of this machine (Note [The lease directory]): GPUSEL_LEASE_DIR, read with
+// secure_getenv, else "/tmp/gpusel-leases". Throws Error when GPUSEL_LEASE_DIR is
+// a relative path.
+GPUSEL_API std::string lease_directory();
+
+// Opens the lease directory as every lease and look does (making it when missing)
+// and checks it (Note [Who can break a lease]); throws Error saying what is wrong
+// and how to fix it. For a command that would otherwise wait on what no wait fixes.
+GPUSEL_API void check_lease_directory();
+
+}  // namespace gpusel
+
+#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#include "gpusel/lease_directory-inl.hpp"
+#endif
