@@ -11,6 +11,8 @@
 # With -DPART=compiled it checks the compiled packages instead (gpusel_compiled,
 # gpusel_compiled_static, gpusel_machine_compiled; docs/compiled.md), in a test
 # of its own so that the two run side by side.
+# A source is compiled once for each compiler and set of --cflags (the packages
+# of one prefix share them) and linked once for each package's --libs.
 cmake_minimum_required(VERSION 3.21)
 file(REMOVE_RECURSE "${WORK_DIR}")
 
@@ -63,9 +65,28 @@ function(build_with_pkg_config prefix)
   if(NOT names_prefix)
     message(FATAL_ERROR "the flags do not name ${prefix}/include: ${flags}")
   endif()
-  run(ignored ${CMAKE_CXX_COMPILER} -std=c++17 "${CONSUMER_SOURCE}" -o "${WORK_DIR}/consumer" ${flags})
+  run(cflags ${PKG_CONFIG} --cflags gpusel)
+  run(libs ${PKG_CONFIG} --libs gpusel)
+  separate_arguments(cflags UNIX_COMMAND "${cflags}")
+  separate_arguments(libs UNIX_COMMAND "${libs}")
+  set(cxx ${CMAKE_CXX_COMPILER} -std=c++17)
+  compile(object "${CONSUMER_SOURCE}" cxx cflags)
+  run(ignored ${cxx} "${object}" -o "${WORK_DIR}/consumer" ${libs})
   run(output "${WORK_DIR}/consumer")
   message(STATUS "${output}")
+endfunction()
+
+# The object of `source` compiled with the command in the list named `compiler_list`
+# and the flags in the list named `cflag_list`, into `result`: compiled the first
+# time, then reused (WORK_DIR starts empty).
+function(compile result source compiler_list cflag_list)
+  string(MD5 key "${source};${${compiler_list}};${${cflag_list}}")
+  get_filename_component(name "${source}" NAME_WE)
+  set(object "${WORK_DIR}/${name}-${key}.o")
+  if(NOT EXISTS "${object}")
+    run(ignored ${${compiler_list}} -c "${source}" -o "${object}" ${${cflag_list}})
+  endif()
+  set(${result} "${object}" PARENT_SCOPE)
 endfunction()
 
 if(NOT compiled)
@@ -80,10 +101,21 @@ function(package_flags result package)
 endfunction()
 
 # Builds the consumer `name` from `source` with the command in the list `compiler`
-# and then the pkg-config flags in the list `flags` (libraries after the source),
-# and checks that it carries `runtime` alone.
+# and the pkg-config flags in the list `flags` (a --cflags --libs list: the -I and
+# -D flags compile, the rest link, after the object), and checks that it carries
+# `runtime` alone. Arguments after `flags` are added to the link (nvcc's -cudart).
 function(build_and_check name runtime source compiler flags)
-  run(ignored ${${compiler}} "${source}" -o "${WORK_DIR}/${name}" ${${flags}})
+  set(cflags "")
+  set(libs "")
+  foreach(flag IN LISTS ${flags})
+    if(flag MATCHES "^-[ID]")
+      list(APPEND cflags "${flag}")
+    else()
+      list(APPEND libs "${flag}")
+    endif()
+  endforeach()
+  compile(object "${source}" ${compiler} cflags)
+  run(ignored ${${compiler}} "${object}" -o "${WORK_DIR}/${name}" ${libs} ${ARGN})
   run(ignored ${CMAKE_COMMAND} -DREADELF=${READELF} -DNM=${NM} -DBINARY=${WORK_DIR}/${name} -DEXPECTED=${runtime}
       -P ${GPUSEL_SOURCE_DIR}/tests/consumer/nvcc/check_runtimes.cmake)
   run(output "${WORK_DIR}/${name}")
@@ -143,9 +175,8 @@ if(NVCC)
   # package is gpusel_headers, or gpusel with -cudart shared, or gpusel_static.
   set(nvcc ${NVCC} -std=c++17 -arch=sm_90 -ccbin ${CMAKE_CXX_COMPILER})
   package_flags(header_flags gpusel_headers)
-  set(nvcc_shared ${nvcc} -cudart shared)
   build_and_check(nvcc_gpusel_headers static "${CUDA_SOURCE}" nvcc header_flags)
-  build_and_check(nvcc_gpusel_shared shared "${CUDA_SOURCE}" nvcc_shared shared_flags)
+  build_and_check(nvcc_gpusel_shared shared "${CUDA_SOURCE}" nvcc shared_flags -cudart shared)
   build_and_check(nvcc_gpusel_static static "${CUDA_SOURCE}" nvcc static_flags)
 endif()
 file(RENAME "${WORK_DIR}/prefix" "${WORK_DIR}/moved-prefix")
