@@ -1,12 +1,15 @@
 # The Conan 2 recipe of gpusel:
-#   conan create cmake/conan                 (from a gpusel checkout; works offline: gpusel requires no package)
+#   conan create cmake/conan                           (from a gpusel checkout; works offline: gpusel requires no package)
+#   conan create cmake/conan -o "gpusel/*:compiled=True"   (with gpusel compiled once: gpusel::compiled and friends)
 #
 # Like the vcpkg overlay port (cmake/vcpkg/ports/gpusel), this recipe lives in
 # gpusel's own repository and packages the checkout it lives in, two directories
 # up. It installs with gpusel's own CMake install, so the package holds what
 # `cmake --install` gives: the headers, gpuselConfig.cmake with the targets
 # gpusel::gpusel, gpusel::gpusel_static and gpusel::headers, the pkg-config
-# files and the docs. Consumers find it with find_package(gpusel CONFIG): the
+# files and the docs; with the option compiled, also libgpusel.a and
+# libgpusel_machine.a behind gpusel::compiled, gpusel::compiled_static,
+# gpusel::compiled_no_runtime and gpusel::machine_compiled (docs/compiled.md). Consumers find it with find_package(gpusel CONFIG): the
 # package's own config, not one CMakeDeps writes, so the targets link the CUDA
 # runtime exactly as they do everywhere else (the CUDA Toolkit is found on the
 # consumer's machine; Conan does not provide CUDA).
@@ -26,6 +29,9 @@ class GpuselConan(ConanFile):
     topics = ("cuda", "gpu", "cuda-visible-devices", "nvml", "header-only")
     package_type = "header-library"
     settings = "os", "arch", "compiler", "build_type"
+    # compiled: the package also holds gpusel compiled once, for one compiler and build type.
+    options = {"compiled": [True, False]}
+    default_options = {"compiled": False}
     no_copy_source = True
 
     def _source_root(self):
@@ -46,6 +52,10 @@ class GpuselConan(ConanFile):
             from conan.errors import ConanInvalidConfiguration
             raise ConanInvalidConfiguration("gpusel supports Linux only")
 
+    def configure(self):
+        if self.options.compiled:
+            self.package_type = "static-library"
+
     def layout(self):
         cmake_layout(self, src_folder=".")
 
@@ -54,24 +64,28 @@ class GpuselConan(ConanFile):
         for option in ("GPUSEL_BUILD_TESTS", "GPUSEL_BUILD_EXAMPLES", "GPUSEL_BUILD_BENCHMARKS", "GPUSEL_BUILD_TOOLS"):
             toolchain.cache_variables[option] = False
         toolchain.cache_variables["GPUSEL_INSTALL"] = True
-        # The header-only package: gpusel's compiled libraries (gpusel::compiled and friends) are left out, so the
-        # package stays one for every compiler and build type (package_id below).
-        toolchain.cache_variables["GPUSEL_INSTALL_COMPILED"] = False
+        # Header-only (the default), gpusel's compiled libraries are left out, so the package stays one for every
+        # compiler and build type (package_id below).
+        toolchain.cache_variables["GPUSEL_INSTALL_COMPILED"] = bool(self.options.compiled)
         toolchain.generate()
 
     def build(self):
-        CMake(self).configure()
+        cmake = CMake(self)
+        cmake.configure()
+        if self.options.compiled:
+            cmake.build()
 
     def package(self):
         CMake(self).install()
 
     def package_id(self):
-        self.info.clear()  # headers: one package for every compiler and build type
+        if not self.info.options.compiled:
+            self.info.clear()  # headers: one package for every compiler and build type
 
     def package_info(self):
         # find_package(gpusel CONFIG) finds share/gpusel/gpuselConfig.cmake below the package root.
         self.cpp_info.set_property("cmake_find_mode", "none")
         self.cpp_info.builddirs = ["."]
         self.cpp_info.bindirs = []
-        self.cpp_info.libdirs = []
+        self.cpp_info.libdirs = ["lib"] if self.options.compiled else []
         self.cpp_info.set_property("pkg_config_name", "none")  # the package installs its own gpusel.pc

@@ -20,7 +20,8 @@ class GpuselTestPackage(ConanFile):
 
     def build(self):
         cmake = CMake(self)
-        cmake.configure()
+        # With the package's compiled option, the test links gpusel::compiled.
+        cmake.configure(variables={"GPUSEL_TEST_COMPILED": bool(self.dependencies["gpusel"].options.compiled)})
         cmake.build()
 
     def test(self):
