@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "gpusel/copy_engine_options.hpp"
@@ -40,6 +43,22 @@ struct Linear : gpusel::Module {
   }
 };
 
+// `size` bytes with no period, so a piece copied to the wrong offset shows;
+// `seed` gives another sequence. Each is computed once and copied: the
+// fault-injection tests make a model for every failure they inject.
+void fill_without_period(std::uint8_t* bytes, std::size_t size, std::uint64_t seed) {
+  static std::map<std::pair<std::size_t, std::uint64_t>, std::vector<std::uint8_t>> made;
+  std::vector<std::uint8_t>& pattern = made[{size, seed}];
+  if (pattern.empty()) {
+    pattern.resize(size);
+    for (std::size_t k = 0; k < size; ++k) {
+      const std::uint64_t x = (k + seed * 0x10001) * 0x9E3779B97F4A7C15u;
+      pattern[k] = static_cast<std::uint8_t>((x ^ (x >> 31)) >> 24);
+    }
+  }
+  std::memcpy(bytes, pattern.data(), size);
+}
+
 // Several buffers of different types, one large enough for the staged copy
 // path (more than 1 MiB), and a child module.
 struct Model : gpusel::Module {
@@ -47,10 +66,7 @@ struct Model : gpusel::Module {
   gpusel::Buffer<std::uint8_t> table;
   Linear head{3, 2};
   Model() : table((std::size_t{6} << 20) + 3, gpusel::cpu()) {
-    for (std::size_t i = 0; i < table.size(); ++i) {  // no period, so a chunk at the wrong offset shows
-      const std::uint64_t x = i * 0x9E3779B97F4A7C15u;
-      table.data()[i] = static_cast<std::uint8_t>((x ^ (x >> 31)) >> 24);
-    }
+    fill_without_period(table.data(), table.size(), 0);
     register_buffer("scale", scale);
     register_buffer("table", table);
     register_module("head", head);
@@ -485,10 +501,7 @@ struct ManyBuffers : gpusel::Module {
     }
   }
   static void fill(gpusel::Buffer<std::uint8_t>& buffer, std::uint64_t seed) {
-    for (std::size_t k = 0; k < buffer.size(); ++k) {
-      const std::uint64_t x = (k + seed * 0x10001) * 0x9E3779B97F4A7C15u;
-      buffer.data()[k] = static_cast<std::uint8_t>((x ^ (x >> 31)) >> 24);
-    }
+    fill_without_period(buffer.data(), buffer.size(), seed);
   }
   std::size_t buffer_count() const { return floats.size() + bytes.size() + large.size(); }
   std::size_t total_bytes() const {
