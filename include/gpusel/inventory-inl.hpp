@@ -18,6 +18,7 @@
 
 #include "gpusel/detail/core/environment.hpp"
 #include "gpusel/detail/machine/nvml.hpp"
+#include "gpusel/topology-inl.hpp"  // read_numa_node, read_cpu_affinity, read_link
 
 namespace gpusel {
 

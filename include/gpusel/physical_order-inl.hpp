@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "gpusel/error.hpp"
+#include "gpusel/inventory-inl.hpp"  // PciAddress, pci_address
 
 namespace gpusel {
 

@@ -16,6 +16,7 @@
 #include "gpusel/physical_order.hpp"
 #include "gpusel/text.hpp"
 #include "gpusel/visibility.hpp"
+#include "gpusel/visible_devices-inl.hpp"  // describe_value
 #include "gpusel/visible_devices.hpp"
 
 namespace gpusel {

@@ -14,6 +14,9 @@
 
 #include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/detail/machine/connected_sets.hpp"
+#include "gpusel/pick_criteria-inl.hpp"    // check_criteria, Excluded
+#include "gpusel/visibility-inl.hpp"       // variable_in_force
+#include "gpusel/visible_devices-inl.hpp"  // describe_value
 
 namespace gpusel {
 

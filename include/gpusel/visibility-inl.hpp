@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "gpusel/detail/core/environment.hpp"
+#include "gpusel/visible_devices-inl.hpp"  // describe_value
 
 namespace gpusel {
 

@@ -15,6 +15,7 @@
 #include "gpusel/copy_engine_options.hpp"
 #include "gpusel/detail/cuda/cuda_status.hpp"
 #include "gpusel/detail/cuda/forked_child.hpp"
+#include "gpusel/detail/data/copy_engine-inl.hpp"  // describe_copy
 #include "gpusel/detail/data/copy_engine.hpp"
 #include "gpusel/detail/data/engine_cache.hpp"
 #include "gpusel/detail/data/peer_access.hpp"
