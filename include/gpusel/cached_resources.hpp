@@ -31,6 +31,6 @@ GPUSEL_API void release_cached_resources() noexcept;
 
 }  // namespace gpusel
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/cached_resources-inl.hpp"
 #endif

@@ -89,6 +89,6 @@ GPUSEL_API void set_copy_engine_options(const CopyEngineOptions& options);
 
 }  // namespace gpusel
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/copy_engine_options-inl.hpp"
 #endif

@@ -84,6 +84,6 @@ GPUSEL_API void synchronize(const Device& device);
 
 }  // namespace gpusel
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/current_device-inl.hpp"
 #endif

@@ -177,6 +177,6 @@ GPUSEL_API std::string process_user(unsigned int pid);
 
 }  // namespace gpusel
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/inventory-inl.hpp"
 #endif

@@ -23,6 +23,6 @@ GPUSEL_API Device local_rank_device(Placement placement = Placement::rank_or_cpu
 
 }  // namespace gpusel
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/launcher-inl.hpp"
 #endif

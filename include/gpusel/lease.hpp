@@ -155,6 +155,6 @@ GPUSEL_API GpuLease lease_gpu(const std::string& uuid);
 
 }  // namespace gpusel
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/lease-inl.hpp"
 #endif

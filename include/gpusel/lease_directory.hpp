@@ -101,6 +101,6 @@ GPUSEL_API void check_lease_directory();
 
 }  // namespace gpusel
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/lease_directory-inl.hpp"
 #endif

@@ -137,6 +137,6 @@ GPUSEL_API Device device_for_local_rank(const std::optional<LocalRank>& rank, in
 
 }  // namespace gpusel
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/local_rank-inl.hpp"
 #endif

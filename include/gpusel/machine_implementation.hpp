@@ -1,39 +1,39 @@
-// The one translation unit that defines the machine layer, in a compile-once
-// program that links no CUDA runtime (Note [Compile-once mode] in
-// gpusel/detail/core/compile_once.hpp), as the gpusel command does:
+// The definitions of gpusel's core and machine layers, compiled once (Note
+// [Compile-once mode] in gpusel/detail/core/compile_once.hpp): the inventory, its
+// topology and CUDA's physical order, explain(), pick (with its criteria and
+// connected-set search), leases and the wait line, local ranks, the
+// CUDA_VISIBLE_DEVICES parser and text escaping. src/gpusel_machine.cpp is this
+// file; it goes into libgpusel_machine.a (gpusel::machine_compiled, for programs
+// that link no CUDA runtime, as the gpusel command) and into libgpusel.a.
 //
-//   // gpusel_implementation.cpp, compiled with -DGPUSEL_COMPILE_ONCE like every other file
+//   // gpusel_machine.cpp, compiled with -DGPUSEL_COMPILE_ONCE like every other file
 //   #include <gpusel/machine_implementation.hpp>
 //
-// Include it first, before any other gpusel header, in exactly one file of the
-// program. It defines GPUSEL_IMPLEMENTATION and includes the machine layer, so
-// that file compiles the inventory, its topology and CUDA's physical order,
-// explain(), pick (with its criteria and connected-set search), leases, local
-// ranks, the CUDA_VISIBLE_DEVICES parser and text escaping, once, for the whole
-// program.
-// Like them it includes no CUDA header. A program that uses the CUDA runtime
-// includes <gpusel/implementation.hpp> instead, which defines every layer.
+// In exactly one file of the program, before any other gpusel header. Like the
+// headers it defines, it includes no CUDA header.
 // Layer: machine (docs/layers.md).
 #pragma once
 
-#if defined(GPUSEL_API)
+#if defined(GPUSEL_API) && !defined(GPUSEL_COMPILE_ONCE)
 #error \
     "gpusel/machine_implementation.hpp must come before every other gpusel header of its file (Note [Compile-once mode])"
 #endif
+#ifndef GPUSEL_COMPILE_ONCE
+#define GPUSEL_COMPILE_ONCE
+#endif
 
-#define GPUSEL_IMPLEMENTATION
-
-#include "gpusel/detail/machine/connected_sets.hpp"
-#include "gpusel/detail/machine/nvml.hpp"
-#include "gpusel/detail/machine/wait_line.hpp"
-#include "gpusel/inventory.hpp"
-#include "gpusel/lease.hpp"
-#include "gpusel/lease_directory.hpp"
-#include "gpusel/local_rank.hpp"
-#include "gpusel/physical_order.hpp"
-#include "gpusel/pick_criteria.hpp"
-#include "gpusel/select.hpp"
-#include "gpusel/text.hpp"
-#include "gpusel/topology.hpp"
-#include "gpusel/visibility.hpp"
-#include "gpusel/visible_devices.hpp"
+#include "gpusel/detail/core/visible_tokens-inl.hpp"
+#include "gpusel/detail/machine/connected_sets-inl.hpp"
+#include "gpusel/detail/machine/nvml-inl.hpp"
+#include "gpusel/detail/machine/wait_line-inl.hpp"
+#include "gpusel/inventory-inl.hpp"
+#include "gpusel/lease-inl.hpp"
+#include "gpusel/lease_directory-inl.hpp"
+#include "gpusel/local_rank-inl.hpp"
+#include "gpusel/physical_order-inl.hpp"
+#include "gpusel/pick_criteria-inl.hpp"
+#include "gpusel/select-inl.hpp"
+#include "gpusel/text-inl.hpp"
+#include "gpusel/topology-inl.hpp"
+#include "gpusel/visibility-inl.hpp"
+#include "gpusel/visible_devices-inl.hpp"

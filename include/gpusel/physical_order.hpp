@@ -68,6 +68,6 @@ struct CudaPhysicalOrder {
 
 }  // namespace gpusel
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/physical_order-inl.hpp"
 #endif

@@ -77,6 +77,6 @@ GPUSEL_API std::string describe(const PickCriteria& criteria);
 
 }  // namespace gpusel
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/pick_criteria-inl.hpp"
 #endif

@@ -175,6 +175,6 @@ struct [[nodiscard]] LeasedGpus {
 
 }  // namespace gpusel
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/select-inl.hpp"
 #endif

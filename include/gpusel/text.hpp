@@ -94,6 +94,6 @@ inline std::string pad(std::string text, std::size_t width) {
 
 }  // namespace gpusel
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/text-inl.hpp"
 #endif

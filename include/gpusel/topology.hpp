@@ -52,6 +52,6 @@ GPUSEL_API std::string format_cpu_list(const std::vector<int>& cpus);
 
 }  // namespace gpusel
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/topology-inl.hpp"
 #endif

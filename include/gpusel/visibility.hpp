@@ -134,6 +134,6 @@ GPUSEL_API void keep_visible_devices(std::initializer_list<int> logical_indices)
 
 }  // namespace gpusel
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/visibility-inl.hpp"
 #endif

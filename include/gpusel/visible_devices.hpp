@@ -195,6 +195,6 @@ parse_visible_devices(std::optional<std::string_view> cuda_visible_devices, Phys
 
 }  // namespace gpusel
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/visible_devices-inl.hpp"
 #endif

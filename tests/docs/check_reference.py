@@ -38,9 +38,9 @@ MEMBER_KINDS = {"CXXMethodDecl", "FunctionTemplateDecl", "FieldDecl", "VarDecl",
 
 
 def ast_objects(clang, cuda_include):
-    # gpusel/implementation.hpp and machine_implementation.hpp must come first in their files, and declare no name the others do not.
+    # The implementation headers must come first in their files, and declare no name the others do not.
     headers = sorted(h for h in glob.glob(os.path.join(INCLUDE, "gpusel", "*.hpp"))
-                     if os.path.basename(h) not in ("implementation.hpp", "machine_implementation.hpp"))
+                     if not os.path.basename(h).endswith("implementation.hpp"))
     with tempfile.NamedTemporaryFile("w", suffix=".cpp", delete=False) as unit:
         unit.write("".join(f'#include "gpusel/{os.path.basename(h)}"\n' for h in headers))
     try:

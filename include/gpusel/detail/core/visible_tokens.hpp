@@ -37,6 +37,6 @@ GPUSEL_API std::string describe_runtime_map(const std::optional<std::string>& va
 
 }  // namespace gpusel::detail
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/detail/core/visible_tokens-inl.hpp"
 #endif

@@ -33,6 +33,6 @@ GPUSEL_API Error cuda_error(cudaError_t status, std::string_view call, const Dev
 
 }  // namespace gpusel::detail
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/detail/cuda/cuda_status-inl.hpp"
 #endif

@@ -41,6 +41,6 @@ GPUSEL_API std::string describe_visible_devices();
 
 }  // namespace gpusel::detail
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/detail/cuda/device_count-inl.hpp"
 #endif

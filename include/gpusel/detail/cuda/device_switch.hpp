@@ -189,6 +189,6 @@ GPUSEL_API void report_release_failure(const EnterResult& entered, const char* w
 
 }  // namespace gpusel::detail
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/detail/cuda/device_switch-inl.hpp"
 #endif

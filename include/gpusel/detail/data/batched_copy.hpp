@@ -89,6 +89,6 @@ GPUSEL_API void move_buffers(BufferMove* moves, std::size_t count, MoveFailure& 
 
 }  // namespace gpusel::detail
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/detail/data/batched_copy-inl.hpp"
 #endif

@@ -33,6 +33,6 @@ GPUSEL_API void fill(void* destination, const MemoryPlace& to, std::size_t bytes
 
 }  // namespace gpusel::detail
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/detail/data/copy_engine-inl.hpp"
 #endif

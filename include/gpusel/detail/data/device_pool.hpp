@@ -149,6 +149,6 @@ class DevicePools {
 
 }  // namespace gpusel::detail
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/detail/data/device_pool-inl.hpp"
 #endif

@@ -171,6 +171,6 @@ GPUSEL_API void drain_chunk(const HostDrain& drain, void* destination, const voi
 
 }  // namespace gpusel::detail
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/detail/data/host_block_cache-inl.hpp"
 #endif

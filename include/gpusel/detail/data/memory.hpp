@@ -99,6 +99,6 @@ GPUSEL_API void free_memory(void* pointer, const MemoryPlace& place, StreamUses*
 
 }  // namespace gpusel::detail
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/detail/data/memory-inl.hpp"
 #endif

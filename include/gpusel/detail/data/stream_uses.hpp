@@ -84,6 +84,6 @@ class StreamUses {
 
 }  // namespace gpusel::detail
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/detail/data/stream_uses-inl.hpp"
 #endif

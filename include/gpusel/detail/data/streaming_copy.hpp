@@ -39,6 +39,6 @@ GPUSEL_API void streaming_copy(void* destination, const void* source, std::size_
 
 }  // namespace gpusel::detail
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/detail/data/streaming_copy-inl.hpp"
 #endif

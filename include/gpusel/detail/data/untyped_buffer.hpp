@@ -161,6 +161,6 @@ GPUSEL_API void copy_elements(UntypedBuffer& destination, const UntypedBuffer& s
 
 }  // namespace gpusel::detail
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/detail/data/untyped_buffer-inl.hpp"
 #endif

@@ -38,6 +38,6 @@ GPUSEL_API std::vector<std::size_t> connected_set(const std::vector<std::vector<
 
 }  // namespace gpusel::detail
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/detail/machine/connected_sets-inl.hpp"
 #endif

@@ -162,6 +162,6 @@ GPUSEL_API LoadResult load(const std::string& path);
 
 }  // namespace gpusel::detail::nvml
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/detail/machine/nvml-inl.hpp"
 #endif

@@ -44,6 +44,6 @@ class WaitLine {
 };
 }  // namespace gpusel::detail
 
-#if GPUSEL_DEFINITIONS  // Note [Compile-once mode]
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
 #include "gpusel/detail/machine/wait_line-inl.hpp"
 #endif
