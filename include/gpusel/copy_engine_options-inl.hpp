@@ -64,6 +64,8 @@ inline std::optional<std::size_t> read_option(const char* text, bool bytes) noex
 // As read_option, with 0 for anything else.
 inline std::size_t parse_option(const char* text, bool bytes) noexcept { return read_option(text, bytes).value_or(0); }
 
+// GPUSEL_COPY_WORKERS sets both directions; GPUSEL_COPY_CHUNK takes bytes, or
+// a K or M suffix ("2M").
 inline void read_copy_environment(CopyEngineSettings& settings) noexcept {
   // `outside`: a value out of the variable's range. Written in a variable, 0 is a number out of
   // range (0 means the default only in CopyEngineOptions), and its problem names the range.
@@ -122,6 +124,8 @@ GPUSEL_API CopyEngineSettings& copy_engine_settings() noexcept {
   return *settings;
 }
 
+// The default workers are never more than settings.cores (sched_getaffinity,
+// read once), so a 2-core container uses 2 (Note [Tuning the copy engine]).
 GPUSEL_API CopyEngineOptions effective_copy_options() noexcept {
   const CopyEngineSettings& settings = copy_engine_settings();
   const std::size_t cores = settings.cores;

@@ -31,21 +31,16 @@ inline constexpr std::size_t kMaxCopyChunkBytes = std::size_t{16} << 20;
 // Note [Tuning the copy engine]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A pageable copy larger than 1 MiB is cut into parts, one per worker thread
-// (at most one per 8 MiB); each worker streams its part through `slots`
-// pinned staging chunks of `chunk_bytes`, filling one while the DMA of the
-// others runs. A field of 0 means its default:
-//  - workers: 6 host->device and 8 device->host (measured best on an H200
-//    host: docs/benchmarks.md), never more than the cores this process may
-//    run on (sched_getaffinity, read once), so a 2-core container uses 2;
-//  - slots: 2; chunk_bytes: 4 MiB.
-// tests/bench/sweep_engine.py measures a grid of them on a machine and
-// prints the best. The environment variables GPUSEL_COPY_WORKERS (both
-// directions), GPUSEL_COPY_SLOTS and GPUSEL_COPY_CHUNK (bytes, or with a K
-// or M suffix: "2M") are read once, the first time the options are needed;
-// set_copy_engine_options overrides them. A copy takes the options when it
-// starts: a change applies to later copies. Worker threads, their streams and
-// events, and the pinned chunks are kept between copies and given back by
-// release_cached_resources().
+// (at most one per 8 MiB); each worker streams its part through `slots` pinned
+// staging chunks of `chunk_bytes`, filling one while the DMA of the others
+// runs. The best values depend on the host, so they are set at run time, for
+// the whole process. A field of 0 means its default: 6 workers host->device and
+// 8 device->host (chosen on an H200 host: docs/benchmarks.md), never more than
+// the cores this process may run on; 2 slots; 4 MiB chunks.
+// tests/bench/sweep_engine.py finds a machine's best. GPUSEL_COPY_WORKERS,
+// GPUSEL_COPY_SLOTS and GPUSEL_COPY_CHUNK are read once, the first time the
+// options are needed; set_copy_engine_options overrides them. A copy takes the
+// options when it starts.
 struct CopyEngineOptions {
   std::size_t host_to_device_workers = 0;  // threads for one pageable host->device copy, 1..kMaxCopyWorkers
   std::size_t device_to_host_workers = 0;  // threads for one device->pageable host copy, 1..kMaxCopyWorkers

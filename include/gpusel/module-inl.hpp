@@ -78,6 +78,7 @@ GPUSEL_API void Module::move_entries(const Device& target, const std::vector<std
   try {
     detail::move_buffers(moves.data(), moves.size(), failure);
   } catch (const Error& error) {  // an OutOfMemory stays one; `moves` frees every copy made
+    // The Error names the buffer ("child.weight") and the devices, and how many others shared the failed batch.
     const detail::BufferEntry& entry = *entries[failure.first];
     std::string prefix = what() + ": moving buffer \"" + names[failure.first] + "\" (" + std::to_string(entry.bytes()) +
                          " bytes on " + entry.device().str() + ")";

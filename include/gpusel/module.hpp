@@ -33,26 +33,17 @@ namespace gpusel {
 
 // Note [Module::to is a transaction]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// nn.Module.to moves parameters one by one; if the 7th allocation runs out of
-// memory, the first six are on the GPU and the rest are not. gpusel promises
-// more: to(device)
-//  1. makes a copy of every buffer (of the module and its children) that is
-//     not yet on `device`, on `device` — the only step that can fail: every
-//     copy is allocated first, then the bytes are copied, the small buffers
-//     together in batches (Note [Moving many buffers at once] in
-//     detail/data/batched_copy.hpp);
-//  2. then, only if every copy succeeded, swaps each copy into its Buffer
-//     (a swap cannot fail), and frees the old memory.
-// If step 1 fails, the copies made so far are freed and every Buffer is
-// exactly as it was; the Error names the buffer ("child.weight") and the
-// devices, and says how many others shared the batch that failed. The price
-// is that, for a moment, both the old and the new memory exist: moving
-// between two GPUs needs room on the target for everything, which a
-// one-by-one move would need too, and host memory for nothing. Buffers are
-// swapped, not replaced, so a reference to `layer.weight` taken before to()
-// sees the moved data after it. Between the two steps the copies wait in a
-// list of moves (detail::BufferMove), beside their buffers' entries
-// (detail/data/module_entries.hpp).
+// nn.Module.to moves parameters one by one, so a failure midway leaves some
+// moved and some not. gpusel's to(device) is all or nothing:
+//  1. it copies every buffer (of the module and its children) that is not yet
+//     on `device` there, allocating every copy first (Note [Moving many
+//     buffers at once]): the only step that can fail, and a failure frees the
+//     copies made and leaves every Buffer exactly as it was;
+//  2. only then it swaps each copy into its Buffer (a swap cannot fail, and a
+//     reference taken before to() sees the moved data), and frees the old memory.
+// The price: old and new memory exist together for a moment, so a move between
+// GPUs needs room on the target for everything, as a one-by-one move would, and
+// no host memory.
 
 // Note [A module graph is a tree with shared nodes]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -162,7 +153,8 @@ class Module {
 
  private:
   // Steps 1 and 2 of Note [Module::to is a transaction] for the buffers not
-  // yet on `target` (a resolved cuda:N or cpu), named by `names`.
+  // yet on `target` (a resolved cuda:N or cpu), named by `names`. Between the
+  // steps the copies wait in a list of detail::BufferMove, beside the entries.
   GPUSEL_API static void move_entries(const Device& target, const std::vector<std::string>& names,
                                       const std::vector<detail::BufferEntry*>& entries);
 

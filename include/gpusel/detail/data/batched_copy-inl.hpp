@@ -26,13 +26,21 @@
 namespace gpusel::detail {
 
 // Pageable buffers up to this size are batched, larger ones go through the
-// copy engine (Note [Moving many buffers at once]).
+// copy engine (Note [Moving many buffers at once]). It is the engine's own
+// kDirectCopyBytes: at or below it the engine copies a buffer with one
+// cudaMemcpy on one thread anyway, so packing it loses no parallelism and
+// saves its call, staging and wait; above it the engine's threads fill staging
+// in parallel, faster than the one thread that packs a batch.
 inline constexpr std::size_t kLargestBatchedPageableBytes = kDirectCopyBytes;
 
 // A stream of one GPU, with the staging chunks and the list of copies of the
-// batches queued on it. The destructor waits for copies still in flight, then
-// gives the chunks back; if it cannot wait it frees the chunks and destroys
-// the stream. The caller holds a DeviceGuard on the stream's device.
+// batches queued on it. The stream is the engine cache's stream of worker 0
+// when the cache is free (Note [The engine cache]), else one of its own; it is
+// a blocking stream, so the copies come after work on the legacy default
+// stream, as the engine's cudaMemcpy does. The destructor waits for copies
+// still in flight, then gives the chunks back; if it cannot wait it frees the
+// chunks (cudaFreeHost waits) and destroys the stream rather than keep it.
+// The caller holds a DeviceGuard on the stream's device.
 class CopyBatch {
  public:
   CopyBatch(const MemoryPlace& to, const MemoryPlace& from, EngineCache* cache, const CopyEngineOptions& options)
@@ -184,7 +192,11 @@ void fill_chunk(const BufferMove* moves, const std::vector<std::size_t>& group, 
 }
 
 // Copies a group of small pageable host buffers to one GPU, or from one GPU
-// into new pageable buffers, through the staging chunks.
+// into new pageable buffers, through the staging chunks: to the GPU, the
+// buffers are packed one after another into a chunk, whose copies go out as
+// one batch while the next chunk is filled; from the GPU, a round's copies
+// land in the chunks and each buffer is unpacked by memcpy after the wait.
+// One wait per round of `slots` chunks (CopyEngineOptions).
 inline void move_staged(BufferMove* moves, const std::vector<std::size_t>& group, const CopyEngineOptions& options,
                         CopyBatch& batch) {
   const bool to_device = !moves[group.front()].target.is_host();
@@ -218,7 +230,8 @@ inline void move_staged(BufferMove* moves, const std::vector<std::size_t>& group
   }
 }
 
-// Copies a group of pinned or device buffers in one batch.
+// Copies a group of pinned or device buffers in one batch, with one wait:
+// they need no host copy, so no staging, whatever their size.
 inline void move_direct(BufferMove* moves, const std::vector<std::size_t>& group, CopyBatch& batch) {
   for (const std::size_t index : group)
     batch.add(moves[index].copy.data(), moves[index].source->data(), moves[index].source->bytes());

@@ -13,42 +13,17 @@ namespace gpusel::detail {
 
 // Note [Moving many buffers at once]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A model is hundreds of small tensors (ResNet-50's 161 parameters are mostly
-// under 1 MiB: tests/bench/model_shapes.txt). Moved one by one, each pays an
-// allocation, a synchronous cudaMemcpy (from pageable memory staged by the
-// driver, one piece at a time) and a wait: overhead per buffer, not bandwidth,
-// decides the time. move_buffers therefore
-//  1. allocates every copy first (Module::to must, to be a transaction);
-//  2. groups the copies by the place they come from and the place they go to;
-//  3. copies each group on one stream of the GPU involved, each batch of
-//     copies in one cudaMemcpyBatchAsync (Note [Batched copies where the
-//     runtime has them]), and waits for the stream once per round:
-//     - pageable host -> GPU: the buffers are packed one after another into
-//       the staging pool's pinned chunks (Note [The staging pool]); each
-//       chunk's copies go out as one batch, and while they run the next chunk
-//       is filled; a round is `slots` chunks (CopyEngineOptions), so one wait
-//       per `slots` x `chunk_bytes` (8 MiB by default);
-//     - GPU -> pageable host: the same the other way: a round's copies into
-//       the chunks, one wait, then each buffer unpacked by memcpy;
-//     - pinned host <-> GPU, and GPU -> GPU: no staging: every copy of the
-//       group in one batch, and one wait;
-//  4. copies the large pageable buffers through the copy engine, one after
-//     another, which spreads each over its worker threads (Note [The copy engine]).
-// The threshold, kLargestBatchedPageableBytes, is the copy engine's own
-// kDirectCopyBytes (1 MiB): at or below it the engine moves a buffer with one
-// cudaMemcpy on one thread anyway, so packing it with the others loses no
-// parallelism and saves its call, its staging and its wait; above it the
-// engine cuts the buffer into parts for several threads, each filling staging
-// at about 10 GB/s, which one thread packing the batch could not match.
-// Pinned and device buffers need no host copy, so they are batched whatever
-// their size. The stream is the engine cache's stream of worker 0 on that GPU
-// when the cache is free (Note [The engine cache]), else one made for the
-// call; it is a blocking stream, so the copies come after work on the legacy
-// default stream, as the engine's cudaMemcpy does. After a failure nothing is
-// freed or given back while a copy may still run (a staging chunk reused under
-// a running DMA corrupts another copy): the stream is waited for first, and if
-// that fails too the chunks are freed (cudaFreeHost waits) and the stream is
-// destroyed, not kept. Every copy has arrived when move_buffers returns.
+// A model is hundreds of small tensors; moved one by one, each pays an
+// allocation, a synchronous copy and a wait, and that overhead, not bandwidth,
+// decides the time. So move_buffers allocates every copy first (Module::to
+// must, to be a transaction), groups the copies by source and target place,
+// and sends each group on one stream of the GPU involved, in batches with one
+// wait per round: small pageable buffers packed into the staging pool's pinned
+// chunks (Note [The staging pool]), pinned and device buffers directly,
+// whatever their size. Larger pageable buffers go through the copy engine,
+// which spreads each over its threads (Note [The copy engine]). Nothing is
+// freed or given back while a copy may still run (a chunk reused under a
+// running DMA corrupts another copy); every copy has arrived on return.
 
 // Note [Batched copies where the runtime has them]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

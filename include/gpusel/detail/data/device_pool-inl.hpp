@@ -55,7 +55,7 @@ GPUSEL_API cudaMemPool_t DevicePools::pool_of(int device, DeviceAllocation& fail
     if (cudaMemPoolDestroy(pool) != cudaSuccess) (void)cudaGetLastError();
     return nullptr;
   }
-  for (int accessor = 0; accessor < kMaxPooledDevices; ++accessor) {
+  for (int accessor = 0; accessor < kMaxPooledDevices; ++accessor) {  // peer pairs enabled before the pool
     if ((accessors_[device] >> accessor & 1) == 0) continue;
     const cudaMemAccessDesc access{{cudaMemLocationTypeDevice, accessor}, cudaMemAccessFlagsProtReadWrite};
     if (cudaMemPoolSetAccess(pool, &access, 1) != cudaSuccess) (void)cudaGetLastError();  // copies get staged
@@ -69,6 +69,8 @@ GPUSEL_API DeviceAllocation DevicePools::allocate(std::size_t bytes, int device,
   std::unique_lock<ForkSafeMutex> lock(mutex_);
   int mode = device < kMaxPooledDevices ? modes_[device].load(std::memory_order_relaxed) : plain;
   if (mode == undecided) {
+    // Asked once per device and runtime. Some virtualized GPUs and WSL's older
+    // drivers have no pools: they get cudaMalloc and cudaFree.
     int supported = 0;
     const cudaError_t status = cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device);
     if (status != cudaSuccess)

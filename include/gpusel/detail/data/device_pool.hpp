@@ -20,59 +20,36 @@ class StreamUses;  // detail/data/stream_uses.hpp
 
 // Note [Device memory from a pool]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Every device Buffer was one cudaMalloc, and its end one cudaFree, which
-// waits for the whole device: a loop that makes and drops temporaries, what
-// training and inference do all day, serialized on it. Now a Buffer's memory
-// comes from cudaMallocFromPoolAsync and goes back with cudaFreeAsync, on a
-// memory pool gpusel creates for each device it allocates on
-// (cudaMemPoolCreate, pinned, located on that device). Not the device's
-// default pool: user code and other libraries allocate from and trim that one,
-// and set its attributes. The allocator is CUDA's; gpusel keeps no blocks.
-//  - A pool is made when the first Buffer on its device is allocated, inside
-//    the guard that allocation holds: the device has its context then, so no
-//    context is made on a device the program does not use.
-//  - A device without pools (cudaDevAttrMemoryPoolsSupported == 0: some
-//    virtualized GPUs, WSL's older drivers) gets cudaMalloc and cudaFree, as
-//    before. The answer is asked once per device and runtime.
-//  - The free is queued on the legacy default stream after the waits that
-//    Note [When freed device memory is reused] (detail/data/stream_uses.hpp)
-//    requires. A free that cannot be queued is done by cudaFree, which
-//    waits for the device and frees pool memory too.
-//  - Memory running out (cudaErrorMemoryAllocation): frees still queued may
-//    hold what is missing, so gpusel waits for the device, trims the pool and
-//    tries once more before it throws OutOfMemory, as cudaFree's waiting
-//    made memory come back at once before.
-//  - A device that reads this device's memory directly (peer access, Note
-//    [Peer copies] in detail/data/peer_access.hpp) is granted access to the pool
-//    (cudaMemPoolSetAccess): cudaDeviceEnablePeerAccess does not reach pool
-//    memory. Pairs enabled before the pool was made are granted when it is.
-//  - release_cached_resources() waits for each pooled device, trims its pool
-//    to nothing (cudaMemPoolTrimTo 0), destroys it and forgets it (a pool
-//    with live Buffers goes away when the last is freed), and asks again
-//    whether devices have pools; the next Buffer makes a new one. Before
-//    cudaDeviceReset, which destroys the pools behind gpusel's back, call it.
-//  - The pools are per CUDA runtime (Note [One state per runtime]); a child
-//    forked after CUDA started forgets them without a call (Note [Caches
-//    across fork()]); at exit nothing is called: the process takes its pools.
-//  - Devices 0-63 are pooled; a device with a higher index gets cudaMalloc.
+// cudaFree waits for the whole device, which would serialize a loop that makes
+// and drops temporaries. So a device Buffer's memory comes from
+// cudaMallocFromPoolAsync and goes back with cudaFreeAsync, on a pool gpusel
+// creates per device, not the default pool that user code and other libraries
+// allocate from, trim and configure. The allocator is CUDA's; gpusel keeps no
+// blocks. A pool is made inside the first allocation's guard, so no device the
+// program does not use gets a context. Frees are queued on the legacy default
+// stream (Note [When freed device memory is reused]); running out waits for
+// them and retries once before OutOfMemory. A device without pools gets
+// cudaMalloc and cudaFree. At exit the process takes the pools;
+// release_cached_resources() destroys them and must come before cudaDeviceReset.
 
 // Note [The release threshold]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A pool keeps freed memory for reuse, and the driver counts it as used:
 // cudaMemGetInfo and NVML, and so every other job's `gpusel pick --min-free`,
-// see it as taken. At each synchronization (cudaStreamSynchronize,
-// cudaEventSynchronize, cudaDeviceSynchronize) a pool gives back to the device
-// what it holds beyond its release threshold (cudaMemPoolAttrReleaseThreshold);
-// CUDA's default, 0, gives back everything, so a loop that synchronizes each
-// step would map its memory afresh each step. gpusel sets 1 GiB: enough to keep
-// a step's temporaries (the make-and-drop loop, a model's activations of
-// modest size) mapped between steps, and little beside what a job using a GPU
-// already shows (under 1% of an H200's 141 GiB, 1.25% of 80 GiB). Memory in use
-// is never given back, whatever the threshold; release_cached_resources()
-// gives back all that is cached. GPUSEL_POOL_RELEASE_THRESHOLD overrides it,
-// read when a pool is made: a size as `gpusel pick` reads it (0B gives back
-// everything at each synchronization, 8GiB keeps more).
+// see it as taken. At each synchronization a pool gives back to the device what
+// it holds beyond its release threshold; CUDA's default, 0, gives back
+// everything, so a loop that synchronizes each step would map its memory afresh
+// each step. gpusel sets 1 GiB: enough to keep a step's temporaries mapped
+// between steps, and little beside what a job using a GPU already shows. Memory
+// in use is never given back, whatever the threshold; release_cached_resources()
+// gives back all that is cached. GPUSEL_POOL_RELEASE_THRESHOLD, a size read when
+// a pool is made, overrides it.
+
+// The default cudaMemPoolAttrReleaseThreshold (Note [The release threshold]).
+// A pool applies its threshold at cudaStreamSynchronize, cudaEventSynchronize
+// and cudaDeviceSynchronize.
 inline constexpr std::uint64_t kDefaultPoolReleaseThreshold = std::uint64_t{1} << 30;
+// Devices 0-63 are pooled; a device with a higher index gets cudaMalloc.
 inline constexpr int kMaxPooledDevices = 64;
 
 // What an allocation gave: the memory, or the status and name of the call
@@ -85,7 +62,9 @@ struct DeviceAllocation {
   bool allocating = true;
 };
 
-// The release threshold pools are made with (Note [The release threshold]).
+// The release threshold pools are made with (Note [The release threshold]):
+// GPUSEL_POOL_RELEASE_THRESHOLD, a size as `gpusel pick` reads it (0B gives
+// back everything at each synchronization, 8GiB keeps more), else the default.
 // Throws Error when GPUSEL_POOL_RELEASE_THRESHOLD is set to something that is not a size.
 [[nodiscard]] GPUSEL_API std::uint64_t pool_release_threshold();
 
@@ -103,14 +82,19 @@ class DevicePools {
   [[nodiscard]] GPUSEL_API DeviceAllocation allocate(std::size_t bytes, int device, cudaStream_t stream);
 
   // Frees what allocate() gave on `device`, which the caller has made current,
-  // after the recorded `uses` (may be null). Never throws.
+  // after the recorded `uses` (may be null). A free that cannot be queued is
+  // done by cudaFree, which waits for the device and frees pool memory too.
+  // Never throws.
   GPUSEL_API void free(void* pointer, int device, StreamUses* uses) noexcept;
 
-  // Grants `accessor` access to `owner`'s pool, now and when it is made. Never throws.
+  // Grants `accessor` access to `owner`'s pool, now and when it is made: peer
+  // access (Note [Peer copies]) does not reach pool memory. Never throws.
   GPUSEL_API void allow_peer(int accessor, int owner) noexcept;
 
-  // Waits for each pooled device, trims and destroys its pool, and forgets
-  // what was decided (Note [Device memory from a pool]). Never throws.
+  // Waits for each pooled device, trims its pool to nothing, destroys it (a
+  // pool with live Buffers goes away when the last is freed) and forgets what
+  // was decided: the next Buffer asks again whether its device has pools and
+  // makes a new one (Note [Device memory from a pool]). Never throws.
   GPUSEL_API void release() noexcept;
 
   // At exit nothing is called: the process takes its pools (Note [Device memory from a pool]).

@@ -18,7 +18,8 @@
 namespace gpusel::detail {
 
 // One worker's CUDA objects on one device: a stream and an event per slot,
-// made on first use (cudaStream_t and cudaEvent_t are per device).
+// made on first use (cudaStream_t and cudaEvent_t are per device). When the
+// stream could not be synchronized after a failure they are destroyed, not kept.
 struct PipelineResources {
   cudaStream_t stream = nullptr;
   cudaEvent_t events[kMaxCopySlots] = {};
@@ -37,21 +38,16 @@ struct PipelineResources {
 
 // Note [The engine cache]
 // ~~~~~~~~~~~~~~~~~~~~~~~
-// Threads, streams and events were made on every large copy (7 us per thread
-// on a 2-core host, and a stream and two events per thread). The cache keeps
-// them per CUDA runtime (Note [One state per runtime]): PartWorkers' threads
-// (Note [Worker threads kept between copies]) and, for worker i on device d,
-// one stream and kMaxCopySlots events. One copy at a time holds the cache
-// (a lease: try_acquire); a copy that finds it held, because another thread is
-// copying, makes its own threads, stream and events as before, so concurrent
-// copies still run concurrently. Part i of a copy runs on worker thread i (0
-// on the caller) and uses only by_device_[i], so no lock is needed past the
-// lease. A worker whose stream could not be synchronized after a failure has
-// its resources destroyed, not kept. release() (release_cached_resources())
-// waits for the lease, joins the threads and destroys the CUDA objects; so does
-// process exit, ignoring cudaErrorCudartUnloading, unless a copy still holds
-// the lease then (nothing is touched). In a forked child it forgets
-// everything without a call (Note [Caches across fork()]).
+// Making threads, streams and events on every large copy is pure overhead, so
+// the cache keeps them, per CUDA runtime (Note [One state per runtime]):
+// PartWorkers' threads (Note [Worker threads kept between copies]) and, for
+// worker i on device d, one stream and kMaxCopySlots events. One copy at a time
+// holds the cache (a lease: try_acquire); a copy that finds it held makes its
+// own, so concurrent copies still run concurrently. Part i of a copy runs on
+// worker thread i (0 on the caller) and uses only by_device_[i], so no lock is
+// needed past the lease. release_cached_resources() and process exit join the
+// threads and destroy the CUDA objects; a forked child forgets them (Note
+// [Caches across fork()]).
 class EngineCache {
  public:
   static EngineCache& instance() noexcept {

@@ -17,32 +17,16 @@ namespace gpusel::detail {
 // Note [Prefaulting fresh host memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A copy from a GPU into a new host buffer is limited by the page faults of
-// the fresh destination (Note [Fresh host memory], detail/data/memory.hpp). How
-// to take them best depends on whether the kernel gives the buffer's
-// madvise(MADV_HUGEPAGE) huge pages, which the system's setting says
-// (/sys/kernel/mm/transparent_hugepage/enabled, e.g. "always [madvise] never"):
-//  - "[always]" or "[madvise]": huge pages. A fault zeroes 2 MiB at memory
-//    speed, inside the drain's own memcpy; prefaulting first was slower (the
-//    memory is then walked twice), so the engine does not;
-//  - "[never]", or no such file (a kernel without THP): 4 KiB pages, one fault
-//    each. Each worker then populates the chunk it is about to drain with
-//    madvise(MADV_POPULATE_WRITE) (Linux 5.14) while that chunk's DMA is still
-//    in flight: the kernel takes the faults in one call, not one trap per page
-//    inside memcpy, which took 30% less CPU than faulting during the copy on a
-//    2-core x86 host. Where the kernel predates it (EINVAL), the worker writes
-//    one byte of each page instead (an atomic or of 0: the contents are kept),
-//    and the process remembers not to ask again. Any other failure leaves the
-//    pages to fault during the copy, as they would have.
-// The faults are spread over the workers because each prefaults only the
-// chunks of its own part. Decided once per process, the first time a copy
-// needs it; GPUSEL_PREFAULT=auto|always|never overrides the decision ("auto",
-// or unset: the rule above). Any other value is an error: the copies that
-// would read it throw Error naming it, rather than run with a policy the user
-// did not ask for. The decision is plain data, so a child made by fork()
-// keeps it (same system, same answer), and there is nothing to forget.
-// Drains into host memory gpusel did not just allocate (a reused block, a
-// user's pointer) are not prefaulted: their pages are already there, or
-// gpusel cannot know (detail/data/host_block_cache.hpp).
+// the fresh destination (Note [Fresh host memory]). Where the kernel grants
+// the buffer's MADV_HUGEPAGE (transparent_hugepage "[always]" or "[madvise]"),
+// a fault zeroes 2 MiB inside the drain's own memcpy, and prefaulting would
+// walk the memory twice: the engine does not. Elsewhere ("[never]", or no THP)
+// each worker populates the chunk it is about to drain with MADV_POPULATE_WRITE
+// while that chunk's DMA is in flight: the kernel takes the faults in one call,
+// not one trap per page inside memcpy. Only memory gpusel has just allocated is
+// prefaulted. Decided once per process; GPUSEL_PREFAULT=auto|always|never
+// overrides it, and any other value makes the copies that read it throw Error
+// naming it, rather than run with a policy the user did not ask for.
 
 // The word in brackets of /sys/kernel/mm/transparent_hugepage/enabled.
 enum class TransparentHugePages : std::uint8_t { always, madvise, never, unknown };
@@ -57,6 +41,8 @@ using AdviseFunction = int (*)(void* address, std::size_t bytes, int advice) noe
 inline constexpr int kAdvisePopulateWrite = 23;
 
 // The process's decision and what it was made from (Note [One state per process]).
+// Plain data: a child made by fork() keeps it (same system, same answer), and
+// there is nothing to forget.
 struct HostPrefaultSettings {
   std::atomic<bool> prefault{false};
   // The kernel answered MADV_POPULATE_WRITE with EINVAL: touch pages instead.
@@ -94,8 +80,10 @@ GPUSEL_API HostPrefaultSettings& host_prefault_settings() noexcept;
 [[nodiscard]] GPUSEL_API bool prefault_fresh_host_memory();
 
 // Prefaults the whole pages inside [begin, begin + bytes), whose contents are
-// kept, through `advise` (madvise), or by writing each page when the kernel
-// lacks MADV_POPULATE_WRITE (Note [Prefaulting fresh host memory]). Never throws.
+// kept, through `advise` (madvise), or by writing one byte of each page when
+// the kernel lacks MADV_POPULATE_WRITE (EINVAL, remembered for the process;
+// Note [Prefaulting fresh host memory]). Any other failure leaves the pages to
+// fault during the copy. Never throws.
 GPUSEL_API void prefault_pages(void* begin, std::size_t bytes, HostPrefaultSettings& settings,
                                AdviseFunction advise) noexcept;
 GPUSEL_API void prefault_pages(void* begin, std::size_t bytes) noexcept;

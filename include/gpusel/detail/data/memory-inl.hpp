@@ -65,29 +65,24 @@ inline void* allocate_pageable(std::size_t bytes, ErrorContext what) {
 
 // Note [Which device pins host memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// cudaMallocHost works in the calling thread's current context. On a thread
-// that never chose a device that is device 0, and the call creates 0's
-// primary context (about 500 MiB of GPU memory on an H200) if it has none: a
-// program that only uses cuda:1 would pay for cuda:0 the first time a worker
-// thread pins memory (PyTorch #21081, fixed the same way in #22229). Pinned
-// memory is usable from every context (unified addressing), so gpusel chooses
-// the device to pin under, and pins under one that already has its context:
-//  1. the device the copy involves, when there is one: the source of
-//     pin_memory() or of to(cpu(), stream) from a GPU (it holds memory, so it
-//     has its context);
-//  2. else the current device, if it has its context (or the driver cannot
-//     say: then gpusel cannot do better than the runtime would);
-//  3. else the lowest device that has its context;
-//  4. else the current device: no GPU is in use yet, and pinning needs a
-//     context; the current device is the one the program would use first.
-// The switch is a guard's, so it creates nothing and the thread's device is
-// what it was afterwards (Note [Restoring a device without creating its
-// context]). The copy engine's staging chunks are pinned inside a guard on
-// the copy's GPU (detail/data/staged_copy.hpp), which is rule 1.
+// cudaMallocHost works in the calling thread's current context, device 0's on
+// a thread that never chose a device, and creates that primary context if it
+// has none: a program that only uses cuda:1 would pay for cuda:0 the first
+// time a worker thread pins memory. Pinned memory is usable from every
+// context (unified addressing), so gpusel pins under a device that already has
+// its context: the device the copy involves, if any (it holds memory); else the
+// current device if it has its context (or the driver cannot say); else the
+// lowest device that has one; else the current device, the one the program
+// would use first. The switch is a guard's, so it creates nothing and the
+// thread's device is restored (Note [Restoring a device without creating its
+// context]).
 
 // The device to pin host memory under (Note [Which device pins host memory]);
-// `involved` is the device the copy involves, or -1. -1 when the runtime
-// cannot say which device is current (cudaMallocHost will then fail and say why).
+// `involved` is the device the copy involves (the source of pin_memory() or of
+// to(cpu(), stream) from a GPU), or -1. Returns -1 when the runtime cannot say
+// which device is current (cudaMallocHost will then fail and say why). The copy
+// engine pins its staging chunks inside a guard on the copy's GPU
+// (detail/data/staged_copy.hpp): the device the copy involves.
 inline int pinning_device(int involved) noexcept {
   if (involved >= 0) return involved;
   int current = 0;

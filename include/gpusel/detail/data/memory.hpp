@@ -38,22 +38,20 @@ inline constexpr MemoryPlace kPinnedHost{MemoryKind::pinned_host, -1};
 
 // Note [Fresh host memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
-// A new host array is untouched 4 KiB pages: the first write to each one
-// faults into the kernel, which zeroes it. That, not the PCIe bus, limits a
-// copy of a GPU's data into a new array (docs/benchmarks.md, "Fresh host
-// memory", has the H200 figures). gpusel's large host buffers therefore
-//  - are aligned to 2 MiB and advised MADV_HUGEPAGE, so the kernel can back
-//    them with huge pages: 512 times fewer faults, each zeroing 2 MiB at
-//    memory speed; and
-//  - are first written by the copy engine's worker threads, each its own part
-//    (see Note [The copy engine]), so the faults that remain are taken in
-//    parallel rather than by one thread.
-// Nothing is touched at allocation: a pre-fault (MAP_POPULATE, memset) would
-// be done by one thread and then written again by the copy. Where huge pages
-// are not granted, the copy engine's workers prefault what each drains (Note
-// [Prefaulting fresh host memory]); and freed large blocks are kept for the
-// next allocation, so a repeated to(cpu()) finds its pages there already
-// (Note [The host block cache]).
+// A new host array is untouched pages: the first write to each one faults into
+// the kernel, which zeroes it, and that, not the PCIe bus, limits a copy of a
+// GPU's data into a new array (docs/benchmarks.md). gpusel's large host
+// buffers are therefore aligned to 2 MiB and advised MADV_HUGEPAGE, so the
+// kernel can back them with huge pages (512 times fewer faults, each zeroing
+// 2 MiB at memory speed), and are first written by the copy engine's worker
+// threads, each its own part, so the faults that remain are taken in parallel.
+// Nothing is touched at allocation: a pre-fault there would be done by one
+// thread and then written again by the copy. Where huge pages are not granted
+// the workers prefault what each drains (Note [Prefaulting fresh host
+// memory]); freed large blocks are kept for reuse (Note [The host block cache]).
+
+// Host buffers of kHugePageWorthwhileBytes or more are large: 2 MiB-aligned and
+// advised MADV_HUGEPAGE (Note [Fresh host memory]).
 inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 inline constexpr std::size_t kHugePageWorthwhileBytes = std::size_t{4} << 20;
 inline constexpr std::size_t kHostAlignment = 256;  // what cudaMalloc guarantees, so T may need as much

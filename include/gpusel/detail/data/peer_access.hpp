@@ -16,18 +16,15 @@ namespace gpusel::detail {
 // ~~~~~~~~~~~~~~~~~~
 // A copy between two GPUs goes over NVLink or PCIe directly when the
 // destination has mapped the source's memory (cudaDeviceEnablePeerAccess);
-// otherwise the driver stages it through host memory, which cudaMemcpyPeer
-// does by itself. Enabling is a property of the destination's context that
-// lasts until the context is destroyed, so it is done once per ordered pair
-// and the answer is remembered (a mutex guards the table; each pair costs one
-// cudaDeviceCanAccessPeer and at most one cudaDeviceEnablePeerAccess, ever).
-// cudaErrorPeerAccessAlreadyEnabled (someone else enabled it: the user, or
-// another library) means it is enabled. Failure to enable (unsupported
-// topology, too many peers) is not an error: the copy is staged instead.
-// Peer access does not reach memory-pool memory: an enabled pair also grants
-// the destination access to the source's pool (Note [Device memory from a
-// pool], detail/data/device_pool.hpp).
-// release_cached_resources() forgets the table, for use before cudaDeviceReset.
+// otherwise the driver stages it through host memory, which cudaMemcpyPeer does
+// by itself. Enabling is a property of the destination's context that lasts
+// until the context is destroyed, so it is done once per ordered pair and the
+// answer is remembered. cudaErrorPeerAccessAlreadyEnabled (the user or another
+// library enabled it) means it is enabled. Failure to enable (unsupported
+// topology, too many peers) is not an error: the copy is staged instead. Peer
+// access does not reach memory-pool memory: an enabled pair also grants the
+// destination access to the source's pool (Note [Device memory from a pool],
+// detail/data/device_pool.hpp).
 class PeerAccess {
  public:
   // The table of the CUDA runtime the caller links, shared by every copy of
@@ -37,7 +34,9 @@ class PeerAccess {
                                       [](void* storage) noexcept { return new (storage) PeerAccess; });
   }
 
-  // Whether `destination` can now read `source`'s memory directly. Never throws.
+  // Whether `destination` can now read `source`'s memory directly. A mutex
+  // guards the table; each pair costs one cudaDeviceCanAccessPeer and at most
+  // one cudaDeviceEnablePeerAccess, ever. Never throws.
   bool enable(int destination, int source) noexcept {
     if (destination == source) return true;
     std::lock_guard<std::mutex> lock(mutex_);
@@ -67,6 +66,8 @@ class PeerAccess {
     return enabled;
   }
 
+  // Forgets the table: release_cached_resources() calls it, for use before
+  // cudaDeviceReset.
   void forget() noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     known_.clear();

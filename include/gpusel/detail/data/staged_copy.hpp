@@ -24,27 +24,21 @@ namespace gpusel::detail {
 
 // Note [The copy engine]
 // ~~~~~~~~~~~~~~~~~~~~~~
-// cudaMemcpy from pageable memory runs at 6 GB/s on the H200 where pinned
-// memory reaches 55 GB/s (measured on an H200): the driver copies through its own small
-// staging buffer, one piece at a time, on one thread. gpusel does the same
-// work better:
-//  - pinned staging chunks (CopyEngineOptions::chunk_bytes, 4 MiB by
-//    default) come from a pool kept between calls (Note [The staging pool]),
-//    so no copy pays for pinning;
-//  - each worker owns `slots` chunks (2 by default) and one stream: while the
-//    DMA engine moves some chunks, the worker fills (host->device) or drains
-//    (device->host) another; a chunk is reused only after the event recorded
-//    behind its DMA has completed (reusing it earlier corrupts the data: the
-//    emulated runtime queues such copies until waited for, so the tests catch it);
-//  - a large copy is cut into contiguous parts, one per worker thread, so the
-//    host memcpys (the bottleneck) run in parallel, and so do the page faults
-//    of a fresh destination (Note [Fresh host memory]);
-//  - the threads, streams and events are kept between copies too (Note [The
-//    engine cache]); how many workers and slots, and how large the chunks,
-//    is set at run time (Note [Tuning the copy engine], copy_engine_options.hpp);
-//  - small copies (kDirectCopyBytes and less) go straight to cudaMemcpy: they
-//    never touch the pool, a stream, an event or a thread.
-// Every copy has arrived when the function returns.
+// cudaMemcpy from pageable memory runs far below the bus's speed: the driver
+// copies through its own small staging buffer, one piece at a time, on one
+// thread. gpusel does that work itself: pinned staging chunks come from a pool
+// kept between calls (Note [The staging pool]); each worker owns `slots` chunks
+// and one stream, and fills or drains one while the DMA engine moves the
+// others, reusing a chunk only after the event recorded behind its DMA has
+// completed; a large copy is cut into contiguous parts, one per worker thread,
+// so the host memcpys (the bottleneck) and the page faults of a fresh
+// destination (Note [Fresh host memory]) run in parallel. Workers, slots and
+// chunk size are set at run time (Note [Tuning the copy engine]). Every copy
+// has arrived when it returns.
+
+// Copies of kDirectCopyBytes or less go straight to cudaMemcpy: they never
+// touch the pool, a stream, an event or a thread. A larger copy gets at most
+// one worker per kBytesPerCopyWorker.
 inline constexpr std::size_t kDirectCopyBytes = std::size_t{1} << 20;
 inline constexpr std::size_t kBytesPerCopyWorker = std::size_t{8} << 20;
 static_assert(kMaxCopyWorkers <= kMaxStagingWorkers && kMaxCopyWorkers <= kMaxPartWorkers,
@@ -53,8 +47,9 @@ static_assert(kMaxCopyWorkers <= kMaxStagingWorkers && kMaxCopyWorkers <= kMaxPa
 enum class StagedDirection { host_to_device, device_to_host };
 
 // One worker's pipeline: a stream on the device and `slots` staging slots.
-// The stream and events are the engine cache's when `cached` is given (Note
-// [The engine cache]), else the pipeline's own, destroyed with it.
+// The stream and events are the engine cache's, kept between copies, when
+// `cached` is given (Note [The engine cache]), else the pipeline's own,
+// destroyed with it.
 class StagedPipeline {
  public:
   StagedPipeline(int device, const CopyEngineOptions& options, PipelineResources* cached)
@@ -131,7 +126,9 @@ class StagedPipeline {
     if (status != cudaSuccess) throw cuda_error(status, std::string("gpusel copy engine: ") + call, cuda(device_));
   }
 
-  // The slot for chunk `index`, with its staging chunk and event, idle.
+  // The slot for chunk `index`, with its staging chunk and event, idle. Reusing
+  // a chunk before its event completes corrupts the data: the emulated runtime
+  // queues such copies until waited for, so the tests catch it.
   Slot& ready_slot(std::size_t index) {
     const std::size_t number = index % slot_count_;
     Slot& slot = slots_[number];

@@ -15,37 +15,16 @@ namespace gpusel::detail {
 
 // Note [When freed device memory is reused]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// cudaFree waited for the whole device, so a Buffer could be dropped while a
-// kernel still used it. Device Buffers now come from a memory pool (Note
-// [Device memory from a pool], detail/data/device_pool.hpp), and cudaFreeAsync is
-// ordered on one stream only: the pool may hand the memory to the next
-// allocation as soon as that stream reaches the free. The rule, after
-// PyTorch's record_stream:
-//  - a Buffer's memory is freed on its device's legacy default stream
-//    (cudaStreamLegacy). That stream waits for the work queued before it on
-//    every *blocking* stream of the device: the legacy stream itself (plain
-//    cudaMemcpy, kernels launched without a stream), gpusel::Stream's default
-//    StreamOrder::with_default_stream, and cudaStreamCreate's streams. Work
-//    there needs nothing: as with cudaFree, dropping the Buffer is safe.
-//  - work on any other stream, a non-blocking one (StreamOrder::independent,
-//    cudaStreamNonBlocking, the per-thread default stream) or one of another
-//    device, is not ordered before the free. Call buffer.record_stream(stream)
-//    after queuing such work: it records an event on the stream there, and the
-//    free makes the legacy stream wait for that event (cudaStreamWaitEvent)
-//    before cudaFreeAsync. Work queued on the stream after the call is not
-//    covered: record again after it. The Stream may be destroyed before the
-//    Buffer: the event outlives it.
-//  - to(device, stream) allocates its result on `stream` and records the
-//    stream for it, unless `stream` is a blocking stream of the result's
-//    device (then the free already waits for it).
-//  - new memory is ordered on the legacy stream too: a non-blocking stream
-//    that uses a Buffer made without a stream must first wait for the legacy
-//    stream's work (an event, or a synchronize), as PyTorch requires of side
-//    streams. A Buffer made from data (a copy, fill, zeros) is ready for every
-//    stream: its synchronous copy waited for the allocation.
-// Host memory needs no record: pinned memory is freed by cudaFreeHost, which
-// waits for the device, and asynchronous copies from pageable memory are done
-// when they return.
+// cudaFreeAsync is ordered on one stream: the pool may hand the memory to the
+// next allocation once that stream reaches the free. So, as in PyTorch, a
+// Buffer's memory is freed on its device's legacy default stream, which waits
+// for the work queued before it on every blocking stream of the device (the
+// legacy stream, StreamOrder::with_default_stream, cudaStreamCreate's): work
+// there needs nothing. Work on any other stream (non-blocking, the per-thread
+// default stream, another device's) must be recorded with record_stream after
+// it is queued; the free then makes the legacy stream wait for it. New memory
+// is ordered on the legacy stream too: a non-blocking stream must wait for that
+// stream before it uses a Buffer not made from data. Host memory needs no record.
 
 // One recorded use: an event on the using stream, made on that stream's device.
 struct StreamUse {
@@ -53,7 +32,9 @@ struct StreamUse {
   int device = -1;
 };
 
-// The recorded uses of one Buffer's memory.
+// The recorded uses of one Buffer's device memory. Host memory needs none:
+// cudaFreeHost waits for the device, and copies from pageable memory are done
+// when they return.
 class StreamUses {
  public:
   StreamUses() = default;
@@ -65,8 +46,10 @@ class StreamUses {
   StreamUses& operator=(const StreamUses&) = delete;
 
   // Records that the work queued on `stream` (of `device`) so far uses the
-  // memory. Uses whose events have completed are dropped first. Throws Error
-  // naming `what` when the event cannot be made or recorded.
+  // memory; work queued later needs another call. The event outlives the
+  // Stream, which may be destroyed before the Buffer. Uses whose events have
+  // completed are dropped first. Throws Error naming `what` when the event
+  // cannot be made or recorded.
   GPUSEL_API void record(cudaStream_t stream, int device, ErrorContext what);
 
   // Makes the current device's legacy stream wait for every recorded use
