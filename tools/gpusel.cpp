@@ -1053,22 +1053,15 @@ int run_pick(const Arguments& arguments) {
 // Note [The job holds the lease]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A lease lasts as long as the job, whatever happens to `gpusel run`. The command
-// starts with a copy of each lock file's descriptor (numbered 10 or above, clear of
-// a shell's redirections 3-9), and a flock lock ends only when the last descriptor
-// on its open file description closes (Note [Lease files]). So `kill -9` of run (the OOM
-// killer, a scheduler's cleanup) leaves the GPU leased while the command lives, and
-// a command that puts its work in the background (`sh -c 'train &'`) keeps it while
-// that work runs. The costs: whatever the job leaves running keeps the GPU until it
-// ends, and a command that closes descriptors it did not open leaves the lease to
-// run alone. run passes on every signal sent to it whose default would end it, but
-// the faults of its own code (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS,
-// SIGABRT); one the terminal sends the whole foreground group (Ctrl-C) is not sent
-// twice. A signal ignored when run starts stays ignored in the command (`nohup
-// gpusel run`, as `nohup env`), and in run but for SIGCHLD, which run must see.
-// run ends as the command did: its exit status, or death by the same signal (so a
-// shell loop stops at Ctrl-C), as env. The command is started by fork and execvp,
-// so a file without #! runs through /bin/sh, as execvp runs it (posix_spawnp fails
-// with ENOEXEC).
+// starts with a copy of each lock file's descriptor, and a flock lock ends only when
+// the last descriptor on its open file description closes (Note [Lease files]). So
+// `kill -9` of run (the OOM killer, a scheduler's cleanup) leaves the GPU leased while
+// the command lives, and a command that puts its work in the background
+// (`sh -c 'train &'`) keeps it while that work runs. The costs: whatever the job
+// leaves running keeps the GPU until it ends, and a command that closes descriptors
+// it did not open leaves the lease to run alone. Otherwise run stands in for the
+// command, as env does: it passes on the signals sent to it whose default would end
+// it (forwarded_signals), and ends as the command ended.
 
 volatile sig_atomic_t g_child = 0;  // the command while it runs: where the signals go
 static_assert(sizeof(pid_t) <= sizeof(sig_atomic_t), "a pid must fit where a signal handler reads it");
@@ -1089,7 +1082,9 @@ void forward_signal(int signal_number, siginfo_t* info, void*) {
   errno = saved;
 }
 
-// The signals run passes on (Note [The job holds the lease]).
+// The signals run passes on (Note [The job holds the lease]): every one whose default
+// would end it, but the faults of its own code (SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+// SIGTRAP, SIGSYS, SIGABRT).
 std::vector<int> forwarded_signals() {
   std::vector<int> signals = {SIGHUP,  SIGINT,    SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM,
                               SIGPIPE, SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ, SIGIO};
@@ -1122,7 +1117,8 @@ int die_of(int signal_number) {
 }
 
 // Starts `command_line`, holding `lease` with it (Note [The job holds the lease]),
-// waits for it, and ends as it ended: its exit status, or death by its signal.
+// waits for it, and ends as it ended: its exit status, or death by its signal (as
+// env: so a shell loop stops at Ctrl-C).
 int start_and_wait(const std::vector<std::string>& command_line, const gpusel::GpuLease& lease) {
   const std::vector<int> signals = forwarded_signals();
   sigset_t forwarded, previous;
@@ -1137,6 +1133,8 @@ int start_and_wait(const std::vector<std::string>& command_line, const gpusel::G
   struct sigaction by_default {};
   by_default.sa_handler = SIG_DFL;
   sigemptyset(&by_default.sa_mask);
+  // A signal ignored when run starts stays ignored in the command (`nohup gpusel run`,
+  // as `nohup env`), and in run too, but for SIGCHLD (below), which run must see.
   std::vector<int> caught;
   for (const int signal_number : signals) {
     struct sigaction current {};
@@ -1160,10 +1158,14 @@ int start_and_wait(const std::vector<std::string>& command_line, const gpusel::G
     std::cerr << "gpusel: cannot start the command: pipe2: " << std::strerror(errno) << "\n";
     return kExitRunFailed;
   }
+  // fork and execvp, not posix_spawnp: a file without #! then runs through /bin/sh,
+  // as execvp runs it (posix_spawnp fails with ENOEXEC).
   const pid_t child = fork();
   if (child == 0) {  // the command-to-be: async-signal-safe calls only, until execvp
     for (const int signal_number : caught) (void)sigaction(signal_number, &by_default, nullptr);
     if (child_ended_ignored) (void)sigaction(SIGCHLD, &child_ended, nullptr);
+    // The command's copies of the lease: numbered 10 or above, clear of a shell's
+    // redirections 3-9.
     for (const int descriptor : lease_descriptors)
       if (fcntl(descriptor, F_DUPFD, 10) < 0) (void)fcntl(descriptor, F_SETFD, 0);  // the copy is not O_CLOEXEC
     (void)sigprocmask(SIG_SETMASK, &previous, nullptr);

@@ -84,7 +84,9 @@ struct GuardState {
     } else if (thread_device().switches != switches) {
       result = restore_device(original, /*check_first=*/true);
     } else {
-      return;  // nothing switched since the guard's own switch: no call
+      // Nothing switched since the guard's own switch: no call. A guard entered on
+      // the current device has then made one cudaGetDevice and nothing more.
+      return;
     }
     if (result.status != cudaSuccess) report_restore_failure(result, who, original);
   }
@@ -133,19 +135,15 @@ void release_on_device(int device, const char* who, const Action& action) noexce
 // Note [What a guard restores]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A guard remembers the device gpusel reported as current when it began
-// (gpusel::current_device()) and, when it ends, makes that device current again
-// if anything changed it: the guard's own switch, or a set_device, another
-// guard or synchronize(device) inside the scope, nested at any depth. The
-// guard does this whether the scope ends normally or by an exception.
-//  - Entering a guard for the device already current calls cudaGetDevice only;
-//    its end then calls nothing unless gpusel switched the device inside it.
-//  - A raw cudaSetDevice inside a guard that did not need to switch is not
-//    seen (seeing it would cost a cudaGetDevice at every exit); a guard that
-//    switched restores its original device whatever the scope did.
-//  - Switching back never creates a context (Note [Restoring a device without
-//    creating its context]).
-//  - A failed restore cannot throw from a destructor: it goes to the handler set
-//    with set_restore_error_handler, by default to stderr once per process.
+// (gpusel::current_device()) and, when it ends, normally or by an exception,
+// makes that device current again if anything changed it: the guard's own
+// switch, or a set_device, another guard or synchronize(device) inside the
+// scope, nested at any depth. A raw cudaSetDevice inside a guard that did not
+// need to switch is not seen (seeing it would cost a cudaGetDevice at every
+// exit); a guard that switched restores its original device whatever the scope
+// did. Switching back never creates a context (Note [Restoring a device without
+// creating its context]). A failed restore cannot throw from a destructor: it
+// goes to the handler set with set_restore_error_handler.
 
 // Makes a device current for a scope, like `with torch.cuda.device(d):`.
 // A cpu device makes it a no-op; `gpusel::cuda()` names the current device.

@@ -218,8 +218,9 @@ struct LockAttempt {
 };
 
 // Locks `uuid` in `mode` (LOCK_EX or LOCK_SH) against every user (Note [Who can break
-// a lease]): this user's file first, verified, then a look at every other user's that
-// would conflict; on a conflict this user's lock is let go and the round tried again,
+// a lease]): this user's file first, verified, then a conflicting lock tried on every
+// other user's file of the GPU; any one held is another job's lease. On a conflict
+// this user's lock is let go and the round tried again, a bounded number of times,
 // so two jobs that lock at once do not both lose for long.
 inline LockAttempt lock_for_every_user(const FileDescriptor& directory, const std::string& path, std::string_view uuid,
                                        int mode) {

@@ -31,20 +31,17 @@ namespace gpusel {
 
 // Note [Who can break a lease]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Whoever can unlink a held lock file lets the next job make a new one and share
-// the GPU; in a sticky directory that is the file's owner, the directory's owner
-// and root. So the lease directory, and every directory above it, must belong to
-// root or the caller (and be sticky where others may write), else an Error names
-// the owner and how root provisions it; and each user locks a file of its own,
-// <UUID>.<uid>.lock, which only that user and root can remove. A lease: lock the
-// own file, check that its name still names it (fstat and fstatat: same device
-// and inode), then try every other user's file of the GPU with a conflicting
-// lock; any one held means another job's lease, and the own lock is let go and
-// the round tried again, a bounded number of times. Two jobs cannot both win
-// (each holds its own before it looks at the other's). A crashed job's file holds
-// no lock and blocks nothing. What remains: a user's job holds its GPU as long as
-// it runs (shown with pid and user); a file squatting under the caller's name, or
-// unreadable, makes that one GPU unusable, with the reason; root can do anything.
+// Whoever can unlink a held lock file lets the next job make a new one and
+// share the GPU; in a sticky directory that is the file's owner, the
+// directory's owner and root. So the lease directory, and every directory above
+// it, must belong to root or the caller (and be sticky where others may write),
+// else an Error names the owner and the fix; and each user locks a file of its
+// own, <UUID>.<uid>.lock, which only that user and root can remove. A lease
+// locks its own file, checks that the name still names it, then tries every
+// other user's file of the GPU (lock_for_every_user): two jobs cannot both win,
+// since each holds its own before it looks at the other's. A crashed job's file
+// holds no lock. What remains: a file squatting under the caller's name, or
+// unreadable, makes that one GPU unusable, saying why; root can do anything.
 
 namespace detail {
 
@@ -84,7 +81,8 @@ GPUSEL_API const char* network_filesystem(std::uint32_t f_type) noexcept;
 // wrong and how to fix it.
 GPUSEL_API FileDescriptor open_lease_directory(const std::string& path);
 
-// Whether `file` is still what `name` in `directory` names (lock-then-verify).
+// Whether `file` is still what `name` in `directory` names (lock-then-verify:
+// fstat and fstatat agree on device and inode).
 GPUSEL_API bool still_named(const FileDescriptor& directory, const std::string& name, const FileDescriptor& file);
 
 }  // namespace detail

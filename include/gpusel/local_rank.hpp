@@ -27,25 +27,17 @@ namespace gpusel {
 
 // Note [Which launcher variable wins]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Launchers nest, and the outer one's variables stay in the environment of
-// the processes the inner one starts:
-//   - `srun torchrun --nproc-per-node 4 train` : srun starts one torchrun per
-//     node (SLURM_LOCALID=0 in all of them), torchrun starts 4 workers with
-//     LOCAL_RANK=0..3, and every worker inherits SLURM_LOCALID=0;
-//   - `mpirun` inside an `sbatch` script: the batch step has SLURM_LOCALID=0,
-//     and every MPI process inherits it beside its own OMPI_COMM_WORLD_LOCAL_RANK.
-// The launcher that started *this* process is the innermost one, and it is
-// the one that knows this process's rank. So the most specific variable wins:
-//   1. LOCAL_RANK                  torchrun (and torch.distributed.launch)
-//   2. OMPI_COMM_WORLD_LOCAL_RANK  Open MPI
-//   3. MV2_COMM_WORLD_LOCAL_RANK   MVAPICH
-//   4. MPI_LOCALRANKID             MPICH and Intel MPI (Hydra)
-//   5. SLURM_LOCALID               Slurm's srun
-// (MVAPICH under Hydra sets both 3 and 4, to the same value.) The variables
-// that lost are kept in LocalRank::overridden, so a surprise can be explained.
-// A malformed value in the winning variable is an Error, not a reason to try
-// the next one: guessing a rank puts two processes on one GPU.
-// When no variable is set the process was started alone: local rank 0 of 1.
+// Launchers nest, and an outer one's variables stay in the environment of the
+// processes the inner one starts: under `srun torchrun ...` every worker has
+// its LOCAL_RANK and also its torchrun's SLURM_LOCALID=0, and under `mpirun` in
+// an sbatch script every rank inherits the batch step's SLURM_LOCALID=0. Only
+// the launcher that started *this* process, the innermost one, knows its rank,
+// so the most specific variable wins: launcher_variables lists them innermost
+// first, from torchrun's LOCAL_RANK to Slurm's SLURM_LOCALID. Those that lost
+// are kept in LocalRank::overridden, so a surprise can be explained. A
+// malformed value in the winning variable is an Error, not a reason to try the
+// next one: guessing a rank puts two processes on one GPU. When no variable is
+// set the process was started alone: local rank 0 of 1.
 
 // Note [Slurm tasks with GPUs of their own]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -68,13 +60,14 @@ struct LauncherVariables {
   const char* size_variable;
 };
 
-// In precedence order; see Note [Which launcher variable wins].
+// In precedence order, innermost launcher first; see Note [Which launcher variable wins].
 inline constexpr std::array<LauncherVariables, 5> launcher_variables{{
-    {"torchrun", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"torchrun", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},  // and torch.distributed.launch
     {"Open MPI", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    // MVAPICH under Hydra sets MPI_LOCALRANKID too, to the same value.
     {"MVAPICH", "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE"},
-    {"MPICH (Hydra)", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
-    {"Slurm", "SLURM_LOCALID", nullptr},
+    {"MPICH (Hydra)", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},  // MPICH and Intel MPI
+    {"Slurm", "SLURM_LOCALID", nullptr},                      // srun
 }};
 
 // This process's place among the processes of its job on this node.

@@ -30,6 +30,10 @@ GPUSEL_API CudaPhysicalOrder cuda_physical_order(const Inventory& inventory,
   if (pci_order || one_model) {
     std::stable_sort(order.positions.begin(), order.positions.end(), by_pci);
   } else {
+    // CUDA's documentation says only that FASTEST_FIRST "guesses which device is
+    // fastest using a simple heuristic". The guess: compute capability, newest
+    // first, then PCI address. Within one compute capability the driver may rank
+    // by multiprocessor count and clock, which NVML alone does not give.
     const auto capability = [&gpus](std::size_t position) {
       return gpus[position].compute_capability_major * 10 + gpus[position].compute_capability_minor;
     };

@@ -27,22 +27,14 @@ namespace gpusel {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Integer tokens of CUDA_VISIBLE_DEVICES, and cuda:N when the variable is
 // unset, count GPUs in the order CUDA_DEVICE_ORDER selects, which gpusel must
-// know *without* starting CUDA (asking the runtime would initialize it):
-//  - PCI_BUS_ID: ascending PCI address (domain, bus, device, function). NVML and
-//    nvidia-smi number GPUs the same way, so this order is exact.
-//  - FASTEST_FIRST (the default): CUDA's documentation says only that it "guesses
-//    which device is fastest using a simple heuristic"; the heuristic is not
-//    published. What holds in practice: identical GPUs are left in PCI order, so
-//    on a machine of one model FASTEST_FIRST equals PCI_BUS_ID (and nvidia-smi's
-//    numbers are CUDA's). With several models gpusel orders by compute capability,
-//    newest first, then PCI address: a guess, marked `exact = false`, with a caveat
-//    saying nvidia-smi's numbers may not be CUDA's. Within one compute capability
-//    the driver may rank by multiprocessor count and clock, which NVML alone does
-//    not give; set CUDA_DEVICE_ORDER=PCI_BUS_ID to make every tool agree.
-// GPUs in MIG mode are listed as GPUs; CUDA shows their MIG instances instead,
-// numbered as CUDA decides (exact = false, with a caveat; Note [MIG instances]).
-// Whatever the order, gpusel matches NVML's GPUs to CUDA's by UUID or PCI bus
-// id, never by index.
+// know *without* starting CUDA (asking the runtime would initialize it).
+// PCI_BUS_ID is ascending PCI address, as NVML and nvidia-smi number GPUs, so
+// it is exact. FASTEST_FIRST, the default, is an unpublished heuristic that
+// leaves identical GPUs in PCI order, so on a machine of one model it is exact
+// too. With several models, or a GPU in MIG mode (CUDA shows its instances
+// instead, numbered as CUDA decides; Note [MIG instances]), the order is a
+// guess: `exact = false`, with a caveat saying why. Whatever the order, gpusel
+// matches NVML's GPUs to CUDA's by UUID or PCI bus id, never by index.
 struct CudaPhysicalOrder {
   // positions[i]: where physical GPU i (CUDA's physical index i) is in the
   // inventory's `gpus`. Positions, not copies: the Gpu records stay the one

@@ -33,8 +33,9 @@ struct Excluded {
 };
 
 // Whether CUDA_VISIBLE_DEVICES, set, lets this process see `instance` of physical GPU
-// `physical`: when it names the instance's UUID (or a prefix), or the GPU (Note [MIG
-// instances as picks] in select.hpp).
+// `physical`: when it names the instance's UUID (or a prefix), or the GPU; which of a
+// named GPU's instances CUDA then shows is CUDA's to decide (Note [MIG instances as
+// picks] in select.hpp).
 inline bool mig_instance_visible(const DeviceMap& map, int physical, const MigInstance& instance) {
   if (map.visible.logical(physical)) return true;
   for (const VisibleToken& token : map.visible.tokens())

@@ -59,22 +59,17 @@ namespace gpusel {
 
 // Note [MIG instances as picks]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The unit of picking is what CUDA can be given: a GPU, or, for a GPU in MIG mode,
-// each of its MIG instances (Note [MIG instances] in inventory.hpp); the GPU in MIG
-// mode is never picked whole, since CUDA never shows it whole. So -n 2 on a machine
-// of one MIG GPU with three instances can pick two instances. An instance is judged
-// by its own memory and processes; its utilization is unknown (NVML does not measure
-// it), so a max_utilization rejects it. It is named by its MIG- UUID wherever the
-// picks are printed, whatever the format asked for, since no index names it in
-// CUDA_VISIBLE_DEVICES. It is visible when CUDA_VISIBLE_DEVICES is unset, names
-// its UUID (or a prefix), or names its GPU; which instance CUDA then shows is
-// CUDA's to decide. What CUDA does with several instances in one process's
-// variable: CUDA 11 and 12 show only one (NVIDIA's MIG user guide), so picking
-// several instances is for several processes (a lease each), not for one.
-// Leases (Note [MIG leases]): an instance's lease holds its own lock file exclusively and
-// its GPU's shared, so instances of one GPU go to different jobs, and a lease on
-// the whole GPU (lease_gpu of the GPU's UUID) excludes every instance and is
-// excluded by any.
+// The unit of picking is what CUDA can be given: a GPU, or, for a GPU in MIG
+// mode, each of its MIG instances (Note [MIG instances] in inventory.hpp); the
+// GPU in MIG mode is never picked whole, since CUDA never shows it whole. An
+// instance is judged by its own memory and processes (NVML does not measure its
+// utilization, so a max_utilization rejects it), and named by its MIG- UUID
+// wherever picks are printed, whatever the format, since no index names it in
+// CUDA_VISIBLE_DEVICES. CUDA shows one process one MIG instance only (CUDA 11
+// and 12, NVIDIA's MIG user guide), so several instances picked are for several
+// processes, a lease each: instances of one GPU go to different jobs, and the
+// whole GPU's lease and any instance's exclude each other (Note [MIG leases]).
+// docs/mig.md gives users these rules.
 
 // One GPU, or one MIG instance of a GPU (Note [MIG instances as picks]), and the verdict on it.
 struct Candidate {

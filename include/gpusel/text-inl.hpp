@@ -53,10 +53,12 @@ GPUSEL_API std::string escape_for_terminal(std::string_view text) {
   for (std::size_t at = 0; at < text.size();) {
     std::uint32_t code_point = 0;
     const std::size_t length = utf8_sequence(text, at, code_point);
-    if (length == 0) {
+    if (length == 0) {  // not valid UTF-8: a raw 0x9b is CSI on a terminal in 8-bit mode
       escape(static_cast<unsigned char>(text[at++]));
       continue;
     }
+    // C0 controls, DEL, and the C1 controls as UTF-8 (U+0080-U+009F, which terminals
+    // may obey as CSI and OSC). Other valid UTF-8 ("é", "中") passes unchanged.
     if (code_point < 0x20 || code_point == 0x7f || (code_point >= 0x80 && code_point <= 0x9f)) {
       for (std::size_t i = 0; i < length; ++i) escape(static_cast<unsigned char>(text[at + i]));
     } else {

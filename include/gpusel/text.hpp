@@ -22,17 +22,14 @@ namespace gpusel {
 // Another user names their process "\x1b]0;owned\x07" (prctl(PR_SET_NAME)):
 // printed raw, `gpusel list` would retitle the terminal of whoever runs it, and
 // "\x1b[2J" would clear it. So every human-readable text gpusel makes from
-// outside strings goes through escape_for_terminal: C0 controls (0x00-0x1f),
-// DEL, the C1 controls as UTF-8 (U+0080-U+009F, which terminals may obey as
-// CSI and OSC), any byte that is not part of valid UTF-8 (a raw 0x9b is CSI on
-// a terminal in 8-bit mode) become \xNN, showing the exact bytes. Valid UTF-8
-// that is no control ("é", "中") passes unchanged, and so does '\' (escaping it
-// would double the escapes of text already quoted): a name that spells "\x1b"
-// itself reads the same as one that holds ESC, and JSON's *_hex fields tell them apart.
-// JSON cannot carry bytes, only Unicode text ("\u00ff" is U+00FF, never the
-// byte 0xff), so the JSON writer replaces each byte that is not valid UTF-8 with
-// U+FFFD; where the exact bytes matter (process names, CUDA_VISIBLE_DEVICES) the
-// command adds them beside the text as hex (hex_bytes).
+// outside strings goes through escape_for_terminal, which shows control
+// characters and bytes that are not valid UTF-8 as \xNN, the exact bytes, and
+// passes the rest unchanged, '\' included (escaping it would double the escapes
+// of quoted text): a name that spells "\x1b" reads like one that holds ESC, and
+// JSON's *_hex fields tell them apart. JSON carries Unicode text, not bytes, so
+// the JSON writer makes each byte that is not valid UTF-8 U+FFFD; where the
+// exact bytes matter (process names, CUDA_VISIBLE_DEVICES) the command adds
+// them beside the text as hex (hex_bytes).
 
 // The length of the valid UTF-8 sequence that starts at text[at] (1 to 4), or 0
 // when the byte there starts none (a stray continuation byte, an overlong or

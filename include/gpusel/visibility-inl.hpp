@@ -21,24 +21,15 @@ namespace gpusel {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The CUDA driver reads CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER in cuInit,
 // which the runtime's first call makes; once it has succeeded, changing them
-// changes nothing in this process. Whether the driver library, libcuda.so.1,
-// is loaded is not the answer: nvmlInit loads it too, without initializing
-// it, and it stays loaded after nvmlShutdown (measured on the H200, driver
-// 580), so any program that has listed its GPUs has libcuda loaded. gpusel
-// asks the driver itself instead, if it is loaded: before a successful cuInit
-// every driver call but a few (cuInit, cuDriverGetVersion, cuGetProcAddress)
-// returns CUDA_ERROR_NOT_INITIALIZED, and cuDeviceGetCount neither initializes
-// nor changes anything. dlopen("libcuda.so.1", RTLD_NOLOAD) finds a loaded
-// library by its SONAME and never loads one, so asking starts nothing either.
-// Measured on the H200, for the record:
-//  - cudaRuntimeGetVersion loads nothing; cudaDriverGetVersion loads and
-//    initializes the driver, so it counts as starting CUDA;
-//  - a cuInit that failed (CUDA_VISIBLE_DEVICES naming no GPU: 100, or one GPU
-//    twice: 101) leaves the driver uninitialized, and a later cuInit reads the
-//    variables again;
-//  - but the runtime remembers its own failure: after a failed first runtime
-//    call it keeps failing even once the variable is fixed. cuda_started() is
-//    false in that process (the driver is not initialized), and cannot tell.
+// changes nothing in this process. So "started" means the driver is
+// initialized, not that libcuda.so.1 is loaded: nvmlInit loads the driver
+// library without initializing it, and it stays loaded after nvmlShutdown, so
+// any program that has listed its GPUs has it loaded. gpusel asks the driver
+// itself, if it is loaded, and starts nothing by asking:
+// dlopen("libcuda.so.1", RTLD_NOLOAD) finds a loaded library by its SONAME and
+// never loads one, and cuDeviceGetCount, which answers
+// CUDA_ERROR_NOT_INITIALIZED before a successful cuInit, neither initializes
+// nor changes anything.
 namespace detail {
 inline constexpr int kCudaErrorNotInitialized = 3;  // CUDA_ERROR_NOT_INITIALIZED (cuda.h, not included)
 
@@ -48,6 +39,8 @@ inline bool cuda_driver_initialized() noexcept {
   using DeviceGetCount = int (*)(int*);
   const auto device_count = reinterpret_cast<DeviceGetCount>(dlsym(handle, "cuDeviceGetCount"));
   int count = 0;
+  // Before a successful cuInit every driver call but cuInit, cuDriverGetVersion and
+  // cuGetProcAddress returns CUDA_ERROR_NOT_INITIALIZED; a failed cuInit leaves it so.
   // A libcuda without cuDeviceGetCount is no driver gpusel knows: call it started, the safe side.
   const bool initialized = device_count == nullptr || device_count(&count) != kCudaErrorNotInitialized;
   dlclose(handle);  // NOLOAD took a reference: give it back

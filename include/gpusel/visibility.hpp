@@ -32,6 +32,9 @@ namespace gpusel {
 
 // Whether CUDA has started in this process, so that CUDA_VISIBLE_DEVICES and
 // CUDA_DEVICE_ORDER no longer matter here (Note [Knowing whether CUDA has started]).
+// After a first runtime call that failed (a value naming no GPU, or one twice)
+// it is false: the driver would read the variables again, but the runtime keeps
+// failing even once they are fixed, which cuda_started() cannot tell.
 GPUSEL_API bool cuda_started() noexcept;
 
 // This process's view of its GPUs.

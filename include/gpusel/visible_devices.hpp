@@ -55,32 +55,16 @@ class PhysicalUuids {
 
 // Note [How the driver reads CUDA_VISIBLE_DEVICES]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Measured on two one-GPU H200 machines (driver 580, CUDA 13; the tables are
-// tests/data/visible_devices_h200*.tsv, every row a test). One model fits every row:
-//  - The value is split on ',' only. An unset variable shows every GPU.
-//  - The first token decides the list's kind: a token starting with "GPU-" or
-//    "MIG-" (case-sensitive) makes a UUID list, anything else an index list.
-//    A token of the other kind ends the list ("0,GPU-..." keeps 0).
-//  - An index token is read as C's strtoul(token, nullptr, 10) on a 64-bit
-//    unsigned long: leading isspace() blanks skipped, an optional sign ('-'
-//    negates modulo 2^64), trailing junk ignored ("0abc", "0.5", "0 1" read 0),
-//    overflow saturating to ULONG_MAX, and no digit at all making it invalid.
-//    The value is then cut to 32 bits and read as a signed int: negative is
-//    invalid ("-1", "4294967295", "99999999999999999999"), and "4294967296" and
-//    "-0" name GPU 0. An index >= the number of GPUs ends the list.
-//  - A UUID token is "GPU-" or "MIG-" and then text compared, ignoring case, with
-//    the GPU's UUID after its "GPU-": it selects the GPU when the shorter of the
-//    two is a prefix of the longer ("GPU-948e02bd" selects, and so does the full
-//    UUID followed by junk). Nothing is trimmed (" GPU-..." is an index token
-//    with no digits; "GPU-948e02bd " matches nothing), and "GPU-" alone selects
-//    nothing. A token that selects no GPU ends the list.
-//  - The first invalid token ends the list; the tokens before it stay.
-//  - A device named twice among the kept tokens ("0,0", "00,0", "0,-0", a UUID
-//    and a prefix of it) makes the whole value an error: the runtime fails with
-//    cudaErrorInvalidDevice. "0,1,0" on one GPU is GPU 0: the list ended at 1.
-//  - No kept device (an empty value, "NoDevFiles", words) is cudaErrorNoDevice.
-//  - CUDA_DEVICE_ORDER other than exactly FASTEST_FIRST or PCI_BUS_ID (lower
-//    case, blanks, set but empty) is cudaErrorInvalidDevice.
+// parse_visible_devices answers what the CUDA runtime will do, so it follows
+// the driver's rules exactly, quirks included, and not PyTorch's parser or what
+// a value seems to mean: the process gets the GPUs the driver makes of the
+// value, and where PyTorch reads "0,0" as no device the runtime fails with
+// cudaErrorInvalidDevice. The rules were observed on the driver; they are
+// listed beside parse_visible_devices in visible_devices-inl.hpp, each backed
+// by rows of tests/data/visible_devices_h200*.tsv (every row a test), and
+// docs/visible-devices.md gives users the pitfalls among them. A rule changes
+// only with the driver's answer; where no answer was seen, Note [Rules chosen
+// where the driver was not observed] decides.
 //
 // Note [Rules chosen where the driver was not observed]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

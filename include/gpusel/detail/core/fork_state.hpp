@@ -13,27 +13,18 @@ namespace gpusel::detail {
 
 // Note [Caches across fork()]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A child made by fork() has a copy of its parent's memory and one thread.
-// The CUDA driver's state is copied too, but not the GPU's side of it: CUDA
-// cannot be used in a child whose parent had started it (PyTorch says
-// "Cannot re-initialize CUDA in forked subprocess"). gpusel's caches hold
-// what the parent made: pinned staging chunks, streams, events, worker
-// threads (which do not exist in the child), locks another thread may have
-// held at the fork. So a pthread_atfork child handler, registered the first
-// time gpusel starts CUDA work, runs in every child:
-//  - it makes each registered cache forget what it holds, without touching
-//    it: no free of pinned memory, no join of a thread, no CUDA call, only
-//    plain stores (the locks are made anew);
-//  - if gpusel had used CUDA in the parent, it marks the child, and every
-//    later entry into CUDA work through gpusel's data layer (allocating on a
-//    GPU, a copy involving one, the engine's pinned staging) throws Error:
-//    "CUDA cannot be used in a process forked after CUDA started". That is
-//    one relaxed load per entry; there is no getpid() per call.
-// "Started" means started through gpusel's data layer (as PyTorch's check is
-// for PyTorch's lazy initialization): a parent that used CUDA only by direct
-// cudart calls is not detected. Host-only work (copies between host buffers)
-// goes on in the child, on fresh threads.
-//
+// A child made by fork() has a copy of its parent's memory and one thread, and
+// cannot use CUDA if its parent had started it. gpusel's caches hold what the
+// parent made: pinned staging chunks, streams, events, worker threads (absent
+// from the child), locks another thread may have held at the fork. So a
+// pthread_atfork child handler, registered the first time gpusel starts CUDA
+// work, makes each registered cache forget what it holds without touching it:
+// no free of pinned memory, no join of a thread, no CUDA call, only plain
+// stores (the locks are made anew). In a child of a parent that used CUDA
+// through gpusel's data layer, every later entry into CUDA work through that
+// layer throws Error; host-only work goes on, on fresh threads. A parent that
+// used CUDA only by direct cudart calls is not detected.
+
 // The table of what a child forgets has room for an object in every slot of
 // every runtime the state tells apart and of the process, so it cannot run
 // out before the runtime table does.

@@ -17,24 +17,20 @@ class Error;
 
 // Note [One state per process]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// gpusel is header-only, so every shared object that uses it (a Python
-// extension, a plugin) carries its own copy, usually built with
-// -fvisibility=hidden; state in each copy's statics would split (library A's
-// set_default_device would leave library B on cpu). So everything gpusel
-// keeps for the process or for a CUDA runtime lives in one object,
-// ProcessState, whose namespace has default visibility whatever the flags:
-// g++ binds it STB_GNU_UNIQUE, one per process even across RTLD_LOCAL;
-// clang binds it weak, one among the objects in the global scope. Which
-// state is whose, what each compiler guarantees and what an extension does
-// about it: docs/state.md. Copies share it only where their layouts agree
-// (Note [Layout signatures]); the namespace's version, bumped when a field's
-// meaning changes, and the standard library's ABI (libc++, libstdc++'s debug
-// mode, its old string ABI) are part of its name. The state is
-// constant-initialized and never destroyed, so it is usable from any static
-// constructor or destructor; it holds only atomics, C types and pointers, and
-// what it points to lives until the process exits (the shared objects are
-// assumed loaded until then, as Python's extensions are).
+// gpusel is header-only, so every shared object that uses it carries its own
+// copy, usually built with -fvisibility=hidden, and state in each copy's
+// statics would split. So everything gpusel keeps for the process or a CUDA
+// runtime lives in one object, ProcessState, whose namespace has default
+// visibility whatever the flags (docs/state.md: which state is whose, what each
+// compiler guarantees). Copies share it only where their layouts agree (Note
+// [Layout signatures]); the namespace's name carries a version, bumped when a
+// field's meaning changes, and the standard library's ABI. The state is
+// constant-initialized and never destroyed, so usable from any static
+// constructor or destructor; it holds only atomics, C types and pointers to
+// what lives until the process exits (as the shared objects are assumed to).
 
+// The namespace of the state: its version, and the standard library's ABI
+// (libc++, libstdc++'s debug mode, its old string ABI) where it is not the default.
 #if defined(_LIBCPP_VERSION)
 #define GPUSEL_DETAIL_STATE state_v1_libcxx
 #elif defined(_GLIBCXX_DEBUG)
@@ -52,7 +48,9 @@ struct Library;
 }  // namespace nvml
 
 // Default visibility whatever the build's -fvisibility and
-// -fvisibility-inlines-hidden (Note [One state per process]).
+// -fvisibility-inlines-hidden (Note [One state per process]): g++ binds these
+// symbols STB_GNU_UNIQUE, one per process even across RTLD_LOCAL; clang binds
+// them weak, one among the objects in the global scope.
 #pragma GCC visibility push(default)
 namespace GPUSEL_DETAIL_STATE {
 

@@ -15,8 +15,10 @@ namespace gpusel::detail {
               "fork()); start the process with the spawn or forkserver start method, or fork before CUDA starts");
 }
 
-// Called where gpusel's data layer starts CUDA work: throws in a child forked
-// after CUDA started, and otherwise records that CUDA is in use.
+// Called where gpusel's data layer starts CUDA work (allocating on a GPU, a copy
+// involving one, the engine's pinned staging): throws in a child forked after
+// CUDA started, and otherwise records that CUDA is in use. The check is one
+// relaxed load per entry, with no getpid() per call.
 inline void enter_cuda_work(const char* what) {
   ForkState& state = fork_state();
   if (state.forked_after_cuda.load(std::memory_order_relaxed)) throw_forked_after_cuda(what);

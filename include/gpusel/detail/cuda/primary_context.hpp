@@ -92,23 +92,18 @@ inline bool load_driver_entry_points() noexcept {
 // Note [What a restore remembers about a device]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A cross-device guard asks at its end whether the device it goes back to has
-// its primary context: asked of the driver every time, that was cuDeviceGet and
-// cuDevicePrimaryCtxGetState on top of the three runtime calls a raw switch
-// makes (2.09x the raw get + set + set on the emulated runtime). What gpusel
-// keeps, per runtime and runtime ordinal (DeviceFacts):
-//  - the ordinal's CUdevice, asked once: it cannot change within a process;
-//  - "the primary context exists", once the driver said so. Only
-//    cudaDeviceReset (or the driver's cuDevicePrimaryCtxReset) destroys a
-//    primary context, and gpusel cannot see those calls: call
-//    release_cached_resources() before cudaDeviceReset, which forgets this as
-//    it forgets the other caches. Without that, the next restore of the reset
-//    device makes its context again, as a raw cudaSetDevice would.
-// "No context" is asked every time: any thread can create one at any moment.
-// Only plain atomic loads and stores, no lock, no CUDA call: the facts stay
-// true in a child made by fork() (a child of a parent that used CUDA cannot
-// use it anyway). Ordinals from kDevices on are asked every time.
+// its primary context. Asking the driver every time would add cuDeviceGet and
+// cuDevicePrimaryCtxGetState to a raw switch's three runtime calls, so
+// DeviceFacts keeps, per runtime and runtime ordinal, the ordinal's CUdevice,
+// asked once (it cannot change within a process), and "the primary context
+// exists", once the driver said so. "No context" is asked every time: any
+// thread can create one at any moment. Only cudaDeviceReset (or the driver's
+// cuDevicePrimaryCtxReset) destroys a primary context, and gpusel cannot see
+// it: call release_cached_resources() before it, else the next restore of that
+// device makes its context again, as a raw cudaSetDevice would. Plain atomics
+// only, no lock, no CUDA call: the facts stay true in a forked child.
 struct DeviceFacts {
-  static constexpr int kDevices = 64;
+  static constexpr int kDevices = 64;      // ordinals from kDevices on are asked every time
   std::atomic<int> cu_device[kDevices]{};  // the CUdevice plus one; 0 until asked
   std::atomic<bool> active[kDevices]{};    // the primary context is known to exist
 

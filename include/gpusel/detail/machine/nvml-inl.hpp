@@ -20,6 +20,10 @@ GPUSEL_DETAIL_PER_OBJECT inline std::atomic<void*>& nvml_libraries() noexcept {
   if (slot.layout.compare_exchange_strong(claimed, record_layout<Library>(), std::memory_order_acq_rel) ||
       claimed == record_layout<Library>())
     return slot.object;
+  // Constant-initialized, so no guard: a dynamic initializer takes a lock
+  // (__cxa_guard_acquire), and a child forked while another thread is inside it,
+  // or inside a std::call_once, sees it in progress forever (Note [Loading NVML
+  // without a lock]).
   static std::atomic<void*> own{nullptr};
   return own;
 }
@@ -97,7 +101,8 @@ GPUSEL_API LoadResult load(const std::string& path) {
     dlclose(handle);
     return failed;
   }
-  // Publish, unless another thread published this path meanwhile: then use its library and close ours.
+  // Publish, unless another thread published this path meanwhile: then use its library and close ours
+  // (nvmlShutdown and dlclose are reference-counted, so the winner's stays loaded and initialized).
   void* newest = loaded.load(std::memory_order_acquire);
   do {
     if (const Library* known = find(newest)) {

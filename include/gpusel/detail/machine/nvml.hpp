@@ -127,31 +127,17 @@ bool bind(void* handle, const char* symbol, Function& function) {
 
 // Note [Loading NVML without a lock]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Programs fork workers (DataLoader-style) and are told device_count() and the
-// picking functions work in them before CUDA starts. fork() copies only the
-// calling thread: a lock another thread holds at that moment stays held in the
-// child forever. The loader once held a mutex across dlopen and nvmlInit (which
-// takes hundreds of milliseconds), so a child forked during another thread's
-// first load hung in query_inventory() and in the noexcept device_count().
-// So no lock is held across anything that can block or load code:
-//  - the loaded libraries are a list, newest first, behind one atomic pointer,
-//    constant-initialized (no guard variable: a function-local static with a
-//    dynamic initializer takes a lock too, __cxa_guard_acquire, and
-//    std::call_once is no better: a child forked while another thread is inside
-//    the once function sees it in progress forever);
-//  - a caller that finds no library for its path loads and initializes one
-//    itself, with no lock, and publishes it with a compare-exchange. Two threads
-//    may both load the same path: the one that loses the exchange uses the
-//    winner's library and closes its own (nvmlShutdown, then dlclose: both are
-//    reference-counted, so the winner's library stays loaded and initialized).
-// In a child, whatever the list held at the fork is there and usable, and a
-// load that was under way in another thread simply never published: the child
-// loads again. Nothing of gpusel's needs forgetting, so there is no
-// pthread_atfork handler here, and no getpid() per call. gpusel cannot make
-// NVML's own insides fork-safe: a child forked while a real nvmlInit runs in
-// another thread relies on NVML. A fork handler that made fork() wait for
-// loads under way was considered and rejected: the driver may fork a helper
-// (nvidia-modprobe) from inside nvmlInit, and that fork would wait for itself.
+// device_count() and the picking functions must work in a child forked before
+// CUDA starts, and fork() copies only the calling thread: a lock another thread
+// holds then stays held in the child forever. So the loader holds no lock
+// across anything that can block or load code (dlopen, nvmlInit): no mutex, no
+// function-local static's guard, no call_once. The loaded libraries are a list
+// behind one constant-initialized atomic pointer; a caller that finds no
+// library for its path loads one itself and publishes it with a
+// compare-exchange. A child keeps what was published at the fork and loads
+// again what was not, so there is no pthread_atfork handler (one that made
+// fork() wait for loads would deadlock: the driver may fork a helper inside
+// nvmlInit). A child forked during another thread's nvmlInit relies on NVML.
 
 // Loads and initializes the NVML at `path` (a file name searched the usual way,
 // or a path). A library that loaded and initialized stays so for the life of
