@@ -120,6 +120,9 @@ GPUSEL_API void prefault_pages(void* begin, std::size_t bytes, HostPrefaultSetti
     if (errno != EINVAL) return;  // e.g. ENOMEM: the copy will fault, and fail, as it would have
     settings.populate_missing.store(true, std::memory_order_relaxed);
   }
+  // An atomic or-with-zero takes the write fault without changing a byte another
+  // thread may be storing there at the same time. The pages hold no std::atomic
+  // object, and C++17 has no std::atomic_ref: the builtin is what it would call.
   for (std::size_t offset = 0; offset < length; offset += page)
     (void)__atomic_fetch_or(pages + offset, char{0}, __ATOMIC_RELAXED);  // one write fault, contents kept
   settings.prefaulted_bytes.fetch_add(length, std::memory_order_relaxed);
