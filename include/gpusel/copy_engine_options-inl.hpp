@@ -109,19 +109,12 @@ inline void read_copy_environment(CopyEngineSettings& settings) noexcept {
 }
 
 GPUSEL_API CopyEngineSettings& copy_engine_settings() noexcept {
-  static CopyEngineSettings* const settings = static_cast<CopyEngineSettings*>(
-      shared_object(process_state().objects[static_cast<int>(ProcessObject::copy_engine_options)],
-                    record_layout<CopyEngineSettings>(), []() noexcept -> void* {
-                      auto* made = new (std::nothrow) CopyEngineSettings;
-                      if (made == nullptr) {
-                        static CopyEngineSettings own;
-                        made = &own;
-                      }
-                      made->cores = usable_cores();
-                      read_copy_environment(*made);
-                      return made;
-                    }));
-  return *settings;
+  static CopyEngineSettings& settings =
+      process_object<CopyEngineSettings>(ProcessObject::copy_engine_options, [](CopyEngineSettings& made) noexcept {
+        made.cores = usable_cores();
+        read_copy_environment(made);
+      });
+  return settings;
 }
 
 // The default workers are never more than settings.cores (sched_getaffinity,

@@ -60,19 +60,11 @@ GPUSEL_DETAIL_PER_OBJECT inline void forget_after_fork() noexcept {
 }
 
 inline ForkState& fork_state() noexcept {
-  static ForkState* const state =
-      static_cast<ForkState*>(shared_object(process_state().objects[static_cast<int>(ProcessObject::fork_state)],
-                                            record_layout<ForkState>(), []() noexcept -> void* {
-                                              auto* made = new (std::nothrow) ForkState;
-                                              if (made == nullptr) {
-                                                static ForkState own;
-                                                made = &own;
-                                              }
-                                              fork_state_made_here().store(made, std::memory_order_release);
-                                              (void)pthread_atfork(nullptr, nullptr, &forget_after_fork);
-                                              return made;
-                                            }));
-  return *state;
+  static ForkState& state = process_object<ForkState>(ProcessObject::fork_state, [](ForkState& made) noexcept {
+    fork_state_made_here().store(&made, std::memory_order_release);
+    (void)pthread_atfork(nullptr, nullptr, &forget_after_fork);
+  });
+  return state;
 }
 
 // Has `forget(object)` called in every child forked from now on (the object

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <new>
 #include <type_traits>
 
 namespace gpusel {
@@ -277,6 +278,25 @@ void* shared_object(Slot& slot, std::uint64_t layout, Make&& make) noexcept {
   slot.layout.store(layout, std::memory_order_relaxed);
   slot.object.store(object, std::memory_order_release);
   return object;
+}
+
+// The process's object of type T in `slot`, shared by every copy of gpusel
+// whose T has this layout: made the first time with new (in this copy's own
+// storage when there is no memory for it) and set up by `init(T&)` (noexcept,
+// under the state's mutex). It is never destroyed: at exit another copy's code
+// may still use it.
+template <typename T, typename Init>
+T& process_object(ProcessObject slot, Init&& init) noexcept {
+  return *static_cast<T*>(
+      shared_object(process_state().objects[static_cast<int>(slot)], record_layout<T>(), [&]() noexcept -> void* {
+        T* made = new (std::nothrow) T;
+        if (made == nullptr) {
+          static T own;
+          made = &own;
+        }
+        init(*made);
+        return made;
+      }));
 }
 
 }  // namespace gpusel::detail

@@ -72,24 +72,17 @@ GPUSEL_API void decide_prefault(HostPrefaultSettings& settings, const char* envi
 }
 
 GPUSEL_API HostPrefaultSettings& host_prefault_settings() noexcept {
-  static HostPrefaultSettings* const settings = static_cast<HostPrefaultSettings*>(
-      shared_object(process_state().objects[static_cast<int>(ProcessObject::host_prefault)],
-                    record_layout<HostPrefaultSettings>(), []() noexcept -> void* {
-                      auto* made = new (std::nothrow) HostPrefaultSettings;
-                      if (made == nullptr) {
-                        static HostPrefaultSettings own;
-                        made = &own;
-                      }
-                      char text[128] = {};
-                      const char* huge_pages_text = nullptr;
-                      if (std::FILE* file = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r")) {
-                        if (std::fgets(text, sizeof text, file) != nullptr) huge_pages_text = text;
-                        (void)std::fclose(file);
-                      }
-                      decide_prefault(*made, read_environment("GPUSEL_PREFAULT"), huge_pages_text);
-                      return made;
-                    }));
-  return *settings;
+  static HostPrefaultSettings& settings =
+      process_object<HostPrefaultSettings>(ProcessObject::host_prefault, [](HostPrefaultSettings& made) noexcept {
+        char text[128] = {};
+        const char* huge_pages_text = nullptr;
+        if (std::FILE* file = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r")) {
+          if (std::fgets(text, sizeof text, file) != nullptr) huge_pages_text = text;
+          (void)std::fclose(file);
+        }
+        decide_prefault(made, read_environment("GPUSEL_PREFAULT"), huge_pages_text);
+      });
+  return settings;
 }
 
 GPUSEL_API bool prefault_fresh_host_memory() {
