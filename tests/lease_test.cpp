@@ -1,18 +1,14 @@
 // Specification of leases (include/gpusel/lease.hpp): a GPU leased once cannot be
-// leased again until the lease ends, whoever asks; the lease directory and its
-// files are made and checked safely. flock locks belong to open files, so two
+// leased again until the lease ends, whoever asks; its files are made and checked
+// safely (the directory's own rules: lease_directory_test.cpp). flock locks belong to open files, so two
 // leases in one process exclude each other as two processes' do (the command's
 // tests, tests/tool, check it across processes). The attacks of another local
 // user (Note [Who can break a lease]) are staged with other uids in forked
 // children, and in a private mount namespace for /tmp itself: they need root.
 #include "gpusel/lease.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <gtest/gtest.h>
-#include <sched.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +21,7 @@
 #include <vector>
 
 #include "lease_directory.hpp"
+#include "staged_users.hpp"
 #include "text_checks.hpp"
 
 namespace {
@@ -33,6 +30,7 @@ using gpusel_test::contains;
 using gpusel_test::error_from;
 using gpusel_test::ScopedEnvironment;
 using gpusel_test::ScopedLeaseDirectory;
+using namespace gpusel_test::staged;
 
 const std::string kGpu = "GPU-1b2c3d4e-0000-4000-8000-000000000001";
 const std::string kOtherGpu = "GPU-2c3d4e5f-0000-4000-8000-000000000002";
@@ -42,114 +40,6 @@ const std::string kInstanceB = "MIG-bbbbbbbb-0000-4000-8000-000000000002";
 // This user's lock file of `uuid` in `directory` (Note [Who can break a lease]).
 std::string own_file(const std::string& directory, const std::string& uuid) {
   return directory + "/" + uuid + "." + std::to_string(geteuid()) + ".lock";
-}
-
-// Three local users for the staged attacks: no passwd entries, so they show as "uid N".
-constexpr uid_t kMallory = 4101;
-constexpr uid_t kAlice = 4102;
-constexpr uid_t kBob = 4103;
-
-// Runs `body` in a forked child as `uid` (its group too, no others); the child's
-// failed expectations fail the test (the child prints them, and exits 1).
-void as_user(uid_t uid, const std::function<void()>& body) {
-  std::fflush(stdout);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    if (setgroups(0, nullptr) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0) _exit(3);
-    body();
-    std::fflush(stdout);
-    _exit(testing::Test::HasFailure() ? 1 : 0);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child as uid " << uid << " failed: " << status;
-}
-
-// A lease of `uuid` held by a child running as `uid` until destroyed.
-class LeaseHeldBy {
- public:
-  LeaseHeldBy(uid_t uid, const std::string& uuid) {
-    int ready[2], done[2];
-    if (pipe(ready) != 0 || pipe(done) != 0) throw std::runtime_error("pipe failed");
-    std::fflush(stdout);
-    child_ = fork();
-    if (child_ == 0) {
-      close(ready[0]);
-      close(done[1]);
-      if (setgroups(0, nullptr) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0) _exit(3);
-      char answer = 'n';
-      try {
-        if (std::optional<gpusel::GpuLease> lease = gpusel::try_lease_gpu(uuid)) {
-          answer = 'y';
-          (void)!write(ready[1], &answer, 1);
-          (void)!read(done[0], &answer, 1);  // holds the lease until the parent closes its end
-          _exit(0);
-        }
-      } catch (const gpusel::Error& error) {
-        std::fprintf(stderr, "LeaseHeldBy: %s\n", error.what());
-      }
-      (void)!write(ready[1], &answer, 1);
-      _exit(1);
-    }
-    close(ready[1]);
-    close(done[0]);
-    done_ = done[1];
-    char answer = 'n';
-    held_ = read(ready[0], &answer, 1) == 1 && answer == 'y';
-    close(ready[0]);
-  }
-  ~LeaseHeldBy() {
-    close(done_);
-    if (child_ > 0) waitpid(child_, nullptr, 0);
-  }
-  LeaseHeldBy(const LeaseHeldBy&) = delete;
-  LeaseHeldBy& operator=(const LeaseHeldBy&) = delete;
-  bool held() const { return held_; }
-
- private:
-  pid_t child_ = -1;
-  int done_ = -1;
-  bool held_ = false;
-};
-
-// Whether this process may become another user (root with CAP_SETUID and CAP_SETGID), tried in a child.
-bool can_become_another_user() {
-  if (geteuid() != 0) return false;
-  const pid_t child = fork();
-  if (child == 0)
-    _exit(setgroups(0, nullptr) == 0 && setresgid(kBob, kBob, kBob) == 0 && setresuid(kBob, kBob, kBob) == 0 ? 0 : 1);
-  int status = 0;
-  return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
-// Skips the test unless this process can stage other local users (root: CI runs as root).
-#define SKIP_UNLESS_ROOT()        \
-  if (!can_become_another_user()) \
-  GTEST_SKIP() << "stages other local users with setresuid: needs root with CAP_SETUID (CI runs as root)"
-
-// A lease directory `leases` under a directory every staged user may enter.
-class SharedParent {
- public:
-  SharedParent() { chmod(directory_.parent().c_str(), 0755); }
-  std::string leases() const { return directory_.leases(); }
-  // The lease directory, made as root provisions it: install -d -m 1777 -o root.
-  void provision() const {
-    mkdir(leases().c_str(), 0700);
-    chmod(leases().c_str(), 01777);
-  }
-  const std::string& parent() const { return directory_.parent(); }
-
- private:
-  ScopedLeaseDirectory directory_;
-};
-
-// Unlinks every entry of `directory` this user may unlink (what a hostile user tries).
-void remove_what_can_be_removed(const std::string& directory) {
-  DIR* entries = opendir(directory.c_str());
-  if (entries == nullptr) return;
-  while (const dirent* entry = readdir(entries)) (void)unlink((directory + "/" + entry->d_name).c_str());
-  closedir(entries);
 }
 
 TEST(Lease, AGpuLeasedOnceCannotBeLeasedAgainUntilTheLeaseEnds) {
@@ -266,38 +156,6 @@ TEST(Lease, OneUnusableLockFileRejectsThatGpuAloneWithTheReason) {
   EXPECT_TRUE(gpusel::try_lease_gpu(kInstanceA, kOtherGpu) == std::nullopt);
 }
 
-TEST(Lease, ARelativeLeaseDirectoryIsRefusedNamingTheVariable) {
-  const ScopedEnvironment relative("GPUSEL_LEASE_DIR", std::string("leases"));
-  const std::string refused = error_from([] { (void)gpusel::try_lease_gpu(kGpu); });
-  EXPECT_TRUE(contains(refused, "GPUSEL_LEASE_DIR=\"leases\" is a relative path")) << refused;
-  EXPECT_TRUE(contains(error_from([] { (void)gpusel::lease_directory(); }), "GPUSEL_LEASE_DIR"));
-  EXPECT_TRUE(contains(error_from([] { (void)gpusel::lease_holder(kGpu); }), "give an absolute one"));
-}
-
-TEST(Lease, ADirectoryAboveTheLeasesThatOthersCouldChangeIsRefused) {
-  ScopedLeaseDirectory directory;
-  ASSERT_EQ(chmod(directory.parent().c_str(), 0777), 0);  // anyone could rename the lease directory away
-  const std::string refused = error_from([] { (void)gpusel::try_lease_gpu(kGpu); });
-  EXPECT_TRUE(
-      contains(refused, "cannot be trusted: " + directory.parent() + " is writable by other users but not sticky"))
-      << refused;
-  ASSERT_EQ(chmod(directory.parent().c_str(), 01777), 0);
-  EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value()) << "sticky, as /tmp is: only its owner and root rename";
-}
-
-TEST(Lease, ALeaseDirectoryOnANetworkFilesystemIsRefused) {
-  EXPECT_STREQ(gpusel::detail::network_filesystem(0x6969u), "NFS");
-  EXPECT_STREQ(gpusel::detail::network_filesystem(0xFF534D42u), "CIFS");
-  EXPECT_STREQ(gpusel::detail::network_filesystem(0xFE534D42u), "SMB2");
-  EXPECT_STREQ(gpusel::detail::network_filesystem(0x517Bu), "SMB");
-  EXPECT_STREQ(gpusel::detail::network_filesystem(0x0BD00BD0u), "Lustre");
-  EXPECT_STREQ(gpusel::detail::network_filesystem(0x47504653u), "GPFS");
-  EXPECT_STREQ(gpusel::detail::network_filesystem(0x00C36400u), "CephFS");
-  for (const std::uint32_t local : {0x01021994u /* tmpfs */, 0xEF53u /* ext4 */, 0x58465342u /* xfs */,
-                                    0x9123683Eu /* btrfs */, 0x794C7630u /* overlayfs */})
-    EXPECT_EQ(gpusel::detail::network_filesystem(local), nullptr) << std::hex << local;
-}
-
 TEST(Lease, AMigInstanceLeasedByItsUuidAloneHoldsItsGpuShared) {
   const std::string parent = "GPU-3d4e5f60-0000-4000-8000-000000000003";
   const std::string instance = "MIG-5b6c7d8e-0000-4000-8000-000000000001";
@@ -326,41 +184,6 @@ TEST(Lease, AMigInstanceLeasedByItsUuidAloneHoldsItsGpuShared) {
 }
 
 // --- another local user (Note [Who can break a lease]) ----------------------
-
-TEST(LeaseAgainstAnotherUser, TheDefaultDirectoryMadeByAnotherUserIsRefusedNamingItsOwner) {
-  SKIP_UNLESS_ROOT();
-  std::fflush(stdout);
-  const pid_t child = fork();  // a private mount namespace with a /tmp of its own
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        mount("tmpfs", "/tmp", "tmpfs", 0, "mode=1777") != 0)
-      _exit(77);
-    const ScopedEnvironment unset("GPUSEL_LEASE_DIR", std::nullopt);
-    as_user(kMallory, [] { EXPECT_TRUE(gpusel::try_lease_gpu(kOtherGpu).has_value()); });  // makes it first
-    struct stat status {};
-    EXPECT_EQ(stat("/tmp/gpusel-leases", &status), 0);
-    EXPECT_EQ(status.st_uid, kMallory);
-    for (const uid_t user : {kAlice, kBob})
-      as_user(user, [] {
-        const std::string refused = error_from([] { (void)gpusel::try_lease_gpu(kGpu); });
-        EXPECT_TRUE(contains(refused, "/tmp/gpusel-leases cannot be trusted: it belongs to uid 4101")) << refused;
-        EXPECT_TRUE(contains(refused, "install -d -m 1777 -o root /tmp/gpusel-leases")) << refused;
-        EXPECT_TRUE(contains(refused, "or set GPUSEL_LEASE_DIR to a directory of your own")) << refused;
-      });
-    as_user(kMallory, [] { EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value()) << "its owner may use it"; });
-    // Provisioned by root, it serves everyone.
-    EXPECT_EQ(std::system("rm -rf /tmp/gpusel-leases && install -d -m 1777 -o root /tmp/gpusel-leases"), 0);
-    for (const uid_t user : {kMallory, kAlice, kBob})
-      as_user(user, [] { EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value()); });
-    std::fflush(stdout);
-    _exit(testing::Test::HasFailure() ? 1 : 0);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) GTEST_SKIP() << "no private mount namespace here (unshare -m)";
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-}
 
 TEST(LeaseAgainstAnotherUser, RemovingFilesCannotGiveASecondJobAHeldGpu) {
   SKIP_UNLESS_ROOT();
@@ -469,27 +292,6 @@ TEST(LeaseAgainstAnotherUser, AStaleFileOfAJobThatEndedBlocksNoOne) {
   ASSERT_TRUE(bob.held());
   as_user(kAlice, [] { EXPECT_FALSE(gpusel::try_lease_gpu(kGpu).has_value()) << "Bob's lease holds against Alice"; });
   EXPECT_FALSE(gpusel::try_lease_gpu(kGpu).has_value()) << "and against root";
-}
-
-TEST(LeaseAgainstAnotherUser, ANamedDirectoryIsItsMakersAndAnotherUserIsToldHowToShareOne) {
-  SKIP_UNLESS_ROOT();
-  const SharedParent shared;
-  ASSERT_EQ(chmod(shared.parent().c_str(), 01777), 0);  // as /tmp is: anyone may make the directory
-  as_user(kAlice, [] { EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value()); });
-  as_user(kBob, [&] {
-    const std::string refused = error_from([] { (void)gpusel::try_lease_gpu(kGpu); });
-    EXPECT_TRUE(contains(refused, shared.leases() + " belongs to uid 4102")) << refused;
-    EXPECT_TRUE(contains(refused, "install -d -m 1777 -o root " + shared.leases())) << refused;
-  });
-  // A directory above the leases that another user owns could be swapped: refused too.
-  const std::string above = shared.parent() + "/mallorys";
-  ASSERT_EQ(mkdir(above.c_str(), 0755), 0);
-  ASSERT_EQ(chown(above.c_str(), kMallory, kMallory), 0);
-  const ScopedEnvironment inside("GPUSEL_LEASE_DIR", above + "/leases");
-  as_user(kAlice, [&] {
-    const std::string refused = error_from([] { (void)gpusel::try_lease_gpu(kGpu); });
-    EXPECT_TRUE(contains(refused, "cannot be trusted: " + above + " belongs to uid 4101")) << refused;
-  });
 }
 
 }  // namespace

@@ -1,0 +1,126 @@
+// Specification of the lease directory (include/gpusel/lease_directory.hpp):
+// GPUSEL_LEASE_DIR or /tmp/gpusel-leases, trusted only when it and every
+// directory above it belong to root or the caller and are sticky where others
+// may write (Note [Who can break a lease]), never on a network filesystem. What
+// another local user could do is staged with other uids in forked children, and
+// in a private mount namespace for /tmp itself: those tests need root.
+#include "gpusel/lease_directory.hpp"
+
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "gpusel/lease.hpp"
+#include "lease_directory.hpp"
+#include "staged_users.hpp"
+#include "text_checks.hpp"
+
+namespace {
+
+using gpusel_test::contains;
+using gpusel_test::error_from;
+using gpusel_test::ScopedEnvironment;
+using gpusel_test::ScopedLeaseDirectory;
+using namespace gpusel_test::staged;
+
+const std::string kGpu = "GPU-1b2c3d4e-0000-4000-8000-000000000001";
+const std::string kOtherGpu = "GPU-2c3d4e5f-0000-4000-8000-000000000002";
+
+TEST(LeaseDirectory, ARelativeLeaseDirectoryIsRefusedNamingTheVariable) {
+  const ScopedEnvironment relative("GPUSEL_LEASE_DIR", std::string("leases"));
+  const std::string refused = error_from([] { (void)gpusel::try_lease_gpu(kGpu); });
+  EXPECT_TRUE(contains(refused, "GPUSEL_LEASE_DIR=\"leases\" is a relative path")) << refused;
+  EXPECT_TRUE(contains(error_from([] { (void)gpusel::lease_directory(); }), "GPUSEL_LEASE_DIR"));
+  EXPECT_TRUE(contains(error_from([] { (void)gpusel::lease_holder(kGpu); }), "give an absolute one"));
+}
+
+TEST(LeaseDirectory, ADirectoryAboveTheLeasesThatOthersCouldChangeIsRefused) {
+  ScopedLeaseDirectory directory;
+  ASSERT_EQ(chmod(directory.parent().c_str(), 0777), 0);  // anyone could rename the lease directory away
+  const std::string refused = error_from([] { (void)gpusel::try_lease_gpu(kGpu); });
+  EXPECT_TRUE(
+      contains(refused, "cannot be trusted: " + directory.parent() + " is writable by other users but not sticky"))
+      << refused;
+  ASSERT_EQ(chmod(directory.parent().c_str(), 01777), 0);
+  EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value()) << "sticky, as /tmp is: only its owner and root rename";
+}
+
+TEST(LeaseDirectory, ALeaseDirectoryOnANetworkFilesystemIsRefused) {
+  EXPECT_STREQ(gpusel::detail::network_filesystem(0x6969u), "NFS");
+  EXPECT_STREQ(gpusel::detail::network_filesystem(0xFF534D42u), "CIFS");
+  EXPECT_STREQ(gpusel::detail::network_filesystem(0xFE534D42u), "SMB2");
+  EXPECT_STREQ(gpusel::detail::network_filesystem(0x517Bu), "SMB");
+  EXPECT_STREQ(gpusel::detail::network_filesystem(0x0BD00BD0u), "Lustre");
+  EXPECT_STREQ(gpusel::detail::network_filesystem(0x47504653u), "GPFS");
+  EXPECT_STREQ(gpusel::detail::network_filesystem(0x00C36400u), "CephFS");
+  for (const std::uint32_t local : {0x01021994u /* tmpfs */, 0xEF53u /* ext4 */, 0x58465342u /* xfs */,
+                                    0x9123683Eu /* btrfs */, 0x794C7630u /* overlayfs */})
+    EXPECT_EQ(gpusel::detail::network_filesystem(local), nullptr) << std::hex << local;
+}
+
+TEST(LeaseDirectoryAgainstAnotherUser, TheDefaultDirectoryMadeByAnotherUserIsRefusedNamingItsOwner) {
+  SKIP_UNLESS_ROOT();
+  std::fflush(stdout);
+  const pid_t child = fork();  // a private mount namespace with a /tmp of its own
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount("tmpfs", "/tmp", "tmpfs", 0, "mode=1777") != 0)
+      _exit(77);
+    const ScopedEnvironment unset("GPUSEL_LEASE_DIR", std::nullopt);
+    as_user(kMallory, [] { EXPECT_TRUE(gpusel::try_lease_gpu(kOtherGpu).has_value()); });  // makes it first
+    struct stat status {};
+    EXPECT_EQ(stat("/tmp/gpusel-leases", &status), 0);
+    EXPECT_EQ(status.st_uid, kMallory);
+    for (const uid_t user : {kAlice, kBob})
+      as_user(user, [] {
+        const std::string refused = error_from([] { (void)gpusel::try_lease_gpu(kGpu); });
+        EXPECT_TRUE(contains(refused, "/tmp/gpusel-leases cannot be trusted: it belongs to uid 4101")) << refused;
+        EXPECT_TRUE(contains(refused, "install -d -m 1777 -o root /tmp/gpusel-leases")) << refused;
+        EXPECT_TRUE(contains(refused, "or set GPUSEL_LEASE_DIR to a directory of your own")) << refused;
+      });
+    as_user(kMallory, [] { EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value()) << "its owner may use it"; });
+    // Provisioned by root, it serves everyone.
+    EXPECT_EQ(std::system("rm -rf /tmp/gpusel-leases && install -d -m 1777 -o root /tmp/gpusel-leases"), 0);
+    for (const uid_t user : {kMallory, kAlice, kBob})
+      as_user(user, [] { EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value()); });
+    std::fflush(stdout);
+    _exit(testing::Test::HasFailure() ? 1 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) GTEST_SKIP() << "no private mount namespace here (unshare -m)";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+TEST(LeaseDirectoryAgainstAnotherUser, ANamedDirectoryIsItsMakersAndAnotherUserIsToldHowToShareOne) {
+  SKIP_UNLESS_ROOT();
+  const SharedParent shared;
+  ASSERT_EQ(chmod(shared.parent().c_str(), 01777), 0);  // as /tmp is: anyone may make the directory
+  as_user(kAlice, [] { EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value()); });
+  as_user(kBob, [&] {
+    const std::string refused = error_from([] { (void)gpusel::try_lease_gpu(kGpu); });
+    EXPECT_TRUE(contains(refused, shared.leases() + " belongs to uid 4102")) << refused;
+    EXPECT_TRUE(contains(refused, "install -d -m 1777 -o root " + shared.leases())) << refused;
+  });
+  // A directory above the leases that another user owns could be swapped: refused too.
+  const std::string above = shared.parent() + "/mallorys";
+  ASSERT_EQ(mkdir(above.c_str(), 0755), 0);
+  ASSERT_EQ(chown(above.c_str(), kMallory, kMallory), 0);
+  const ScopedEnvironment inside("GPUSEL_LEASE_DIR", above + "/leases");
+  as_user(kAlice, [&] {
+    const std::string refused = error_from([] { (void)gpusel::try_lease_gpu(kGpu); });
+    EXPECT_TRUE(contains(refused, "cannot be trusted: " + above + " belongs to uid 4101")) << refused;
+  });
+}
+
+}  // namespace
