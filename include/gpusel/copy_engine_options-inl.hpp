@@ -109,7 +109,7 @@ inline void read_copy_environment(CopyEngineSettings& settings) noexcept {
 }
 
 GPUSEL_API CopyEngineSettings& copy_engine_settings() noexcept {
-  static CopyEngineSettings& settings =
+  static auto& settings =
       process_object<CopyEngineSettings>(ProcessObject::copy_engine_options, [](CopyEngineSettings& made) noexcept {
         made.cores = usable_cores();
         read_copy_environment(made);

@@ -60,7 +60,7 @@ GPUSEL_DETAIL_PER_OBJECT inline void forget_after_fork() noexcept {
 }
 
 inline ForkState& fork_state() noexcept {
-  static ForkState& state = process_object<ForkState>(ProcessObject::fork_state, [](ForkState& made) noexcept {
+  static auto& state = process_object<ForkState>(ProcessObject::fork_state, [](ForkState& made) noexcept {
     fork_state_made_here().store(&made, std::memory_order_release);
     (void)pthread_atfork(nullptr, nullptr, &forget_after_fork);
   });

@@ -72,7 +72,7 @@ GPUSEL_API void decide_prefault(HostPrefaultSettings& settings, const char* envi
 }
 
 GPUSEL_API HostPrefaultSettings& host_prefault_settings() noexcept {
-  static HostPrefaultSettings& settings =
+  static auto& settings =
       process_object<HostPrefaultSettings>(ProcessObject::host_prefault, [](HostPrefaultSettings& made) noexcept {
         char text[128] = {};
         const char* huge_pages_text = nullptr;
