@@ -1,6 +1,6 @@
-// The definitions of gpusel/topology.hpp's out-of-line functions (Note [Compile-once mode]
-// in gpusel/detail/core/compile_once.hpp): the header includes this file where
-// they are compiled, header-only or in gpusel's one implementation file.
+// The definitions of gpusel/topology.hpp's out-of-line functions (Note
+// [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
+// the header includes this file; compiled once, an implementation header does.
 // Layer: machine (docs/layers.md).
 #pragma once
 
