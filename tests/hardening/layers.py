@@ -3,13 +3,14 @@
 
     tests/hardening/layers.py [--root DIR] [--list]
 
-A header's layer is read from the header itself: a detail header's from its
-folder (gpusel/detail/<layer>/), a public header's from its `// Layer: <layer>`
+A header's layer is read from the header itself: a detail header's from the
+first folder under detail/ (gpusel/detail/<layer>/, or a room of it,
+gpusel/detail/<layer>/<room>/), a public header's from its `// Layer: <layer>`
 line. Fails, naming the line to change, for
   - a header with no layer, or with a layer that does not exist;
   - an include of a header from a layer the including layer may not use;
   - an arrow back up: a detail header that includes a public header which
-    itself leads, directly or not, back into that detail folder (detail/ lies
+    itself leads, directly or not, back into that layer's detail folder (detail/ lies
     beneath what it serves; a public header that leads nowhere into it, such
     as copy_engine_options.hpp for the engine, is a leaf it may read);
   - a CUDA header (<cuda*.h>, <cuda/...>, ...) included by a core or machine
@@ -37,7 +38,7 @@ CUDA_FREE_LAYERS = {"core", "machine"}
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 LAYER_LINE_RE = re.compile(r"^// Layer: ([a-z]+)\b")
-DETAIL_RE = re.compile(r"^gpusel/detail/([a-z]+)/[^/]+\.hpp$")
+DETAIL_RE = re.compile(r"^gpusel/detail/([a-z]+)/(?:[a-z_]+/)?[^/]+\.hpp$")
 CUDA_FREE_PROMISE_RE = re.compile(r"^//.*[Ii]ncludes? no CUDA header")
 CUDA_HEADER_RE = re.compile(r"^(cuda[^/]*\.h|cuda/.*|nv[^/]*\.h|cub/.*|thrust/.*)$")
 
@@ -69,7 +70,8 @@ def read_headers(include_dir):
 
 
 def folder_of(header):
-    return os.path.dirname(header.name)
+    """A detail header's layer folder, gpusel/detail/<layer> (its room, if any, is inside)."""
+    return f"gpusel/detail/{header.layer}"
 
 
 def includes_of(header):
@@ -77,14 +79,14 @@ def includes_of(header):
 
 
 def reach(start, headers):
-    """The folders of every gpusel header that `start` includes, directly or not."""
+    """The layer folders of every detail header that `start` includes, directly or not."""
     seen, todo = set(), [start.name]
     while todo:
         for name in includes_of(headers[todo.pop()]):
             if name in headers and name not in seen:
                 seen.add(name)
                 todo.append(name)
-    return {os.path.dirname(name) for name in seen}
+    return {folder_of(headers[name]) for name in seen if headers[name].is_detail}
 
 
 def problems_of(header, headers):
