@@ -10,8 +10,8 @@
 
 #include "gpusel/detail/core/environment.hpp"
 #include "gpusel/detail/core/fork_state.hpp"
+#include "gpusel/detail/cuda/forgetting_object.hpp"
 #include "gpusel/detail/cuda/runtime_state.hpp"
-#include "gpusel/detail/data/forgetting_object.hpp"
 #include "gpusel/detail/data/stream_uses.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/guard.hpp"

@@ -11,8 +11,8 @@
 
 #include "gpusel/copy_engine_options.hpp"
 #include "gpusel/detail/core/fork_state.hpp"
+#include "gpusel/detail/cuda/forgetting_object.hpp"
 #include "gpusel/detail/cuda/runtime_state.hpp"
-#include "gpusel/detail/data/forgetting_object.hpp"
 #include "gpusel/detail/data/parallel_parts.hpp"
 
 namespace gpusel::detail {

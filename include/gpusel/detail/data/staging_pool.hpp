@@ -14,9 +14,9 @@
 #include "gpusel/detail/core/fork_safe_mutex.hpp"
 #include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/cuda/cuda_status.hpp"
+#include "gpusel/detail/cuda/forgetting_object.hpp"
 #include "gpusel/detail/cuda/forked_child.hpp"
 #include "gpusel/detail/cuda/runtime_state.hpp"
-#include "gpusel/detail/data/forgetting_object.hpp"
 #include "gpusel/detail/data/memory.hpp"
 
 namespace gpusel::detail {
