@@ -1,5 +1,5 @@
 // Specification of gpusel::Buffer<T> and its copy engine
-// (include/gpusel/buffer.hpp, detail/data/copy_engine.hpp). Built against the
+// (include/gpusel/buffer.hpp, detail/data/engine/copy_engine.hpp). Built against the
 // emulated and the real runtime (gpusel_test.hpp).
 #include "gpusel/buffer.hpp"
 

@@ -1,6 +1,6 @@
 // Specification of the copy engine's run-time options and of what it keeps
 // between copies (include/gpusel/copy_engine_options.hpp,
-// detail/data/engine_cache.hpp, detail/core/fork_state.hpp). Built against the emulated
+// detail/data/engine/engine_cache.hpp, detail/core/fork_state.hpp). Built against the emulated
 // and the real runtime (gpusel_test.hpp).
 #include "gpusel/copy_engine_options.hpp"
 

@@ -1,7 +1,7 @@
 // Specification of device memory from CUDA's stream-ordered allocator
-// (include/gpusel/detail/data/device_pool.hpp, Note [Device memory from a pool])
+// (include/gpusel/detail/data/memory/device_pool.hpp, Note [Device memory from a pool])
 // and of the rule that keeps freed memory from being reused under running work
-// (detail/data/stream_uses.hpp, Note [When freed device memory is reused]), seen
+// (detail/data/memory/stream_uses.hpp, Note [When freed device memory is reused]), seen
 // through Buffer. Built against the emulated and the real runtime (gpusel_test.hpp).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -16,7 +16,7 @@
 
 #include "forked_child.hpp"
 #include "gpusel/buffer.hpp"
-#include "gpusel/detail/data/device_pool.hpp"
+#include "gpusel/detail/data/memory/device_pool.hpp"
 #include "gpusel/guard.hpp"
 #include "gpusel/stream.hpp"
 #include "gpusel_test.hpp"

@@ -1,12 +1,12 @@
 // Tests of the host block cache and the drains it decides
-// (include/gpusel/detail/data/host_block_cache.hpp, detail/data/streaming_copy.hpp):
+// (include/gpusel/detail/data/memory/host_block_cache.hpp, detail/data/memory/streaming_copy.hpp):
 // freed large host blocks are reused by best fit, within the cap, trimmed by
 // release_cached_resources(), never while in use, from many threads, forgotten
 // in a forked child; and on every drain path (prefaulted fresh memory,
 // streaming stores into a reused block, memory gpusel does not know) the bytes
 // arrive exactly. The GPU paths are built against the emulated runtime; the
 // real-runtime build checks the host side and skips the rest without a GPU.
-#include "gpusel/detail/data/host_block_cache.hpp"
+#include "gpusel/detail/data/memory/host_block_cache.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -25,8 +25,8 @@
 #include "byte_pattern.hpp"
 #include "gpusel/buffer.hpp"
 #include "gpusel/cached_resources.hpp"
-#include "gpusel/detail/data/host_prefault.hpp"
-#include "gpusel/detail/data/streaming_copy.hpp"
+#include "gpusel/detail/data/memory/host_prefault.hpp"
+#include "gpusel/detail/data/memory/streaming_copy.hpp"
 #include "gpusel_test.hpp"
 #include "tsan_fork_options.hpp"  // its fork tests start threads in the child
 

@@ -1,9 +1,9 @@
 // Tests of the prefault decision and the prefault itself
-// (include/gpusel/detail/data/host_prefault.hpp): the rule from the system's
+// (include/gpusel/detail/data/memory/host_prefault.hpp): the rule from the system's
 // transparent huge page setting, the GPUSEL_PREFAULT override (read once, at
 // first use: checked in a child process started with the variable set), and
 // MADV_POPULATE_WRITE with its fallback, through an injected madvise.
-#include "gpusel/detail/data/host_prefault.hpp"
+#include "gpusel/detail/data/memory/host_prefault.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>

@@ -466,7 +466,7 @@ TEST(ModuleEmulated, ToIsATransactionWhereverItFails) {
   EXPECT_GT(failures_seen, 80);
 }
 
-// Note [Moving many buffers at once] (detail/data/batched_copy.hpp), tested: a
+// Note [Moving many buffers at once] (detail/data/buffer/batched_copy.hpp), tested: a
 // model of many small buffers of several element types, and optionally large
 // ones, whose bytes have no period (a piece staged at the wrong offset shows).
 struct ManyBuffers : gpusel::Module {

@@ -18,8 +18,8 @@
 #include "gpusel/cached_resources.hpp"     // release_cached_resources, for users of this header
 #include "gpusel/copy_engine_options.hpp"  // set_copy_engine_options, for users of this header
 #include "gpusel/default_device.hpp"
-#include "gpusel/detail/data/memory.hpp"
-#include "gpusel/detail/data/untyped_buffer.hpp"
+#include "gpusel/detail/data/buffer/untyped_buffer.hpp"
+#include "gpusel/detail/data/memory/memory.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/stream.hpp"
 
@@ -27,7 +27,7 @@ namespace gpusel {
 
 namespace detail {
 template <class T>
-class TypedBufferEntry;  // Module's view of a Buffer (detail/data/module_entries.hpp)
+class TypedBufferEntry;  // Module's view of a Buffer (detail/data/buffer/module_entries.hpp)
 }  // namespace detail
 
 // Note [A Buffer never aliases another]
@@ -60,7 +60,7 @@ class TypedBufferEntry;  // Module's view of a Buffer (detail/data/module_entrie
 // (page-locked) host memory, which the GPU's DMA engines reach directly: it
 // copies at the bus's full speed and allows asynchronous copies.
 
-// Buffer<T> is a typed view of a detail::UntypedBuffer (detail/data/untyped_buffer.hpp),
+// Buffer<T> is a typed view of a detail::UntypedBuffer (detail/data/buffer/untyped_buffer.hpp),
 // which owns the bytes and holds the code that moves them: each member here
 // adds sizeof(T) and forwards.
 template <class T>
@@ -169,7 +169,7 @@ class Buffer {
   // like PyTorch's tensor.record_stream(stream). Needed for a non-blocking
   // stream (StreamOrder::independent) or a stream of another GPU; a blocking
   // stream of the Buffer's own GPU, and a host Buffer, need nothing (Note
-  // [When freed device memory is reused], detail/data/stream_uses.hpp). Record
+  // [When freed device memory is reused], detail/data/memory/stream_uses.hpp). Record
   // after queuing the work: what is queued later needs another call. Throws
   // Error when the stream was moved from or the event cannot be made.
   void record_stream(const Stream& stream) { memory_.record_stream(stream, call("gpusel::Buffer::record_stream")); }

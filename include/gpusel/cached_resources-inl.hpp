@@ -8,11 +8,11 @@
 
 #include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/cuda/primary_context.hpp"
-#include "gpusel/detail/data/device_pool.hpp"
-#include "gpusel/detail/data/engine_cache.hpp"
-#include "gpusel/detail/data/host_block_cache.hpp"
-#include "gpusel/detail/data/peer_access.hpp"
-#include "gpusel/detail/data/staging_pool.hpp"
+#include "gpusel/detail/data/engine/engine_cache.hpp"
+#include "gpusel/detail/data/engine/peer_access.hpp"
+#include "gpusel/detail/data/engine/staging_pool.hpp"
+#include "gpusel/detail/data/memory/device_pool.hpp"
+#include "gpusel/detail/data/memory/host_block_cache.hpp"
 
 namespace gpusel {
 

@@ -22,7 +22,7 @@
 namespace gpusel {
 
 // The bounds of each option. The staging pool's fixed array of idle chunks
-// holds kMaxCopyWorkers * kMaxCopySlots of them (detail/data/staging_pool.hpp).
+// holds kMaxCopyWorkers * kMaxCopySlots of them (detail/data/engine/staging_pool.hpp).
 inline constexpr std::size_t kMaxCopyWorkers = 16;
 inline constexpr std::size_t kMaxCopySlots = 4;
 inline constexpr std::size_t kMinCopyChunkBytes = std::size_t{64} << 10;

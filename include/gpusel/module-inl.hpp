@@ -9,7 +9,7 @@
 #include <algorithm>
 
 #include "gpusel/detail/cuda/resolve_device.hpp"
-#include "gpusel/detail/data/batched_copy.hpp"
+#include "gpusel/detail/data/buffer/batched_copy.hpp"
 
 namespace gpusel {
 

@@ -25,7 +25,7 @@
 
 #include "gpusel/buffer.hpp"
 #include "gpusel/detail/core/compile_once.hpp"
-#include "gpusel/detail/data/module_entries.hpp"
+#include "gpusel/detail/data/buffer/module_entries.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
 

@@ -39,8 +39,8 @@
 
 #include "comparison_reporter.hpp"
 #include "gpusel/buffer.hpp"
-#include "gpusel/detail/data/host_block_cache.hpp"
-#include "gpusel/detail/data/host_prefault.hpp"
+#include "gpusel/detail/data/memory/host_block_cache.hpp"
+#include "gpusel/detail/data/memory/host_prefault.hpp"
 #include "gpusel/module.hpp"
 #include "gpusel/runtime.hpp"
 

@@ -23,7 +23,7 @@
 // - stores: the copy engine's drain, 4 MiB at a time (its staging chunk),
 //   from a warm source into --touch-mib MiB split among T threads, with
 //   memcpy and with streaming (non-temporal) stores (gpusel's streaming_copy,
-//   detail/data/streaming_copy.hpp), into existing (touched) pages and into fresh
+//   detail/data/memory/streaming_copy.hpp), into existing (touched) pages and into fresh
 //   4 KiB pages: whether streaming stores pay where gpusel uses them (drains
 //   into reused blocks) and not where it does not (Note [Streaming stores]).
 //   streaming=no says this CPU has no streaming path (memcpy both times).
@@ -49,7 +49,7 @@
 #include <thread>
 #include <vector>
 
-#include "gpusel/detail/data/streaming_copy.hpp"
+#include "gpusel/detail/data/memory/streaming_copy.hpp"
 
 namespace {
 

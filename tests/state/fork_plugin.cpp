@@ -5,10 +5,10 @@
 #include <atomic>
 #include <cstddef>
 
-#include "gpusel/detail/data/device_pool.hpp"
-#include "gpusel/detail/data/engine_cache.hpp"
-#include "gpusel/detail/data/parallel_parts.hpp"
-#include "gpusel/detail/data/staging_pool.hpp"
+#include "gpusel/detail/data/engine/engine_cache.hpp"
+#include "gpusel/detail/data/engine/parallel_parts.hpp"
+#include "gpusel/detail/data/engine/staging_pool.hpp"
+#include "gpusel/detail/data/memory/device_pool.hpp"
 
 #define FORK_PLUGIN_EXPORT extern "C" __attribute__((visibility("default")))
 

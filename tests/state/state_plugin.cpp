@@ -9,8 +9,8 @@
 #include "emulated_runtime.hpp"
 #include "gpusel/default_device.hpp"
 #include "gpusel/detail/cuda/primary_context.hpp"
-#include "gpusel/detail/data/peer_access.hpp"
-#include "gpusel/detail/data/staging_pool.hpp"
+#include "gpusel/detail/data/engine/peer_access.hpp"
+#include "gpusel/detail/data/engine/staging_pool.hpp"
 #include "gpusel/detail/machine/nvml.hpp"
 #include "gpusel/guard.hpp"
 

@@ -1,9 +1,9 @@
-// The definitions of gpusel/detail/data/stream_uses.hpp's out-of-line functions (Note
+// The definitions of gpusel/detail/data/memory/stream_uses.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
 #pragma once
 
-#include "gpusel/detail/data/stream_uses.hpp"
+#include "gpusel/detail/data/memory/stream_uses.hpp"
 
 #include "gpusel/detail/cuda/cuda_status.hpp"
 #include "gpusel/device.hpp"

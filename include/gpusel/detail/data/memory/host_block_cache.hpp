@@ -19,7 +19,7 @@ namespace gpusel::detail {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // `buffer.to(gpusel::cpu())` in a loop allocates a new host array each time,
 // and draining a GPU's data into fresh pages is limited by their page faults
-// (Note [Fresh host memory], detail/data/memory.hpp), where a drain into pages that
+// (Note [Fresh host memory], detail/data/memory/memory.hpp), where a drain into pages that
 // are already there runs at memory speed (and faster still with streaming
 // stores, Note [Streaming stores]). So freed pageable blocks of
 // kHostBlockCacheMinBytes or more (the 2 MiB-aligned ones, advised
@@ -172,5 +172,5 @@ GPUSEL_API void drain_chunk(const HostDrain& drain, void* destination, const voi
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/data/host_block_cache-inl.hpp"
+#include "gpusel/detail/data/memory/host_block_cache-inl.hpp"
 #endif

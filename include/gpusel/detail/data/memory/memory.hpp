@@ -1,6 +1,6 @@
 // Memory of the three kinds a Buffer can hold: ordinary (pageable) host
 // memory, pinned host memory, and device memory, each allocated and freed
-// where it belongs. Who owns it and how it is copied: detail/data/untyped_buffer.hpp.
+// where it belongs. Who owns it and how it is copied: detail/data/buffer/untyped_buffer.hpp.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,7 +16,7 @@
 
 namespace gpusel::detail {
 
-class StreamUses;  // detail/data/stream_uses.hpp
+class StreamUses;  // detail/data/memory/stream_uses.hpp
 
 enum class MemoryKind : std::uint8_t { pageable_host, pinned_host, device };
 
@@ -81,7 +81,7 @@ inline bool round_up(std::size_t value, std::size_t multiple, std::size_t& round
 // errors ("gpusel::Buffer(1024 elements, 4096 bytes, cuda:1)"); `involved` is
 // the GPU the bytes are copied from or to, or -1, for pinned memory (Note
 // [Which device pins host memory]); `stream` is the stream device memory is
-// ordered on (Note [When freed device memory is reused], detail/data/stream_uses.hpp).
+// ordered on (Note [When freed device memory is reused], detail/data/memory/stream_uses.hpp).
 // Throws OutOfMemory when the memory ran out, Error for any other failure.
 [[nodiscard]] GPUSEL_API void* allocate_memory(std::size_t bytes, const MemoryPlace& place, ErrorContext what,
                                                int involved = -1, cudaStream_t stream = cudaStreamLegacy);
@@ -98,5 +98,5 @@ GPUSEL_API void free_memory(void* pointer, const MemoryPlace& place, StreamUses*
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/data/memory-inl.hpp"
+#include "gpusel/detail/data/memory/memory-inl.hpp"
 #endif

@@ -13,7 +13,7 @@
 #include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/cuda/forgetting_object.hpp"
 #include "gpusel/detail/cuda/runtime_state.hpp"
-#include "gpusel/detail/data/parallel_parts.hpp"
+#include "gpusel/detail/data/engine/parallel_parts.hpp"
 
 namespace gpusel::detail {
 

@@ -1,10 +1,10 @@
-// The definitions of gpusel/detail/data/host_prefault.hpp's out-of-line functions (Note
+// The definitions of gpusel/detail/data/memory/host_prefault.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
 // This header includes no CUDA header.
 #pragma once
 
-#include "gpusel/detail/data/host_prefault.hpp"
+#include "gpusel/detail/data/memory/host_prefault.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>

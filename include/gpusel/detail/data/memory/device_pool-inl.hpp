@@ -1,9 +1,9 @@
-// The definitions of gpusel/detail/data/device_pool.hpp's out-of-line functions (Note
+// The definitions of gpusel/detail/data/memory/device_pool.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
 #pragma once
 
-#include "gpusel/detail/data/device_pool.hpp"
+#include "gpusel/detail/data/memory/device_pool.hpp"
 
 #include <cstdlib>
 #include <string>
@@ -12,7 +12,7 @@
 #include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/cuda/forgetting_object.hpp"
 #include "gpusel/detail/cuda/runtime_state.hpp"
-#include "gpusel/detail/data/stream_uses.hpp"
+#include "gpusel/detail/data/memory/stream_uses.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/guard.hpp"
 #include "gpusel/memory_size.hpp"

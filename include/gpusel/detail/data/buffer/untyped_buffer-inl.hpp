@@ -1,14 +1,14 @@
-// The definitions of gpusel/detail/data/untyped_buffer.hpp's out-of-line functions (Note
+// The definitions of gpusel/detail/data/buffer/untyped_buffer.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
 #pragma once
 
-#include "gpusel/detail/data/untyped_buffer.hpp"
+#include "gpusel/detail/data/buffer/untyped_buffer.hpp"
 
 #include <limits>
 
 #include "gpusel/detail/cuda/resolve_device.hpp"
-#include "gpusel/detail/data/stream_uses.hpp"
+#include "gpusel/detail/data/memory/stream_uses.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel::detail {

@@ -40,5 +40,5 @@ GPUSEL_API void streaming_copy(void* destination, const void* source, std::size_
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/data/streaming_copy-inl.hpp"
+#include "gpusel/detail/data/memory/streaming_copy-inl.hpp"
 #endif

@@ -6,7 +6,7 @@
 #include <cstddef>
 
 #include "gpusel/detail/core/compile_once.hpp"
-#include "gpusel/detail/data/memory.hpp"
+#include "gpusel/detail/data/memory/memory.hpp"
 #include "gpusel/stream.hpp"
 
 namespace gpusel::detail {
@@ -34,5 +34,5 @@ GPUSEL_API void fill(void* destination, const MemoryPlace& to, std::size_t bytes
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/data/copy_engine-inl.hpp"
+#include "gpusel/detail/data/engine/copy_engine-inl.hpp"
 #endif

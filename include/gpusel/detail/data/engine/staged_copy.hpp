@@ -13,11 +13,11 @@
 
 #include "gpusel/copy_engine_options.hpp"
 #include "gpusel/detail/cuda/cuda_status.hpp"
-#include "gpusel/detail/data/engine_cache.hpp"
-#include "gpusel/detail/data/host_block_cache.hpp"
-#include "gpusel/detail/data/host_prefault.hpp"
-#include "gpusel/detail/data/parallel_parts.hpp"
-#include "gpusel/detail/data/staging_pool.hpp"
+#include "gpusel/detail/data/engine/engine_cache.hpp"
+#include "gpusel/detail/data/engine/parallel_parts.hpp"
+#include "gpusel/detail/data/engine/staging_pool.hpp"
+#include "gpusel/detail/data/memory/host_block_cache.hpp"
+#include "gpusel/detail/data/memory/host_prefault.hpp"
 #include "gpusel/guard.hpp"
 
 namespace gpusel::detail {

@@ -17,7 +17,7 @@
 #include "gpusel/detail/cuda/forgetting_object.hpp"
 #include "gpusel/detail/cuda/forked_child.hpp"
 #include "gpusel/detail/cuda/runtime_state.hpp"
-#include "gpusel/detail/data/memory.hpp"
+#include "gpusel/detail/data/memory/memory.hpp"
 
 namespace gpusel::detail {
 

@@ -68,5 +68,5 @@ class StreamUses {
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/data/stream_uses-inl.hpp"
+#include "gpusel/detail/data/memory/stream_uses-inl.hpp"
 #endif

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gpusel/detail/cuda/runtime_state.hpp"
-#include "gpusel/detail/data/device_pool.hpp"
+#include "gpusel/detail/data/memory/device_pool.hpp"
 #include "gpusel/guard.hpp"
 
 namespace gpusel::detail {
@@ -24,7 +24,7 @@ namespace gpusel::detail {
 // topology, too many peers) is not an error: the copy is staged instead. Peer
 // access does not reach memory-pool memory: an enabled pair also grants the
 // destination access to the source's pool (Note [Device memory from a pool],
-// detail/data/device_pool.hpp).
+// detail/data/memory/device_pool.hpp).
 class PeerAccess {
  public:
   // The table of the CUDA runtime the caller links, shared by every copy of

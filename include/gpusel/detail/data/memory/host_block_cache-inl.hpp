@@ -1,10 +1,10 @@
-// The definitions of gpusel/detail/data/host_block_cache.hpp's out-of-line functions (Note
+// The definitions of gpusel/detail/data/memory/host_block_cache.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
 // This header includes no CUDA header.
 #pragma once
 
-#include "gpusel/detail/data/host_block_cache.hpp"
+#include "gpusel/detail/data/memory/host_block_cache.hpp"
 
 #include <unistd.h>
 
@@ -16,8 +16,8 @@
 #include "gpusel/detail/core/environment.hpp"
 #include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/core/process_state.hpp"
-#include "gpusel/detail/data/host_prefault.hpp"
-#include "gpusel/detail/data/streaming_copy.hpp"
+#include "gpusel/detail/data/memory/host_prefault.hpp"
+#include "gpusel/detail/data/memory/streaming_copy.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/memory_size.hpp"
 

@@ -13,14 +13,14 @@
 
 #include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/detail/core/error_context.hpp"
-#include "gpusel/detail/data/copy_engine.hpp"
-#include "gpusel/detail/data/memory.hpp"
+#include "gpusel/detail/data/engine/copy_engine.hpp"
+#include "gpusel/detail/data/memory/memory.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/stream.hpp"
 
 namespace gpusel::detail {
 
-class StreamUses;  // detail/data/stream_uses.hpp
+class StreamUses;  // detail/data/memory/stream_uses.hpp
 
 class UntypedBuffer {
  public:
@@ -29,17 +29,17 @@ class UntypedBuffer {
 
   // `bytes` in `place`, contents unspecified; zero bytes allocate nothing.
   // `what` names the owner for errors; `involved` is the GPU they will be
-  // copied from, if any (detail/data/memory.hpp's allocate_memory). Throws
+  // copied from, if any (detail/data/memory/memory.hpp's allocate_memory). Throws
   // OutOfMemory when the memory ran out.
   // `stream`: the stream device memory is ordered on (Note [When freed device
-  // memory is reused], detail/data/stream_uses.hpp).
+  // memory is reused], detail/data/memory/stream_uses.hpp).
   [[nodiscard]] static UntypedBuffer allocate(std::size_t bytes, const MemoryPlace& place, ErrorContext what,
                                               int involved = -1, cudaStream_t stream = cudaStreamLegacy) {
     return UntypedBuffer(allocate_memory(bytes, place, what, involved, stream), bytes, place);
   }
 
   // Frees the memory in its own place after its recorded stream uses
-  // (detail/data/memory.hpp's free_memory); never throws.
+  // (detail/data/memory/memory.hpp's free_memory); never throws.
   ~UntypedBuffer() { release(); }
 
   // Copying is deleted: two owners would free the memory twice.
@@ -79,7 +79,7 @@ class UntypedBuffer {
   [[nodiscard]] GPUSEL_API UntypedBuffer move_to(const MemoryPlace& target, ErrorContext what);
 
   // A new buffer in `target`, its copy queued on `stream` where no pageable
-  // memory is involved (detail/data/copy_engine.hpp's copy_async): then the caller
+  // memory is involved (detail/data/engine/copy_engine.hpp's copy_async): then the caller
   // keeps both alive and synchronizes the stream before using either. Device
   // memory in the result is allocated on `stream`, which is recorded for it.
   [[nodiscard]] GPUSEL_API UntypedBuffer copy_to(const MemoryPlace& target, const Stream& stream,
@@ -162,5 +162,5 @@ GPUSEL_API void copy_elements(UntypedBuffer& destination, const UntypedBuffer& s
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/data/untyped_buffer-inl.hpp"
+#include "gpusel/detail/data/buffer/untyped_buffer-inl.hpp"
 #endif

@@ -1,9 +1,9 @@
-// The definitions of gpusel/detail/data/memory.hpp's out-of-line functions (Note
+// The definitions of gpusel/detail/data/memory/memory.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
 #pragma once
 
-#include "gpusel/detail/data/memory.hpp"
+#include "gpusel/detail/data/memory/memory.hpp"
 
 #include <cstdlib>
 #include <string>
@@ -16,8 +16,8 @@
 #include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/cuda/cuda_status.hpp"
 #include "gpusel/detail/cuda/forked_child.hpp"
-#include "gpusel/detail/data/device_pool.hpp"
-#include "gpusel/detail/data/host_block_cache.hpp"
+#include "gpusel/detail/data/memory/device_pool.hpp"
+#include "gpusel/detail/data/memory/host_block_cache.hpp"
 #include "gpusel/guard.hpp"
 
 namespace gpusel::detail {
@@ -82,7 +82,7 @@ inline void* allocate_pageable(std::size_t bytes, ErrorContext what) {
 // to(cpu(), stream) from a GPU), or -1. Returns -1 when the runtime cannot say
 // which device is current (cudaMallocHost will then fail and say why). The copy
 // engine pins its staging chunks inside a guard on the copy's GPU
-// (detail/data/staged_copy.hpp): the device the copy involves.
+// (detail/data/engine/staged_copy.hpp): the device the copy involves.
 inline int pinning_device(int involved) noexcept {
   if (involved >= 0) return involved;
   int current = 0;
@@ -120,7 +120,7 @@ inline void* allocate_pinned_for(std::size_t bytes, int involved, ErrorContext w
 }
 
 // `bytes` on `device` from its memory pool (Note [Device memory from a pool],
-// detail/data/device_pool.hpp), ordered on `stream`.
+// detail/data/memory/device_pool.hpp), ordered on `stream`.
 inline void* allocate_device(std::size_t bytes, int device, ErrorContext what, cudaStream_t stream) {
   if (forked_after_cuda()) throw_forked_after_cuda(what().c_str());
   enter_cuda_work("gpusel::Buffer");

@@ -6,7 +6,7 @@
 #include <typeinfo>
 #include <utility>
 
-#include "gpusel/detail/data/untyped_buffer.hpp"
+#include "gpusel/detail/data/buffer/untyped_buffer.hpp"
 #include "gpusel/device.hpp"
 
 namespace gpusel {
@@ -27,7 +27,7 @@ class BufferEntry {
   virtual const std::type_info& element_type() const noexcept = 0;
   virtual const void* address() const noexcept = 0;  // of the Buffer object
   virtual void* buffer() noexcept = 0;               // the Buffer<T>*, for typed access
-  // The buffer's bytes, for Module::to to copy (detail/data/batched_copy.hpp).
+  // The buffer's bytes, for Module::to to copy (detail/data/buffer/batched_copy.hpp).
   virtual const UntypedBuffer& memory() const noexcept = 0;
   // Puts `copy` (a copy of the bytes, made elsewhere) in the buffer and frees
   // the old memory. Cannot fail.

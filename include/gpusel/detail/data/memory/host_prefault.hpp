@@ -95,5 +95,5 @@ GPUSEL_API void prefault_pages(void* begin, std::size_t bytes) noexcept;
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/data/host_prefault-inl.hpp"
+#include "gpusel/detail/data/memory/host_prefault-inl.hpp"
 #endif

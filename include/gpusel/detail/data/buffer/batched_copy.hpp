@@ -6,8 +6,8 @@
 #include <cstddef>
 
 #include "gpusel/detail/core/compile_once.hpp"
-#include "gpusel/detail/data/memory.hpp"
-#include "gpusel/detail/data/untyped_buffer.hpp"
+#include "gpusel/detail/data/buffer/untyped_buffer.hpp"
+#include "gpusel/detail/data/memory/memory.hpp"
 
 namespace gpusel::detail {
 
@@ -65,5 +65,5 @@ GPUSEL_API void move_buffers(BufferMove* moves, std::size_t count, MoveFailure& 
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/data/batched_copy-inl.hpp"
+#include "gpusel/detail/data/buffer/batched_copy-inl.hpp"
 #endif

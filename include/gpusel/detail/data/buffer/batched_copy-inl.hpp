@@ -1,9 +1,9 @@
-// The definitions of gpusel/detail/data/batched_copy.hpp's out-of-line functions (Note
+// The definitions of gpusel/detail/data/buffer/batched_copy.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
 #pragma once
 
-#include "gpusel/detail/data/batched_copy.hpp"
+#include "gpusel/detail/data/buffer/batched_copy.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -15,12 +15,12 @@
 #include "gpusel/copy_engine_options.hpp"
 #include "gpusel/detail/cuda/cuda_status.hpp"
 #include "gpusel/detail/cuda/forked_child.hpp"
-#include "gpusel/detail/data/copy_engine-inl.hpp"  // describe_copy
-#include "gpusel/detail/data/copy_engine.hpp"
-#include "gpusel/detail/data/engine_cache.hpp"
-#include "gpusel/detail/data/peer_access.hpp"
-#include "gpusel/detail/data/staged_copy.hpp"
-#include "gpusel/detail/data/staging_pool.hpp"
+#include "gpusel/detail/data/engine/copy_engine-inl.hpp"  // describe_copy
+#include "gpusel/detail/data/engine/copy_engine.hpp"
+#include "gpusel/detail/data/engine/engine_cache.hpp"
+#include "gpusel/detail/data/engine/peer_access.hpp"
+#include "gpusel/detail/data/engine/staged_copy.hpp"
+#include "gpusel/detail/data/engine/staging_pool.hpp"
 #include "gpusel/guard.hpp"
 
 namespace gpusel::detail {

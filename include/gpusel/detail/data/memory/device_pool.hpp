@@ -16,7 +16,7 @@
 
 namespace gpusel::detail {
 
-class StreamUses;  // detail/data/stream_uses.hpp
+class StreamUses;  // detail/data/memory/stream_uses.hpp
 
 // Note [Device memory from a pool]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -134,5 +134,5 @@ class DevicePools {
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/data/device_pool-inl.hpp"
+#include "gpusel/detail/data/memory/device_pool-inl.hpp"
 #endif
