@@ -8,6 +8,9 @@ first folder under detail/ (gpusel/detail/<layer>/, or a room of it,
 gpusel/detail/<layer>/<room>/), a public header's from its `// Layer: <layer>`
 line. Fails, naming the line to change, for
   - a header with no layer, or with a layer that does not exist;
+  - a detail header outside the rooms its layer has (ROOMS), or one that
+    includes a header of a room above its own: a layer's rooms are ordered
+    like the layers, and a room includes only itself and rooms below it;
   - an include of a header from a layer the including layer may not use;
   - an arrow back up: a detail header that includes a public header which
     itself leads, directly or not, back into that layer's detail folder (detail/ lies
@@ -35,10 +38,15 @@ MAY_INCLUDE = {
     "top": {"core", "machine", "cuda", "data", "top"},
 }
 CUDA_FREE_LAYERS = {"core", "machine"}
+# The rooms of a layer's detail folder (gpusel/detail/<layer>/<room>/), bottom
+# to top; a layer not named here keeps its detail headers in its folder itself.
+ROOMS = {
+    "data": ["memory", "engine", "buffer"],
+}
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 LAYER_LINE_RE = re.compile(r"^// Layer: ([a-z]+)\b")
-DETAIL_RE = re.compile(r"^gpusel/detail/([a-z]+)/(?:[a-z_]+/)?[^/]+\.hpp$")
+DETAIL_RE = re.compile(r"^gpusel/detail/([a-z]+)/(?:([a-z_]+)/)?[^/]+\.hpp$")
 CUDA_FREE_PROMISE_RE = re.compile(r"^//.*[Ii]ncludes? no CUDA header")
 CUDA_HEADER_RE = re.compile(r"^(cuda[^/]*\.h|cuda/.*|nv[^/]*\.h|cub/.*|thrust/.*)$")
 
@@ -50,8 +58,9 @@ class Header:
             self.lines = f.read().splitlines()
         detail = DETAIL_RE.match(name)
         self.is_detail = detail is not None or name.startswith("gpusel/detail/")
+        self.room = None
         if detail:
-            self.layer = detail.group(1)
+            self.layer, self.room = detail.group(1), detail.group(2)
         else:
             marks = [m.group(1) for m in map(LAYER_LINE_RE.match, self.lines) if m]
             self.layer = marks[0] if len(marks) == 1 else None
@@ -89,11 +98,34 @@ def reach(start, headers):
     return {folder_of(headers[name]) for name in seen if headers[name].is_detail}
 
 
+def room_problem(header):
+    """Why a detail header is outside the rooms of its layer, or None."""
+    rooms = ROOMS.get(header.layer)
+    if rooms is None and header.room is not None:
+        return f"include/{header.name}: the {header.layer} layer has no rooms; it goes in gpusel/detail/{header.layer}/"
+    if rooms is not None and header.room not in rooms:
+        return (f"include/{header.name}: the {header.layer} layer's detail headers live in its rooms, "
+                f"gpusel/detail/{header.layer}/<room>/, one of {', '.join(rooms)} (ROOMS in this test)")
+    return None
+
+
+def includes_a_room_above(header, target):
+    """Whether `header` includes `target` from a room above its own, in the same layer."""
+    rooms = ROOMS.get(header.layer)
+    if not (header.is_detail and target.is_detail and rooms and target.layer == header.layer):
+        return False
+    if header.room not in rooms or target.room not in rooms:
+        return False  # said by room_problem
+    return rooms.index(target.room) > rooms.index(header.room)
+
+
 def problems_of(header, headers):
     if header.layer not in MAY_INCLUDE:
         place = "its folder, gpusel/detail/<layer>/," if header.is_detail else "a `// Layer: <layer>` line"
         return [f"include/{header.name}: no layer; give it one with {place} one of {', '.join(MAY_INCLUDE)}"]
     problems = []
+    if header.is_detail and room_problem(header):
+        problems.append(room_problem(header))
     for number, line in enumerate(header.lines, 1):
         match = INCLUDE_RE.match(line)
         if not match:
@@ -105,6 +137,10 @@ def problems_of(header, headers):
                 problems.append(f"{where} includes {included}, which does not exist")
             elif target.layer not in MAY_INCLUDE[header.layer]:
                 problems.append(f"{where} includes {included} ({target.layer} layer), which {header.layer} may not use")
+            elif includes_a_room_above(header, target):
+                rooms = " < ".join(ROOMS[header.layer])
+                problems.append(f"{where} in room {header.room} includes {included}, of room {target.room} above it "
+                                f"({rooms}): a room includes only itself and the rooms below it")
             elif header.is_detail and not target.is_detail and folder_of(header) in reach(target, headers):
                 problems.append(f"{where} includes {included}, which leads back into {folder_of(header)}/: "
                                 f"detail/ lies beneath what it serves (forward-declare, or move what it needs "
