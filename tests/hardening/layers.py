@@ -18,7 +18,9 @@ line. Fails, naming the line to change, for
     as copy_engine_options.hpp for the engine, is a leaf it may read);
   - a CUDA header (<cuda*.h>, <cuda/...>, ...) included by a core or machine
     header, or by one that says "This header includes no CUDA header";
-  - <nvml.h> anywhere (NVML is declared by hand and loaded with dlopen).
+  - <nvml.h> anywhere (NVML is declared by hand and loaded with dlopen);
+  - a folder of gpusel/detail/ holding more than MAX_FILES_PER_FOLDER files
+    (-inl.hpp files counted): a folder that grows past it is split into rooms.
 Includes are checked where they are made, not transitively. --list prints each
 header with its layer and whether it is CUDA-free.
 """
@@ -38,6 +40,8 @@ MAY_INCLUDE = {
     "top": {"core", "machine", "cuda", "data", "top"},
 }
 CUDA_FREE_LAYERS = {"core", "machine"}
+# The most files one folder of gpusel/detail/ holds, -inl.hpp files counted.
+MAX_FILES_PER_FOLDER = 12
 # The rooms of a layer's detail folder (gpusel/detail/<layer>/<room>/), bottom
 # to top; a layer not named here keeps its detail headers in its folder itself.
 ROOMS = {
@@ -153,6 +157,17 @@ def problems_of(header, headers):
     return problems
 
 
+def crowded_folders(include_dir):
+    """A problem for each folder of gpusel/detail/ that holds more than MAX_FILES_PER_FOLDER files."""
+    problems = []
+    for directory, _, files in sorted(os.walk(os.path.join(include_dir, "gpusel", "detail"))):
+        if len(files) > MAX_FILES_PER_FOLDER:
+            folder = os.path.relpath(directory, os.path.dirname(include_dir))
+            problems.append(f"{folder}/: {len(files)} files, more than {MAX_FILES_PER_FOLDER}: give it rooms "
+                            f"that say what they hold (ROOMS in this test, docs/layers.md)")
+    return problems
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=ROOT)
@@ -164,6 +179,7 @@ def main():
             print(f"{header.name} {header.layer} {'cuda-free' if header.cuda_free else 'cuda'}")
         return 0
     problems = [problem for header in headers.values() for problem in problems_of(header, headers)]
+    problems += crowded_folders(os.path.join(args.root, "include"))
     for problem in problems:
         print(problem)
     print(f"{len(headers)} headers checked against docs/layers.md's rule: "
