@@ -15,7 +15,10 @@ line. Fails, naming the line to change, for
   - an arrow back up: a detail header that includes a public header which
     itself leads, directly or not, back into that layer's detail folder (detail/ lies
     beneath what it serves; a public header that leads nowhere into it, such
-    as copy_engine_options.hpp for the engine, is a leaf it may read);
+    as copy_engine_options.hpp for the engine, is a leaf it may read). The
+    rule is about declarations: definitions (-inl.hpp files) come after every
+    declaration they define, so an -inl.hpp may include any header of its
+    layer, and an include of an -inl.hpp leads nowhere;
   - a CUDA header (<cuda*.h>, <cuda/...>, ...) included by a core or machine
     header, or by one that says "This header includes no CUDA header";
   - <nvml.h> anywhere (NVML is declared by hand and loaded with dlopen);
@@ -62,6 +65,7 @@ class Header:
             self.lines = f.read().splitlines()
         detail = DETAIL_RE.match(name)
         self.is_detail = detail is not None or name.startswith("gpusel/detail/")
+        self.is_definitions = name.endswith("-inl.hpp")
         self.room = None
         if detail:
             self.layer, self.room = detail.group(1), detail.group(2)
@@ -92,11 +96,11 @@ def includes_of(header):
 
 
 def reach(start, headers):
-    """The layer folders of every detail header that `start` includes, directly or not."""
+    """The layer folders of every detail header that `start` includes, directly or not, through declarations."""
     seen, todo = set(), [start.name]
     while todo:
         for name in includes_of(headers[todo.pop()]):
-            if name in headers and name not in seen:
+            if name in headers and name not in seen and not headers[name].is_definitions:
                 seen.add(name)
                 todo.append(name)
     return {folder_of(headers[name]) for name in seen if headers[name].is_detail}
@@ -145,7 +149,8 @@ def problems_of(header, headers):
                 rooms = " < ".join(ROOMS[header.layer])
                 problems.append(f"{where} in room {header.room} includes {included}, of room {target.room} above it "
                                 f"({rooms}): a room includes only itself and the rooms below it")
-            elif header.is_detail and not target.is_detail and folder_of(header) in reach(target, headers):
+            elif (header.is_detail and not header.is_definitions and not target.is_detail
+                  and folder_of(header) in reach(target, headers)):
                 problems.append(f"{where} includes {included}, which leads back into {folder_of(header)}/: "
                                 f"detail/ lies beneath what it serves (forward-declare, or move what it needs "
                                 f"into {folder_of(header)}/)")
