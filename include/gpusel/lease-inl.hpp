@@ -8,7 +8,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <pwd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -18,7 +17,6 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <functional>
@@ -26,7 +24,7 @@
 #include <sstream>
 #include <thread>
 
-#include "gpusel/lease_directory-inl.hpp"  // errno_text, user_text
+#include "gpusel/detail/machine/system_text.hpp"
 
 namespace gpusel {
 

@@ -7,17 +7,16 @@
 #include "gpusel/lease_directory.hpp"
 
 #include <fcntl.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "gpusel/detail/core/environment.hpp"
+#include "gpusel/detail/machine/system_text.hpp"
 
 namespace gpusel {
 
@@ -34,8 +33,6 @@ GPUSEL_API std::string lease_directory() {
 GPUSEL_API void check_lease_directory() { (void)detail::open_lease_directory(lease_directory()); }
 
 namespace detail {
-
-inline std::string errno_text(int error) { return std::strerror(error); }
 
 GPUSEL_API const char* network_filesystem(std::uint32_t f_type) noexcept {
   switch (f_type) {
@@ -69,17 +66,6 @@ GPUSEL_API const char* network_filesystem(std::uint32_t f_type) noexcept {
     default:
       return nullptr;
   }
-}
-
-// "alice (uid 1001)", or "uid 1001" for a uid with no name.
-inline std::string user_text(uid_t uid) {
-  passwd entry{};
-  passwd* found = nullptr;
-  char buffer[1024];
-  std::string number = "uid " + std::to_string(uid);
-  if (getpwuid_r(uid, &entry, buffer, sizeof buffer, &found) == 0 && found != nullptr)
-    return std::string(found->pw_name) + " (" + number + ")";
-  return number;
 }
 
 // Whether files owned by `uid` may hold leases this process trusts: only root and

@@ -17,8 +17,8 @@
 #include <optional>
 #include <string_view>
 
+#include "gpusel/detail/machine/system_text.hpp"
 #include "gpusel/error.hpp"
-#include "gpusel/lease_directory-inl.hpp"  // errno_text, user_text
 
 namespace gpusel::detail {
 
