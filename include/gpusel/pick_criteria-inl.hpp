@@ -11,12 +11,12 @@
 #include <utility>
 
 #include "gpusel/detail/core/decimal.hpp"
+#include "gpusel/detail/core/environment.hpp"
 #include "gpusel/error.hpp"
 #include "gpusel/inventory.hpp"
 #include "gpusel/physical_order.hpp"
 #include "gpusel/text.hpp"
 #include "gpusel/visibility.hpp"
-#include "gpusel/visible_devices-inl.hpp"  // describe_value
 #include "gpusel/visible_devices.hpp"
 
 namespace gpusel {

@@ -13,10 +13,9 @@
 #include <unordered_map>
 
 #include "gpusel/detail/core/decimal.hpp"
+#include "gpusel/detail/core/environment.hpp"
 #include "gpusel/detail/machine/connected_sets.hpp"
-#include "gpusel/pick_criteria-inl.hpp"    // check_criteria, Excluded
-#include "gpusel/visibility-inl.hpp"       // variable_in_force
-#include "gpusel/visible_devices-inl.hpp"  // describe_value
+#include "gpusel/pick_criteria-inl.hpp"  // check_criteria, Excluded
 
 namespace gpusel {
 

@@ -13,7 +13,6 @@
 #include <utility>
 
 #include "gpusel/detail/core/environment.hpp"
-#include "gpusel/visible_devices-inl.hpp"  // describe_value
 
 namespace gpusel {
 
@@ -213,12 +212,6 @@ GPUSEL_API std::string explain(const DeviceMap& map) {
 GPUSEL_API std::string explain() { return explain(visible_devices()); }
 
 namespace detail {
-
-// "CUDA_VISIBLE_DEVICES=1 stays in force", "CUDA_VISIBLE_DEVICES stays unset": what a change made too late leaves.
-inline std::string variable_in_force(const char* name) {
-  if (!environment_variable(name)) return std::string(name) + " stays unset";
-  return describe_variable(name) + " stays in force";
-}
 
 // `value` (a list of GPU- or MIG- UUIDs, or of indices) checked and set. MIG- tokens name MIG
 // instances, which NVML's GPU list does not hold: they are checked for form only, and CUDA

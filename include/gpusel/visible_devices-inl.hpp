@@ -6,6 +6,8 @@
 
 #include "gpusel/visible_devices.hpp"
 
+#include "gpusel/detail/core/environment.hpp"
+
 namespace gpusel {
 
 namespace detail {
@@ -93,12 +95,6 @@ class UuidIndex {
 
   std::vector<Node> nodes_;  // nodes_[0] is the root
 };
-
-inline std::string describe_value(const char* name, const std::optional<std::string>& value) {
-  if (!value) return std::string(name) + " is unset";
-  if (value->empty()) return std::string(name) + "=\"\" (set but empty)";
-  return std::string(name) + "=" + *value;
-}
 
 inline std::string gpu_count_text(int count) {
   if (count == 0) return "no GPU";

@@ -26,11 +26,25 @@ inline std::optional<std::string> environment_variable(const char* name, Trust t
   return std::string(value);
 }
 
+// "CUDA_VISIBLE_DEVICES=0,2", "CUDA_VISIBLE_DEVICES=\"\" (set but empty)" or
+// "CUDA_VISIBLE_DEVICES is unset": `name` with `value`, for messages.
+inline std::string describe_value(const char* name, const std::optional<std::string>& value) {
+  if (!value) return std::string(name) + " is unset";
+  if (value->empty()) return std::string(name) + "=\"\" (set but empty)";
+  return std::string(name) + "=" + *value;
+}
+
 // "CUDA_VISIBLE_DEVICES=0,2" or "CUDA_VISIBLE_DEVICES is unset", for error messages.
 inline std::string describe_variable(const char* name) {
   const auto value = environment_variable(name);
   if (!value) return std::string(name) + " is unset";
   return std::string(name) + "=" + (value->empty() ? std::string("\"\" (set but empty)") : *value);
+}
+
+// "CUDA_VISIBLE_DEVICES=1 stays in force", "CUDA_VISIBLE_DEVICES stays unset": what a change made too late leaves.
+inline std::string variable_in_force(const char* name) {
+  if (!environment_variable(name)) return std::string(name) + " stays unset";
+  return describe_variable(name) + " stays in force";
 }
 
 }  // namespace gpusel::detail
