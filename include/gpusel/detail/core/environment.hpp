@@ -34,12 +34,8 @@ inline std::string describe_value(const char* name, const std::optional<std::str
   return std::string(name) + "=" + *value;
 }
 
-// "CUDA_VISIBLE_DEVICES=0,2" or "CUDA_VISIBLE_DEVICES is unset", for error messages.
-inline std::string describe_variable(const char* name) {
-  const auto value = environment_variable(name);
-  if (!value) return std::string(name) + " is unset";
-  return std::string(name) + "=" + (value->empty() ? std::string("\"\" (set but empty)") : *value);
-}
+// describe_value of the variable as the environment holds it, for error messages.
+inline std::string describe_variable(const char* name) { return describe_value(name, environment_variable(name)); }
 
 // "CUDA_VISIBLE_DEVICES=1 stays in force", "CUDA_VISIBLE_DEVICES stays unset": what a change made too late leaves.
 inline std::string variable_in_force(const char* name) {
