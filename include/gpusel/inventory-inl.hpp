@@ -17,39 +17,13 @@
 #include <utility>
 
 #include "gpusel/detail/core/environment.hpp"
+#include "gpusel/detail/core/pci_address.hpp"
 #include "gpusel/detail/machine/nvml.hpp"
 #include "gpusel/topology-inl.hpp"  // read_numa_node, read_cpu_affinity, read_link
 
 namespace gpusel {
 
 namespace detail {
-
-// A PCI address as numbers, ordered as PCI_BUS_ID orders GPUs: domain, bus, device, function.
-// cuda_physical_order (physical_order.hpp, whose definitions come with these) sorts by it.
-struct PciAddress {
-  unsigned domain = ~0u;  // all ones when the text does not parse
-  unsigned bus = ~0u;
-  unsigned device = ~0u;
-  unsigned function = ~0u;
-
-  friend bool operator==(const PciAddress& a, const PciAddress& b) noexcept {
-    return a.domain == b.domain && a.bus == b.bus && a.device == b.device && a.function == b.function;
-  }
-  friend bool operator<(const PciAddress& a, const PciAddress& b) noexcept {
-    if (a.domain != b.domain) return a.domain < b.domain;
-    if (a.bus != b.bus) return a.bus < b.bus;
-    if (a.device != b.device) return a.device < b.device;
-    return a.function < b.function;
-  }
-};
-
-inline PciAddress pci_address(std::string_view text) {
-  PciAddress address;
-  const std::string copy(text);
-  if (std::sscanf(copy.c_str(), "%x:%x:%x.%x", &address.domain, &address.bus, &address.device, &address.function) != 4)
-    return {};
-  return address;
-}
 
 // Who chose the NVML library: "InventoryOptions::nvml_library", "GPUSEL_NVML_LIBRARY", or nullptr for the default.
 inline const char* nvml_library_chooser(const InventoryOptions& options) {

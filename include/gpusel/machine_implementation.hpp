@@ -22,6 +22,7 @@
 #define GPUSEL_COMPILE_ONCE
 #endif
 
+#include "gpusel/detail/core/pci_address-inl.hpp"
 #include "gpusel/detail/core/visible_tokens-inl.hpp"
 #include "gpusel/detail/machine/connected_sets-inl.hpp"
 #include "gpusel/detail/machine/nvml-inl.hpp"

@@ -8,12 +8,11 @@
 
 #include <algorithm>
 
+#include "gpusel/detail/core/pci_address.hpp"
 #include "gpusel/error.hpp"
-#include "gpusel/inventory-inl.hpp"  // PciAddress, pci_address
 
 namespace gpusel {
 
-// detail::pci_address and PciAddress come with inventory.hpp's definitions.
 GPUSEL_API CudaPhysicalOrder cuda_physical_order(const Inventory& inventory,
                                                  std::optional<std::string_view> cuda_device_order) {
   const std::vector<Gpu>& gpus = inventory.gpus;
