@@ -19,7 +19,7 @@
 #include "gpusel/detail/core/environment.hpp"
 #include "gpusel/detail/core/pci_address.hpp"
 #include "gpusel/detail/machine/nvml.hpp"
-#include "gpusel/topology-inl.hpp"  // read_numa_node, read_cpu_affinity, read_link
+#include "gpusel/detail/machine/nvml_topology.hpp"
 
 namespace gpusel {
 

@@ -26,6 +26,7 @@
 #include "gpusel/detail/core/visible_tokens-inl.hpp"
 #include "gpusel/detail/machine/connected_sets-inl.hpp"
 #include "gpusel/detail/machine/nvml-inl.hpp"
+#include "gpusel/detail/machine/nvml_topology-inl.hpp"
 #include "gpusel/detail/machine/system_text-inl.hpp"
 #include "gpusel/detail/machine/wait_line-inl.hpp"
 #include "gpusel/inventory-inl.hpp"
