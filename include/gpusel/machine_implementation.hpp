@@ -25,6 +25,7 @@
 #include "gpusel/detail/core/pci_address-inl.hpp"
 #include "gpusel/detail/core/visible_tokens-inl.hpp"
 #include "gpusel/detail/machine/connected_sets-inl.hpp"
+#include "gpusel/detail/machine/criteria_checks-inl.hpp"
 #include "gpusel/detail/machine/nvml-inl.hpp"
 #include "gpusel/detail/machine/nvml_topology-inl.hpp"
 #include "gpusel/detail/machine/system_text-inl.hpp"

@@ -15,7 +15,7 @@
 #include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/detail/core/environment.hpp"
 #include "gpusel/detail/machine/connected_sets.hpp"
-#include "gpusel/pick_criteria-inl.hpp"  // check_criteria, Excluded
+#include "gpusel/detail/machine/criteria_checks.hpp"
 
 namespace gpusel {
 
