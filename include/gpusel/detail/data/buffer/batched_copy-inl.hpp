@@ -15,7 +15,6 @@
 #include "gpusel/copy_engine_options.hpp"
 #include "gpusel/detail/cuda/cuda_status.hpp"
 #include "gpusel/detail/cuda/forked_child.hpp"
-#include "gpusel/detail/data/engine/copy_engine-inl.hpp"  // describe_copy
 #include "gpusel/detail/data/engine/copy_engine.hpp"
 #include "gpusel/detail/data/engine/engine_cache.hpp"
 #include "gpusel/detail/data/engine/peer_access.hpp"

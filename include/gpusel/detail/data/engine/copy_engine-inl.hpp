@@ -27,8 +27,7 @@ namespace gpusel::detail {
 inline constexpr std::size_t kBytesPerHostCopyWorker = std::size_t{16} << 20;
 inline constexpr std::size_t kMaxHostCopyWorkers = 8;
 
-// "4096 bytes from cpu to cuda:1", for errors.
-inline std::string describe_copy(std::size_t bytes, const MemoryPlace& to, const MemoryPlace& from) {
+GPUSEL_API std::string describe_copy(std::size_t bytes, const MemoryPlace& to, const MemoryPlace& from) {
   const auto name = [](const MemoryPlace& place) {
     return place.kind == MemoryKind::pinned_host ? std::string("cpu (pinned)") : place.as_device().str();
   };

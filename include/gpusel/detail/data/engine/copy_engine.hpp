@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <string>
 
 #include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/detail/data/memory/memory.hpp"
@@ -30,6 +31,9 @@ GPUSEL_API void copy_async(void* destination, const MemoryPlace& to, const void*
 // done when it returns.
 GPUSEL_API void fill(void* destination, const MemoryPlace& to, std::size_t bytes, const void* pattern,
                      std::size_t pattern_bytes);
+
+// A copy in words, for errors: "4096 bytes from cpu to cuda:1".
+GPUSEL_API std::string describe_copy(std::size_t bytes, const MemoryPlace& to, const MemoryPlace& from);
 
 }  // namespace gpusel::detail
 
