@@ -23,7 +23,12 @@ line. Fails, naming the line to change, for
     header, or by one that says "This header includes no CUDA header";
   - <nvml.h> anywhere (NVML is declared by hand and loaded with dlopen);
   - a folder of gpusel/detail/ holding more than MAX_FILES_PER_FOLDER files
-    (-inl.hpp files counted): a folder that grows past it is split into rooms.
+    (-inl.hpp files counted): a folder that grows past it is split into rooms;
+  - definitions out of place (Note [Compile-once mode]): an -inl.hpp that
+    includes another -inl.hpp (a helper two definitions files share is
+    declared in a header), an -inl.hpp included by anything but its own
+    header and the implementation lists, and an -inl.hpp listed in no
+    implementation list, in both, or in the one of other layers.
 Includes are checked where they are made, not transitively. --list prints each
 header with its layer and whether it is CUDA-free.
 """
@@ -45,6 +50,12 @@ MAY_INCLUDE = {
 CUDA_FREE_LAYERS = {"core", "machine"}
 # The most files one folder of gpusel/detail/ holds, -inl.hpp files counted.
 MAX_FILES_PER_FOLDER = 12
+# The implementation lists (Note [Compile-once mode]): each holds the definitions
+# files of its layers.
+IMPLEMENTATION_LISTS = {
+    "gpusel/machine_implementation.hpp": {"core", "machine"},
+    "gpusel/runtime_implementation.hpp": {"cuda", "data", "top"},
+}
 # The rooms of a layer's detail folder (gpusel/detail/<layer>/<room>/), bottom
 # to top; a layer not named here keeps its detail headers in its folder itself.
 ROOMS = {
@@ -173,6 +184,40 @@ def crowded_folders(include_dir):
     return problems
 
 
+def own_header(definitions):
+    """The header x.hpp whose definitions x-inl.hpp holds."""
+    return definitions[: -len("-inl.hpp")] + ".hpp"
+
+
+def definitions_problems(headers):
+    """Where a definitions file (-inl.hpp) is included, or listed, out of its place."""
+    problems = []
+    listed = {name: [] for name in headers if headers[name].is_definitions}
+    for header in headers.values():
+        for number, line in enumerate(header.lines, 1):
+            match = INCLUDE_RE.match(line)
+            if not match or match.group(2) not in listed:
+                continue
+            included, where = match.group(2), header.where(number)
+            if header.name in IMPLEMENTATION_LISTS:
+                listed[included].append(header.name)
+            elif header.is_definitions:
+                problems.append(f"{where} includes {included}: definitions include headers, never other "
+                                f"definitions; declare the helper it needs in a header (detail/<layer>/, "
+                                f"Note [Compile-once mode]) and include that")
+            elif header.name != own_header(included):
+                problems.append(f"{where} includes {included}: definitions are included only by their own header "
+                                f"({own_header(included)}) and by the implementation lists")
+    for name, lists in listed.items():
+        layer = headers[name].layer
+        right = [list_name for list_name, layers in IMPLEMENTATION_LISTS.items() if layer in layers]
+        if len(lists) != 1 or lists[0] not in right:
+            where = f"listed in {' and '.join(lists)}" if lists else "listed in no implementation list"
+            problems.append(f"include/{name}: {where}; a definitions file of the {layer} layer is listed once, in "
+                            f"{' or '.join(right) or 'the list of its layer'}")
+    return problems
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=ROOT)
@@ -185,6 +230,7 @@ def main():
         return 0
     problems = [problem for header in headers.values() for problem in problems_of(header, headers)]
     problems += crowded_folders(os.path.join(args.root, "include"))
+    problems += definitions_problems(headers)
     for problem in problems:
         print(problem)
     print(f"{len(headers)} headers checked against docs/layers.md's rule: "
