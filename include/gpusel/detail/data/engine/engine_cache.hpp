@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <new>
 #include <thread>
+#include <vector>
 
 #include "gpusel/copy_engine_options.hpp"
 #include "gpusel/detail/core/fork_state.hpp"
@@ -63,18 +64,11 @@ class EngineCache {
 
   // Worker `index`'s objects on `device` (made by the caller, as needed),
   // only while holding the cache, and only from the thread doing part `index`.
-  // (A plain array, not a std::vector: instantiating one in every file that
-  // includes buffer.hpp cost compile time.)
   PipelineResources& resources(std::size_t index, int device) {
+    std::vector<PipelineResources>& made = by_device_[index];
     const auto wanted = static_cast<std::size_t>(device) + 1;
-    if (devices_[index] < wanted) {
-      auto* grown = new PipelineResources[wanted]();
-      for (std::size_t d = 0; d < devices_[index]; ++d) grown[d] = by_device_[index][d];
-      delete[] by_device_[index];
-      by_device_[index] = grown;
-      devices_[index] = wanted;
-    }
-    return by_device_[index][device];
+    if (made.size() < wanted) made.resize(wanted);
+    return made[static_cast<std::size_t>(device)];
   }
 
   // Joins the threads and destroys the streams and events, waiting for a copy
@@ -106,30 +100,25 @@ class EngineCache {
 
   void release_held() noexcept {
     workers_.stop();
-    for (std::size_t index = 0; index < kMaxCopyWorkers; ++index) {
-      for (std::size_t d = 0; d < devices_[index]; ++d) by_device_[index][d].destroy();
-      delete[] by_device_[index];
-      by_device_[index] = nullptr;
-      devices_[index] = 0;
+    for (std::vector<PipelineResources>& made : by_device_) {
+      for (PipelineResources& resources : made) resources.destroy();
+      made = std::vector<PipelineResources>();  // frees the storage, as clear() need not
     }
   }
 
-  // In a forked child: plain stores only. The arrays are leaked, not freed
-  // (a parent's thread may have been growing one at the fork).
+  // In a forked child: plain stores only. The vectors' storage is leaked, not
+  // freed (a parent's thread may have been growing one at the fork): each is
+  // made anew, empty, over the old one, which is never destroyed.
   void forget() noexcept {
     workers_.forget();
-    for (std::size_t index = 0; index < kMaxCopyWorkers; ++index) {
-      by_device_[index] = nullptr;
-      devices_[index] = 0;
-    }
+    for (std::vector<PipelineResources>& made : by_device_) new (&made) std::vector<PipelineResources>();
     busy_.store(false, std::memory_order_relaxed);
   }
 
   std::atomic<bool> busy_{false};
   PartWorkers workers_;
-  // Worker i's objects on devices [0, devices_[i]).
-  PipelineResources* by_device_[kMaxCopyWorkers] = {};
-  std::size_t devices_[kMaxCopyWorkers] = {};
+  // Worker i's objects on devices [0, by_device_[i].size()).
+  std::vector<PipelineResources> by_device_[kMaxCopyWorkers];
 };
 
 // Holds the engine cache for one copy, if it is free.
