@@ -122,7 +122,6 @@ GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const Dev
   for (int physical = 0; physical < map.order.count(); ++physical) {
     const Gpu& gpu = map.order.gpu(map.inventory, physical);
     Candidate candidate{gpu, physical, {}, std::nullopt, {}};
-    // Every reason as a std::string: one push_back to compile, not an emplace_back per literal's length.
     const auto reject = [&candidate](std::string why) { candidate.rejected_because.push_back(std::move(why)); };
     if (order_invalid)
       reject(detail::describe_value("CUDA_DEVICE_ORDER", device_order) +
