@@ -72,16 +72,17 @@ std::thread start_copy_thread(Main&& main) {
 
 // Note [Worker threads kept between copies]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Starting a thread costs about 7 us on a 2-core host, and a 10 ms copy on 12
-// threads started 11. PartWorkers keeps the threads: thread i does part i of
-// every job, so what a part keeps per thread (a stream, its events: the engine
-// cache, detail/data/engine/engine_cache.hpp) is used by one thread at a time. One job
+// Starting threads for every copy is overhead a short copy feels: a copy on 12
+// threads would start 11 (the figure: docs/benchmarks.md). PartWorkers keeps
+// the threads: thread i does part i of every job, so what a part keeps per
+// thread (a stream, its events: the engine cache,
+// detail/data/engine/engine_cache.hpp) is used by one thread at a time. One job
 // runs at a time; its owner (the engine cache's lease) makes sure of that, and
-// a copy that finds the workers busy starts threads of its own, as before.
-// The threads wait on a condition variable between jobs, and are joined by
-// stop() (release_cached_resources(), process exit). In a child made by
-// fork() they do not exist: forget() drops them without a join and makes the
-// locks anew (Note [Caches across fork()], detail/core/fork_state.hpp).
+// a copy that finds the workers busy starts threads of its own, as before. The
+// threads wait on a condition variable between jobs, and are joined by stop()
+// (release_cached_resources(), process exit). In a child made by fork() they do
+// not exist: forget() drops them without a join and makes the locks anew (Note
+// [Caches across fork()], detail/core/fork_state.hpp).
 class PartWorkers {
  public:
   PartWorkers() = default;
