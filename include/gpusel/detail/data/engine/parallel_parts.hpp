@@ -78,7 +78,7 @@ std::thread start_copy_thread(Main&& main) {
 // thread (a stream, its events: the engine cache,
 // detail/data/engine/engine_cache.hpp) is used by one thread at a time. One job
 // runs at a time; its owner (the engine cache's lease) makes sure of that, and
-// a copy that finds the workers busy starts threads of its own, as before. The
+// a copy that finds the workers busy starts threads for itself alone. The
 // threads wait on a condition variable between jobs, and are joined by stop()
 // (release_cached_resources(), process exit). In a child made by fork() they do
 // not exist: forget() drops them without a join and makes the locks anew (Note

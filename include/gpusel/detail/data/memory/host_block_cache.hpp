@@ -46,7 +46,7 @@ namespace gpusel::detail {
 // fresh block is prefaulted when the process decided so (Note [Prefaulting
 // fresh host memory]); a reused one, or one gpusel has drained into before,
 // takes streaming stores; memory gpusel did not allocate (a user's pointer)
-// is copied into with memcpy, as before. A block the user filled by hand
+// is copied into with plain memcpy. A block the user filled by hand
 // still counts as fresh: the prefault then only walks pages that are there.
 //
 // release_cached_resources() frees the cached blocks. When an allocation of a
