@@ -90,13 +90,8 @@ class EngineCache {
   EngineCache& operator=(const EngineCache&) = delete;
 
  private:
-  // Asking the runtime something first makes sure whatever runtime state it
-  // keeps in static storage exists before the cache and so outlives it.
   friend class ForgettingRuntimeObject;
-  EngineCache() {
-    int version = 0;
-    (void)cudaRuntimeGetVersion(&version);
-  }
+  EngineCache() = default;
 
   void release_held() noexcept {
     workers_.stop();

@@ -133,13 +133,8 @@ class StagingPool {
   StagingPool& operator=(const StagingPool&) = delete;
 
  private:
-  // Asking the runtime something first makes sure whatever runtime state it
-  // keeps in static storage exists before the pool and so outlives it.
   friend class ForgettingRuntimeObject;
-  StagingPool() {
-    int version = 0;
-    (void)cudaRuntimeGetVersion(&version);
-  }
+  StagingPool() = default;
 
   // In a forked child (Note [Caches across fork()]): plain stores only.
   void forget() noexcept {
