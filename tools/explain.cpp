@@ -18,7 +18,7 @@ void print_explain_json(const gpusel::DeviceMap& map) {
   optional_value(json, "cuda_visible_devices", map.visible.variable());
   json.key("cuda_visible_devices_hex");  // the exact bytes, where the text above had to replace some
   if (map.visible.variable())
-    json.value(gpusel::hex_bytes(*map.visible.variable()));
+    json.value(hex_bytes(*map.visible.variable()));
   else
     json.null();
   optional_value(json, "cuda_device_order", map.visible.device_order());
@@ -38,7 +38,7 @@ void print_explain_json(const gpusel::DeviceMap& map) {
   for (const gpusel::VisibleToken& token : map.visible.tokens()) {
     json.begin_object();
     json.key("text").value(token.text);
-    json.key("text_hex").value(gpusel::hex_bytes(token.text));
+    json.key("text_hex").value(hex_bytes(token.text));
     json.key("kept").value(token.kept());
     json.key("why").value(map.known() ? token.why(map.visible.physical_count()) : std::string("not checked"));
     json.end_object();

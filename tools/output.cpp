@@ -120,7 +120,7 @@ void process_array(JsonWriter& json, const std::optional<std::vector<gpusel::Gpu
     json.key("pid").value(process.pid);
     json.key("user").value(process.user);
     json.key("command").value(process.command);
-    json.key("command_hex").value(gpusel::hex_bytes(process.command));  // exact: the kernel may cut UTF-8
+    json.key("command_hex").value(hex_bytes(process.command));  // exact: the kernel may cut UTF-8
     optional_value(json, "used_memory_bytes", process.used_memory_bytes);
     json.end_object();
   }
