@@ -21,11 +21,12 @@ std::string escape_lines(std::string_view text) {
   }
 }
 
-std::string error_text(const gpusel::Error& error) {
-  std::string_view text = error.what();
+std::string error_text(const gpusel::Error& error) { return error_text(std::string_view(error.what())); }
+
+std::string error_text(std::string_view message) {
   constexpr std::string_view kPrefix = "gpusel: ";
-  if (text.substr(0, kPrefix.size()) == kPrefix) text.remove_prefix(kPrefix.size());
-  return std::string(text);
+  if (message.substr(0, kPrefix.size()) == kPrefix) message.remove_prefix(kPrefix.size());
+  return std::string(message);
 }
 
 const char* link_name(gpusel::GpuLink link) {

@@ -26,6 +26,7 @@ namespace gpusel_tool {
 std::string escape_lines(std::string_view text);
 
 std::string error_text(const gpusel::Error& error);
+std::string error_text(std::string_view message);
 
 template <class Value>
 void optional_value(JsonWriter& json, const char* key, const std::optional<Value>& value) {

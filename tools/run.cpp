@@ -2,7 +2,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <gpusel/detail/machine/wait_line.hpp>
 #include <gpusel/lease.hpp>
 #include <gpusel/physical_order.hpp>
 #include <gpusel/select.hpp>
@@ -66,19 +65,69 @@ Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
   return attempt;
 }
 
-}  // namespace
+// Says, once, that run waits, for what and why: the failure's first line, less what
+// `what` says already and the colon that led to its list.
+void say_waiting(const Arguments& arguments, const std::string& failure) {
+  const std::string what = arguments.local_rank ? std::string("this rank's GPU to be free of other leases")
+                                                : gpusel::describe(arguments.criteria);
+  std::string first_line = failure.substr(0, failure.find('\n'));
+  for (const std::string& said : {std::string("gpusel::pick: "), " (" + what + ")"})
+    if (const auto at = first_line.find(said); at != std::string::npos) first_line.erase(at, said.size());
+  if (!first_line.empty() && first_line.back() == ':') first_line.pop_back();
+  std::cerr << "gpusel: waiting for " << what
+            << (arguments.wait_at_most ? " (at most " + std::to_string(arguments.wait_at_most->count() / 1000) + "s)"
+                                       : std::string(" (no time limit)"))
+            << ": " << gpusel::escape_for_terminal(first_line) << "\n";
+}
 
-int run_run(const Arguments& arguments) {
+// What ends run while the library waits for it: the exit status, said already.
+struct Ended {
+  int status;
+};
+
+// run --wait of picked GPUs, leased: gpusel::lease_free_gpus with a wait, in line with the
+// other waiting jobs (Note [Waiting in line]). `map` is the machine as last read. Returns
+// the exit status when run ends here, nullopt once `attempt` holds the GPUs.
+std::optional<int> lease_in_line(const Arguments& arguments, gpusel::DeviceMap& map, Attempt& attempt) {
+  gpusel::WaitForGpus wait;
+  wait.at_most = arguments.wait_at_most;
+  wait.on_wait = [&arguments](const std::string& why) { say_waiting(arguments, error_text(why)); };
+  wait.read_devices = [&arguments, &map] {
+    std::optional<gpusel::DeviceMap> read =
+        read_devices(usage(arguments.criteria.placement == gpusel::PickPlacement::connected), arguments.nvml_timeout);
+    if (!read) throw Ended{report_nvml_hung(arguments, kExitRunFailed)};
+    if (!read->known()) {
+      (void)report_no_gpus(*read, false);
+      throw Ended{kExitRunFailed};
+    }
+    map = std::move(*read);
+    return map;
+  };
+  try {
+    gpusel::LeasedGpus leased = gpusel::lease_free_gpus(arguments.criteria, wait);
+    attempt.chosen = std::move(leased.gpus);
+    attempt.lease = std::move(leased.lease);
+    return std::nullopt;
+  } catch (const Ended& ended) {
+    return ended.status;
+  } catch (const gpusel::WaitTimedOut& error) {
+    std::cerr << "gpusel: " << escape_lines(error_text(error)) << "\ngpusel: gave up waiting\n";
+  } catch (const gpusel::Error& error) {  // no wait can fix it
+    std::cerr << "gpusel: " << escape_lines(error_text(error)) << "\ngpusel: not waiting: no wait can fix this\n";
+  }
+  return kExitRunFailed;
+}
+
+// The GPUs for run, tried once or, with --wait, until they fit (not in line: --no-lease or
+// --local-rank). `map` is the machine as last read. Returns the exit status when run ends
+// here, nullopt once `attempt` holds the GPUs.
+std::optional<int> attempt_until_chosen(const Arguments& arguments, gpusel::DeviceMap& map, Attempt& attempt) {
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
   bool said_waiting = false, said_rank = false;
-  Attempt attempt;
-  gpusel::DeviceMap map;
-  std::optional<gpusel::detail::WaitLine> line;    // waiting jobs are served in arrival order (Note [Waiting in line])
   if (arguments.lease || !arguments.local_rank) {  // a lease directory no wait can fix: say so now
     try {
       gpusel::check_lease_directory();
-      if (arguments.wait && arguments.lease && !arguments.local_rank) line.emplace();
     } catch (const gpusel::Error& error) {
       std::cerr << escape_lines(error.what()) << "\n";
       if (arguments.wait) std::cerr << "gpusel: not waiting: no wait can fix this\n";
@@ -95,19 +144,13 @@ int run_run(const Arguments& arguments) {
       return kExitRunFailed;
     }
     try {
-      const std::string ahead = line ? line->ahead() : std::string();
-      if (!ahead.empty()) {
-        attempt = Attempt{};
-        attempt.failure = "another job waits for GPUs first (" + ahead + "): waiting jobs are served in arrival order";
-      } else {
-        attempt = arguments.local_rank ? attempt_local_rank(arguments, map, said_rank) : attempt_pick(arguments, map);
-      }
+      attempt = arguments.local_rank ? attempt_local_rank(arguments, map, said_rank) : attempt_pick(arguments, map);
     } catch (const gpusel::Error& error) {  // no wait can fix it
       std::cerr << "gpusel: " << escape_lines(error_text(error)) << "\n";
       if (arguments.wait) std::cerr << "gpusel: not waiting: no wait can fix this\n";
       return kExitRunFailed;
     }
-    if (attempt.failure.empty()) break;
+    if (attempt.failure.empty()) return std::nullopt;
     const bool time_left =
         arguments.wait && (!arguments.wait_at_most || Clock::now() - started < *arguments.wait_at_most);
     if (!time_left) {
@@ -115,30 +158,14 @@ int run_run(const Arguments& arguments) {
       if (arguments.wait) std::cerr << "gpusel: gave up waiting\n";
       return kExitRunFailed;
     }
-    try {
-      if (line) line->join();
-    } catch (const gpusel::Error& error) {
-      std::cerr << escape_lines(error.what()) << "\n";
-      return kExitRunFailed;
-    }
-    if (!said_waiting) {
-      const std::string what = arguments.local_rank ? std::string("this rank's GPU to be free of other leases")
-                                                    : gpusel::describe(arguments.criteria);
-      // The failure's first line, less what `what` says already and the colon that led to its list.
-      std::string first_line = attempt.failure.substr(0, attempt.failure.find('\n'));
-      for (const std::string& said : {std::string("gpusel::pick: "), " (" + what + ")"})
-        if (const auto at = first_line.find(said); at != std::string::npos) first_line.erase(at, said.size());
-      if (!first_line.empty() && first_line.back() == ':') first_line.pop_back();
-      std::cerr << "gpusel: waiting for " << what
-                << (arguments.wait_at_most
-                        ? " (at most " + std::to_string(arguments.wait_at_most->count() / 1000) + "s)"
-                        : std::string(" (no time limit)"))
-                << ": " << gpusel::escape_for_terminal(first_line) << "\n";
-      said_waiting = true;
-    }
+    if (!said_waiting) say_waiting(arguments, attempt.failure);
+    said_waiting = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
-  line.reset();  // leased: the next in line may go
+}
+
+// Gives the command the GPUs chosen (CUDA_VISIBLE_DEVICES), says so, and runs it.
+int run_on(const Arguments& arguments, const gpusel::DeviceMap& map, const Attempt& attempt) {
   std::string value;
   for (const gpusel::Candidate& candidate : attempt.chosen)
     value += (value.empty() ? "" : ",") + (arguments.print_uuids || candidate.mig_instance
@@ -157,6 +184,19 @@ int run_run(const Arguments& arguments) {
     return kExitRunFailed;
   }
   return start_and_wait(arguments.command_line, attempt.lease);  // held until the whole job has ended
+}
+
+}  // namespace
+
+int run_run(const Arguments& arguments) {
+  gpusel::DeviceMap map;
+  Attempt attempt;
+  // Only jobs that wait for a lease keep to the line: a job that does not wait takes what is free.
+  const bool in_line = arguments.wait && arguments.lease && !arguments.local_rank;
+  if (const std::optional<int> ended =
+          in_line ? lease_in_line(arguments, map, attempt) : attempt_until_chosen(arguments, map, attempt))
+    return *ended;
+  return run_on(arguments, map, attempt);
 }
 
 }  // namespace gpusel_tool
