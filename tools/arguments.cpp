@@ -207,6 +207,41 @@ void settle_counts(Arguments& arguments) {
                      std::to_string(criteria.at_least));
 }
 
+// The value of `option`, spelled `name`, in words[at]: attached after `equals` (its
+// place in the word; npos when none), or the next word (`at` then moves on to it).
+std::string option_value(const Option& option, const std::string& name, const std::vector<std::string>& words,
+                         std::size_t equals, std::size_t& at) {
+  const std::string& word = words[at];
+  std::string value;
+  if (option.takes == Takes::nothing) {
+    if (equals != std::string::npos)
+      throw UsageError(name + " takes no value, got \"" + word + "\" (give " + name + " alone to turn it on)");
+  } else if (option.takes == Takes::optional_value) {
+    if (equals != std::string::npos) {
+      value = word.substr(equals + 1);
+      if (value.empty()) throw UsageError(name + "= expects a value (or give " + name + " alone)");
+    }
+  } else if (equals != std::string::npos) {
+    value = word.substr(equals + 1);
+  } else if (at + 1 < words.size()) {
+    value = words[++at];
+  } else {
+    throw UsageError(name + " expects a value");
+  }
+  return value;
+}
+
+// run's own rules: a command to run, no pick option with --local-rank, UUIDs unless asked.
+void settle_run(Arguments& arguments) {
+  if (arguments.command_line.empty())
+    throw UsageError("run expects a command to run: gpusel run [options] -- COMMAND [ARGS...]");
+  if (arguments.local_rank && !arguments.pick_options.empty())
+    throw UsageError("--local-rank takes the rank's own GPU, so " + arguments.pick_options.front() +
+                     " cannot apply (only --format, --share-own, --allow-other-users, --wait and --no-lease go "
+                     "with it)");
+  if (!arguments.format_given) arguments.print_uuids = true;  // run gives UUIDs unless asked
+}
+
 }  // namespace
 
 Arguments parse_arguments(const std::vector<std::string>& words) {
@@ -233,23 +268,7 @@ Arguments parse_arguments(const std::vector<std::string>& words) {
     if (option == nullptr)
       throw UsageError("unknown option \"" + name + "\"" +
                        (arguments.command == nullptr ? " (give a command first: list, explain, pick)" : ""));
-    std::string value;
-    if (option->takes == Takes::nothing) {
-      if (equals != std::string::npos)
-        throw UsageError(name + " takes no value, got \"" + word + "\" (give " + name + " alone to turn it on)");
-    } else if (option->takes == Takes::optional_value) {
-      if (equals != std::string::npos) {
-        value = word.substr(equals + 1);
-        if (value.empty()) throw UsageError(name + "= expects a value (or give " + name + " alone)");
-      }
-    } else if (equals != std::string::npos) {
-      value = word.substr(equals + 1);
-    } else if (i + 1 < words.size()) {
-      value = words[++i];
-    } else {
-      throw UsageError(name + " expects a value");
-    }
-    option->apply(arguments, name, value);
+    option->apply(arguments, name, option_value(*option, name, words, equals, i));
     given.emplace_back(option, name);
     // What a rank may still say of its one GPU: how to name it, and whose processes may share it.
     if ((option->commands & kPick) != 0 && option->name != "--format" && option->name != "--help" &&
@@ -264,15 +283,7 @@ Arguments parse_arguments(const std::vector<std::string>& words) {
       throw UsageError(spelled + " is an option of " + command_names(option->commands) + " only, not of " +
                        std::string(arguments.command->name));
   settle_counts(arguments);
-  if (arguments.command->bit == kRun) {
-    if (arguments.command_line.empty())
-      throw UsageError("run expects a command to run: gpusel run [options] -- COMMAND [ARGS...]");
-    if (arguments.local_rank && !arguments.pick_options.empty())
-      throw UsageError("--local-rank takes the rank's own GPU, so " + arguments.pick_options.front() +
-                       " cannot apply (only --format, --share-own, --allow-other-users, --wait and --no-lease go "
-                       "with it)");
-    if (!arguments.format_given) arguments.print_uuids = true;  // run gives UUIDs unless asked
-  }
+  if (arguments.command->bit == kRun) settle_run(arguments);
   return arguments;
 }
 
