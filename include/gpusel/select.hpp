@@ -182,6 +182,7 @@ struct WaitForGpus {
   // Reads the machine for each look; empty: visible_devices through NVML, as
   // lease_free_gpus(criteria) reads it.
   std::function<DeviceMap()> read_devices;
+  // What on_wait or read_devices throws ends the wait there, holding nothing.
 };
 
 // The wait of lease_free_gpus(criteria, wait) ended (WaitForGpus::at_most) before
