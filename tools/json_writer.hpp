@@ -17,7 +17,7 @@ namespace gpusel_tool {
 // `text` as a JSON string literal, quotes included, always valid UTF-8 JSON:
 // control characters (C0, DEL and C1) are escaped as \u00XX, and each byte that
 // is not part of valid UTF-8 becomes U+FFFD (JSON carries text, not bytes: see
-// Note [Hostile text] in gpusel/text.hpp, and hex_bytes for the exact bytes).
+// Note [Hostile text] in gpusel/text.hpp, and hex_bytes below for the exact bytes).
 inline std::string json_string(std::string_view text) {
   std::string quoted = "\"";
   for (std::size_t at = 0; at < text.size();) {
@@ -56,6 +56,21 @@ inline std::string json_string(std::string_view text) {
     at += length;
   }
   return quoted + "\"";
+}
+
+// The bytes of `text` as lowercase hex, two digits each: "ff41" for "\xff" "A"; the
+// exact bytes beside a text that JSON carries as valid UTF-8 (process names,
+// CUDA_VISIBLE_DEVICES).
+inline std::string hex_bytes(std::string_view text) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string result;
+  result.reserve(2 * text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    result += digits[byte >> 4];
+    result += digits[byte & 0xf];
+  }
+  return result;
 }
 
 class JsonWriter {

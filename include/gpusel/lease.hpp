@@ -52,7 +52,7 @@ namespace gpusel {
 // past the umask; others need only read it to look); every descriptor is
 // O_CLOEXEC, so a command the process starts inherits none by accident. `gpusel
 // run` hands its command copies on purpose (file_descriptors(); Note [The job
-// holds the lease] in tools/gpusel.cpp): a flock lock belongs to the open file
+// holds the lease] in tools/job.cpp): a flock lock belongs to the open file
 // description, so the lease then lasts until the last process of the job ends.
 // A lease is flock(LOCK_NB) on the caller's own file; a GPU whose files cannot
 // be used (not a regular file, another user's under the caller's name,

@@ -69,16 +69,4 @@ GPUSEL_API std::string escape_for_terminal(std::string_view text) {
   return result;
 }
 
-GPUSEL_API std::string hex_bytes(std::string_view text) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string result;
-  result.reserve(2 * text.size());
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    result += digits[byte >> 4];
-    result += digits[byte & 0xf];
-  }
-  return result;
-}
-
 }  // namespace gpusel

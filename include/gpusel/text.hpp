@@ -4,7 +4,6 @@
 // made valid UTF-8 (utf8_sequence says what is valid). See Note [Hostile text].
 //
 //   gpusel::escape_for_terminal("\x1b]0;owned\x07")   "\x1b]0;owned\x07" as text, harmless to print
-//   gpusel::hex_bytes("\xff" "A")                     "ff41"
 // Layer: core (docs/layers.md).
 #pragma once
 
@@ -29,7 +28,7 @@ namespace gpusel {
 // JSON's *_hex fields tell them apart. JSON carries Unicode text, not bytes, so
 // the JSON writer makes each byte that is not valid UTF-8 U+FFFD; where the
 // exact bytes matter (process names, CUDA_VISIBLE_DEVICES) the command adds
-// them beside the text as hex (hex_bytes).
+// them beside the text as hex.
 
 // The length of the valid UTF-8 sequence that starts at text[at] (1 to 4), or 0
 // when the byte there starts none (a stray continuation byte, an overlong or
@@ -39,9 +38,6 @@ GPUSEL_API std::size_t utf8_sequence(std::string_view text, std::size_t at, std:
 // `text` safe to print on a terminal (Note [Hostile text]): control characters,
 // and bytes that are not valid UTF-8 as \xNN; the rest unchanged.
 GPUSEL_API std::string escape_for_terminal(std::string_view text);
-
-// The bytes of `text` as lowercase hex, two digits each: "ff41" for "\xff" "A".
-GPUSEL_API std::string hex_bytes(std::string_view text);
 
 namespace detail {
 

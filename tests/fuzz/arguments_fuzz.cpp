@@ -1,6 +1,6 @@
-// libFuzzer target over the gpusel command's argument parser (tools/gpusel.cpp,
-// included whole without its main: parse_arguments throws UsageError and never
-// exits). Besides "no crash, no sanitizer report" it checks what must hold for
+// libFuzzer target over the gpusel command's argument parser (tools/arguments.cpp,
+// built with the command's other parts but its main.cpp: parse_arguments throws
+// UsageError and never exits). Besides "no crash, no sanitizer report" it checks what must hold for
 // every command line:
 //  - parsing either throws UsageError (a usage error, exit status 2) or gives a
 //    command; no other exception escapes;
@@ -10,14 +10,24 @@
 //    holds no control character, and as a JSON string it is valid UTF-8.
 //
 // Input: the command line's words, separated by NUL bytes.
-#define GPUSEL_COMMAND_NO_MAIN 1
-#include "../../tools/gpusel.cpp"
+#include <gpusel/pick_criteria.hpp>
+#include <gpusel/text.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "arguments.hpp"
+#include "json_writer.hpp"
 
 namespace {
+
+using gpusel_tool::Arguments;
+using gpusel_tool::UsageError;
 
 void check(bool condition) {
   if (!condition) std::abort();
@@ -51,9 +61,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     start = end + 1;
   }
   try {
-    const Arguments arguments = parse_arguments(words);
+    const Arguments arguments = gpusel_tool::parse_arguments(words);
     check(arguments.command != nullptr);
-    if (!arguments.done && arguments.command->bit == kPick) {
+    if (!arguments.done && arguments.command->bit == gpusel_tool::kPick) {
       const gpusel::PickCriteria& criteria = arguments.criteria;
       check(criteria.at_least >= 0);
       check(!criteria.at_most || *criteria.at_most >= criteria.at_least);

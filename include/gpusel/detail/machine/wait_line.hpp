@@ -1,4 +1,5 @@
-// The line of `gpusel run --wait` jobs in the lease directory (Note [Waiting in line]).
+// The line of jobs that wait for GPUs in the lease directory (Note [Waiting in line]):
+// lease_free_gpus(criteria, wait) in select.hpp, which `gpusel run --wait` calls.
 // This header includes no CUDA header and makes no CUDA call.
 #pragma once
 
@@ -11,8 +12,9 @@ namespace gpusel::detail {
 
 // Note [Waiting in line]
 // ~~~~~~~~~~~~~~~~~~~~~~
-// `gpusel run --wait` jobs are served in arrival order, so a job that needs 4 GPUs
-// is not overtaken forever by a stream of 1-GPU jobs. A job notes when it arrived
+// Jobs that wait for GPUs (lease_free_gpus with a wait, `gpusel run --wait`) are
+// served in arrival order, so a job that needs 4 GPUs is not overtaken forever by
+// a stream of 1-GPU jobs. A job notes when it arrived
 // (CLOCK_REALTIME); once an attempt fails it joins the line: a ticket,
 // wait-<ns>-<pid>.<uid>.ticket in the lease directory, flock'ed while it waits,
 // made under a temporary name and renamed into place once locked, so no one sees

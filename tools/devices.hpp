@@ -1,0 +1,39 @@
+// Reading the GPUs through NVML with a time limit (devices.cpp).
+#pragma once
+
+#include <gpusel/inventory.hpp>
+#include <gpusel/visibility.hpp>
+
+#include <chrono>
+#include <optional>
+
+#include "arguments.hpp"
+
+namespace gpusel_tool {
+
+// Note [A hanging NVML]
+// ~~~~~~~~~~~~~~~~~~~~~
+// A wedged driver can leave an NVML call (nvmlInit, the device count, a process
+// query) unanswered for good, and list, pick and run with it. The command reads
+// the GPUs on a thread of its own and waits at most GPUSEL_NVML_TIMEOUT (30 s by
+// default: nvmlInit on a machine of many GPUs without the persistence daemon
+// takes seconds, never half a minute), then says so and exits 4 (run: 125, its
+// own failures' status). The call cannot be cancelled, so the thread is left
+// behind and the command ends with _Exit (g_nvml_hung): no destructor of a static
+// object runs beside a thread still inside the driver's library. The library's
+// own query_inventory has no timeout: a thread it could not end is the caller's
+// decision.
+constexpr std::chrono::milliseconds kDefaultNvmlTimeout{30000};
+extern bool g_nvml_hung;  // a thread is left inside NVML: main ends with _Exit
+
+// visible_devices(options), or nullopt when NVML did not answer within `timeout` (Note [A hanging NVML]).
+std::optional<gpusel::DeviceMap> read_devices(const gpusel::InventoryOptions& options,
+                                              std::chrono::milliseconds timeout);
+
+// Says that NVML did not answer (on stderr, and as JSON for --json); returns `status`.
+int report_nvml_hung(const Arguments& arguments, int status);
+
+// What list, pick and run read: usage, and the N(N-1)/2 links between GPUs only when asked for.
+gpusel::InventoryOptions usage(bool links);
+
+}  // namespace gpusel_tool

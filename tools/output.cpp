@@ -1,0 +1,175 @@
+// What the commands share of their output (output.hpp).
+#include "output.hpp"
+
+#include <gpusel/text.hpp>
+
+#include <algorithm>
+#include <iostream>
+
+#include "commands.hpp"
+
+namespace gpusel_tool {
+
+std::string escape_lines(std::string_view text) {
+  std::string escaped;
+  while (true) {
+    const std::size_t end = std::min(text.find('\n'), text.size());
+    escaped += gpusel::escape_for_terminal(text.substr(0, end));
+    if (end == text.size()) return escaped;
+    escaped += '\n';
+    text.remove_prefix(end + 1);
+  }
+}
+
+std::string error_text(const gpusel::Error& error) { return error_text(std::string_view(error.what())); }
+
+std::string error_text(std::string_view message) {
+  constexpr std::string_view kPrefix = "gpusel: ";
+  if (message.substr(0, kPrefix.size()) == kPrefix) message.remove_prefix(kPrefix.size());
+  return std::string(message);
+}
+
+const char* link_name(gpusel::GpuLink link) {
+  switch (link) {
+    case gpusel::GpuLink::nvlink:
+      return "nvlink";
+    case gpusel::GpuLink::pcie_switch:
+      return "pcie_switch";
+    case gpusel::GpuLink::host_bridge:
+      return "host_bridge";
+    case gpusel::GpuLink::numa_node:
+      return "numa_node";
+    case gpusel::GpuLink::system:
+      return "system";
+    case gpusel::GpuLink::unknown:
+      break;
+  }
+  return "unknown";
+}
+
+void mig_members(JsonWriter& json, const gpusel::MigInstance& instance) {
+  json.key("uuid").value(instance.uuid);
+  json.key("gpu_instance_id").value(instance.gpu_instance_id);
+  json.key("compute_instance_id").value(instance.compute_instance_id);
+  optional_value(json, "memory_total_bytes", instance.memory_total_bytes);
+  optional_value(json, "memory_used_bytes", instance.memory_used_bytes);
+  optional_value(json, "memory_free_bytes", instance.memory_free_bytes);
+  json.key("processes");
+  process_array(json, instance.processes);
+}
+
+void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_index, const gpusel::Gpu& gpu,
+                 bool links) {
+  optional_value(json, "logical", map.visible.logical(physical_index));
+  json.key("physical_index").value(physical_index);
+  json.key("nvml_index").value(gpu.nvml_index);
+  json.key("name").value(gpu.name);
+  json.key("uuid").value(gpu.uuid);
+  json.key("pci_bus_id").value(gpu.pci_bus_id);
+  json.key("compute_capability")
+      .value(std::to_string(gpu.compute_capability_major) + "." + std::to_string(gpu.compute_capability_minor));
+  json.key("mig_enabled").value(gpu.mig_enabled);
+  json.key("mig_instances").begin_array();
+  for (const gpusel::MigInstance& instance : gpu.mig_instances) {
+    json.begin_object();
+    mig_members(json, instance);
+    json.end_object();
+  }
+  json.end_array();
+  optional_value(json, "numa_node", gpu.numa_node);
+  json.key("cpu_affinity");
+  if (gpu.cpu_affinity.empty())
+    json.null();
+  else
+    json.value(gpusel::format_cpu_list(gpu.cpu_affinity));
+  json.key("links");  // to the other GPUs, by nvidia-smi's number
+  if (links) {
+    json.begin_array();
+    for (std::size_t other = 0; other < gpu.links.size(); ++other) {
+      if (static_cast<int>(other) == gpu.nvml_index) continue;
+      json.begin_object();
+      json.key("nvml_index").value(static_cast<int>(other));
+      json.key("link").value(link_name(gpu.links[other]));
+      json.end_object();
+    }
+    json.end_array();
+  } else {
+    json.null();
+  }
+  optional_value(json, "memory_total_bytes", gpu.memory_total_bytes);
+  optional_value(json, "memory_used_bytes", gpu.memory_used_bytes);
+  optional_value(json, "memory_free_bytes", gpu.memory_free_bytes);
+  optional_value(json, "memory_reserved_bytes", gpu.memory_reserved_bytes);
+  optional_value(json, "utilization_percent", gpu.utilization_percent);
+  json.key("impossible_readings");
+  if (gpu.impossible_readings.empty())
+    json.null();
+  else
+    json.value(gpu.impossible_readings);
+  json.key("processes");
+  process_array(json, gpu.processes);
+}
+
+void process_array(JsonWriter& json, const std::optional<std::vector<gpusel::GpuProcess>>& processes) {
+  if (!processes) {
+    json.null();
+    return;
+  }
+  json.begin_array();
+  for (const gpusel::GpuProcess& process : *processes) {
+    json.begin_object();
+    json.key("pid").value(process.pid);
+    json.key("user").value(process.user);
+    json.key("command").value(process.command);
+    json.key("command_hex").value(hex_bytes(process.command));  // exact: the kernel may cut UTF-8
+    optional_value(json, "used_memory_bytes", process.used_memory_bytes);
+    json.end_object();
+  }
+  json.end_array();
+}
+
+int no_gpus_status(const gpusel::Inventory& inventory) {
+  return inventory.status == gpusel::InventoryStatus::query_failed ||
+                 inventory.status == gpusel::InventoryStatus::init_failed
+             ? kExitNvmlFailed
+             : kExitNoDriver;
+}
+
+void print_error_json(std::string_view error, const std::string& reason, int status) {
+  JsonWriter json;
+  json.begin_object();
+  json.key("ok").value(false);
+  json.key("error").value(error);
+  json.key("reason").value(reason);
+  json.key("exit_status").value(status);
+  json.end_object();
+  std::cout << json.str();
+}
+
+int report_no_gpus(const gpusel::DeviceMap& map, bool json) {
+  if (json)
+    print_error_json(no_gpus_status(map.inventory) == kExitNvmlFailed ? "nvml_failed" : "no_driver",
+                     map.inventory.reason, no_gpus_status(map.inventory));
+  if (map.inventory.status == gpusel::InventoryStatus::query_failed)
+    std::cerr << "gpusel: NVML failed while reading the GPUs: " << gpusel::escape_for_terminal(map.inventory.reason)
+              << "\n";
+  else if (map.inventory.status == gpusel::InventoryStatus::init_failed)
+    std::cerr << "gpusel: NVML failed to start: " << gpusel::escape_for_terminal(map.inventory.reason) << "\n";
+  else
+    std::cerr << "gpusel: no NVIDIA driver to ask, so no GPU can be seen: "
+              << gpusel::escape_for_terminal(map.inventory.reason) << "\n";
+  return no_gpus_status(map.inventory);
+}
+
+void say_what_was_chosen(const Arguments& arguments, const std::vector<gpusel::Candidate>& picked) {
+  if (arguments.criteria.placement == gpusel::PickPlacement::connected && picked.size() >= 2)
+    std::cerr << "gpusel: connected: " << gpusel::describe_connection(picked, arguments.criteria) << "\n";
+  const auto instances = std::count_if(picked.begin(), picked.end(),
+                                       [](const gpusel::Candidate& candidate) { return candidate.mig_instance; });
+  if (instances > 0 && picked.size() > 1)
+    std::cerr << "gpusel: caution: " << instances << " of the " << picked.size()
+              << " picked are MIG instances: CUDA 11 and 12 show one process a single MIG instance, whatever "
+                 "CUDA_VISIBLE_DEVICES lists; give each process one\n";
+}
+
+}  // namespace gpusel_tool
