@@ -245,6 +245,84 @@ GPUSEL_API GpuLink link_between(const Gpu& a, const Gpu& b) noexcept {
   return a.links[static_cast<std::size_t>(b.nvml_index)];
 }
 
+namespace detail {
+
+// Fills `inventory`'s status and reason for NVML that did not load (`load`), as chosen by `options`.
+inline void report_load_failure(Inventory& inventory, const nvml::LoadResult& load, const InventoryOptions& options) {
+  inventory.status = load.status == nvml::LoadStatus::not_found  ? InventoryStatus::library_not_found
+                     : load.status == nvml::LoadStatus::unusable ? InventoryStatus::library_unusable
+                                                                 : InventoryStatus::init_failed;
+  inventory.reason = load.reason;
+  // The default library missing means no driver; a library named on purpose failing says only that.
+  if (const char* chooser = nvml_library_chooser(options))
+    inventory.reason += std::string(" (the library ") + chooser + " names)";
+  else if (load.status == nvml::LoadStatus::not_found)
+    inventory.reason += " (no NVIDIA driver is installed, or it is not exposed to this container)";
+}
+
+// The GPUs NVML counts; nullopt, with `inventory`'s status and reason filled, when it cannot
+// count them or counts more than gpusel reads.
+inline std::optional<unsigned int> count_gpus(const nvml::Library& nvml, Inventory& inventory) {
+  unsigned int count = 0;
+  if (const auto status = nvml.device_count(&count); status != nvml::kSuccess) {
+    inventory.status = InventoryStatus::query_failed;
+    inventory.reason = "nvmlDeviceGetCount failed: " + nvml.describe(status);
+    return std::nullopt;
+  }
+  if (count > kMaxGpus) {
+    inventory.status = InventoryStatus::query_failed;
+    inventory.reason = "nvmlDeviceGetCount reports " + std::to_string(count) + " GPUs, more than the " +
+                       std::to_string(kMaxGpus) + " gpusel reads";
+    return std::nullopt;
+  }
+  return count;
+}
+
+// Reads the GPU nvidia-smi numbers `index` into `gpu`, its handle into `device`: its
+// identity, and its usage when `options` ask. Returns why it could not, "" when it could.
+inline std::string read_gpu(const nvml::Library& nvml, unsigned int index, const InventoryOptions& options,
+                            ProcessOwners& owners, nvml::Device& device, Gpu& gpu) {
+  const auto failed = [&](const char* call, nvml::Return status) {
+    return std::string(call) + " failed for the GPU nvidia-smi numbers " + std::to_string(index) + ": " +
+           nvml.describe(status);
+  };
+  gpu.nvml_index = static_cast<int>(index);
+  char text[96] = {};
+  nvml::PciInfo pci{};
+  if (auto status = nvml.handle_by_index(index, &device); status != nvml::kSuccess)
+    return failed("nvmlDeviceGetHandleByIndex", status);
+  if (auto status = nvml.uuid(device, text, sizeof text); status != nvml::kSuccess)
+    return failed("nvmlDeviceGetUUID", status);
+  gpu.uuid = nvml_text(text, sizeof text);
+  if (auto status = nvml.name(device, text, sizeof text); status == nvml::kSuccess)
+    gpu.name = nvml_text(text, sizeof text);
+  if (auto status = nvml.pci_info(device, &pci); status != nvml::kSuccess)
+    return failed("nvmlDeviceGetPciInfo", status);
+  gpu.pci_bus_id = nvml_text(pci.bus_id, sizeof pci.bus_id);
+  if (nvml.compute_capability != nullptr)
+    (void)nvml.compute_capability(device, &gpu.compute_capability_major, &gpu.compute_capability_minor);
+  unsigned int current = 0, pending = 0;
+  if (nvml.mig_mode != nullptr && nvml.mig_mode(device, &current, &pending) == nvml::kSuccess)
+    gpu.mig_enabled = current == 1;
+  if (options.usage) {
+    read_usage(nvml, device, gpu, owners);
+    gpu.numa_node = read_numa_node(nvml, device);  // where it sits (topology.hpp)
+    gpu.cpu_affinity = read_cpu_affinity(nvml, device);
+  }
+  if (gpu.mig_enabled) gpu.mig_instances = read_mig_instances(nvml, device, gpu, options.usage, owners);
+  return {};
+}
+
+// The links between every two of `gpus`, whose handles are `devices`.
+inline void read_links(const nvml::Library& nvml, const std::vector<nvml::Device>& devices, std::vector<Gpu>& gpus) {
+  for (std::size_t a = 0; a < devices.size(); ++a) gpus[a].links.assign(devices.size(), GpuLink::unknown);
+  for (std::size_t a = 0; a < devices.size(); ++a)
+    for (std::size_t b = a + 1; b < devices.size(); ++b)
+      gpus[a].links[b] = gpus[b].links[a] = read_link(nvml, devices[a], devices[b]);
+}
+
+}  // namespace detail
+
 GPUSEL_API Inventory query_inventory(const InventoryOptions& options) {
   Inventory inventory;
   inventory.nvml_library = detail::nvml_library_path(options);
@@ -255,15 +333,7 @@ GPUSEL_API Inventory query_inventory(const InventoryOptions& options) {
   }
   const detail::nvml::LoadResult load = detail::nvml::load(inventory.nvml_library);
   if (load.library == nullptr) {
-    inventory.status = load.status == detail::nvml::LoadStatus::not_found  ? InventoryStatus::library_not_found
-                       : load.status == detail::nvml::LoadStatus::unusable ? InventoryStatus::library_unusable
-                                                                           : InventoryStatus::init_failed;
-    inventory.reason = load.reason;
-    // The default library missing means no driver; a library named on purpose failing says only that.
-    if (const char* chooser = detail::nvml_library_chooser(options))
-      inventory.reason += std::string(" (the library ") + chooser + " names)";
-    else if (load.status == detail::nvml::LoadStatus::not_found)
-      inventory.reason += " (no NVIDIA driver is installed, or it is not exposed to this container)";
+    detail::report_load_failure(inventory, load, options);
     return inventory;
   }
   const detail::nvml::Library& nvml = *load.library;
@@ -272,67 +342,23 @@ GPUSEL_API Inventory query_inventory(const InventoryOptions& options) {
     inventory.driver_version = detail::nvml_text(text, sizeof text);
   if (nvml.cuda_driver_version != nullptr) (void)nvml.cuda_driver_version(&inventory.cuda_driver_version);
 
-  unsigned int count = 0;
-  if (const auto status = nvml.device_count(&count); status != detail::nvml::kSuccess) {
-    inventory.status = InventoryStatus::query_failed;
-    inventory.reason = "nvmlDeviceGetCount failed: " + nvml.describe(status);
-    return inventory;
-  }
-  if (count > detail::kMaxGpus) {
-    inventory.status = InventoryStatus::query_failed;
-    inventory.reason = "nvmlDeviceGetCount reports " + std::to_string(count) + " GPUs, more than the " +
-                       std::to_string(detail::kMaxGpus) + " gpusel reads";
-    return inventory;
-  }
+  const std::optional<unsigned int> count = detail::count_gpus(nvml, inventory);
+  if (!count) return inventory;
   detail::ProcessOwners owners;
-  inventory.gpus.reserve(count);
+  inventory.gpus.reserve(*count);
   std::vector<detail::nvml::Device> devices;  // the GPUs' handles, for the links between them
-  for (unsigned int index = 0; index < count; ++index) {
-    const auto fail = [&](const char* call, detail::nvml::Return status) {
-      inventory.status = InventoryStatus::query_failed;
-      inventory.reason = std::string(call) + " failed for the GPU nvidia-smi numbers " + std::to_string(index) + ": " +
-                         nvml.describe(status);
-    };
+  for (unsigned int index = 0; index < *count; ++index) {
     detail::nvml::Device device = nullptr;
     Gpu gpu;
-    gpu.nvml_index = static_cast<int>(index);
-    detail::nvml::PciInfo pci{};
-    if (auto status = nvml.handle_by_index(index, &device); status != detail::nvml::kSuccess) {
-      fail("nvmlDeviceGetHandleByIndex", status);
+    if (std::string failure = detail::read_gpu(nvml, index, options, owners, device, gpu); !failure.empty()) {
+      inventory.status = InventoryStatus::query_failed;
+      inventory.reason = std::move(failure);
       return inventory;
     }
-    if (auto status = nvml.uuid(device, text, sizeof text); status != detail::nvml::kSuccess) {
-      fail("nvmlDeviceGetUUID", status);
-      return inventory;
-    }
-    gpu.uuid = detail::nvml_text(text, sizeof text);
-    if (auto status = nvml.name(device, text, sizeof text); status == detail::nvml::kSuccess)
-      gpu.name = detail::nvml_text(text, sizeof text);
-    if (auto status = nvml.pci_info(device, &pci); status != detail::nvml::kSuccess) {
-      fail("nvmlDeviceGetPciInfo", status);
-      return inventory;
-    }
-    gpu.pci_bus_id = detail::nvml_text(pci.bus_id, sizeof pci.bus_id);
-    if (nvml.compute_capability != nullptr)
-      (void)nvml.compute_capability(device, &gpu.compute_capability_major, &gpu.compute_capability_minor);
-    unsigned int current = 0, pending = 0;
-    if (nvml.mig_mode != nullptr && nvml.mig_mode(device, &current, &pending) == detail::nvml::kSuccess)
-      gpu.mig_enabled = current == 1;
-    if (options.usage) {
-      detail::read_usage(nvml, device, gpu, owners);
-      gpu.numa_node = detail::read_numa_node(nvml, device);  // where it sits (topology.hpp)
-      gpu.cpu_affinity = detail::read_cpu_affinity(nvml, device);
-    }
-    if (gpu.mig_enabled) gpu.mig_instances = detail::read_mig_instances(nvml, device, gpu, options.usage, owners);
     inventory.gpus.push_back(std::move(gpu));
     devices.push_back(device);
   }
-  if (options.usage && options.links) {
-    for (std::size_t a = 0; a < devices.size(); ++a) inventory.gpus[a].links.assign(devices.size(), GpuLink::unknown);
-    for (std::size_t a = 0; a < devices.size(); ++a)
-      for (std::size_t b = a + 1; b < devices.size(); ++b)
-        inventory.gpus[a].links[b] = inventory.gpus[b].links[a] = detail::read_link(nvml, devices[a], devices[b]);
-  }
+  if (options.usage && options.links) detail::read_links(nvml, devices, inventory.gpus);
   inventory.status = InventoryStatus::ok;
   return inventory;
 }

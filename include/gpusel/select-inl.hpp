@@ -91,19 +91,45 @@ GPUSEL_API std::string describe(const Candidate& candidate) {
   return text;
 }
 
-GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map, const std::string& user,
-                                         unsigned int caller_pid) {
-  detail::check_criteria(criteria);
-  const detail::Excluded excluded = detail::excluded_gpus(criteria.exclude, map, criteria.only_visible);
-  const bool variable_set = map.visible.variable().has_value();
-  // The runtime refuses to start under an invalid CUDA_DEVICE_ORDER, whatever the GPUs.
-  const std::optional<std::string>& device_order = map.visible.device_order();
-  const bool order_invalid = device_order && *device_order != "FASTEST_FIRST" && *device_order != "PCI_BUS_ID";
-  // The first candidate of each UUID, described (Note [One UUID, one GPU]).
-  std::unordered_map<std::string, std::string> first_of_uuid;
-  const auto reject_duplicate = [&first_of_uuid](Candidate& candidate) {
+namespace detail {
+
+// Adds `why` to the reasons `candidate` is rejected for.
+inline void reject(Candidate& candidate, std::string why) { candidate.rejected_because.push_back(std::move(why)); }
+
+// Rejects `candidate` when its free memory (its MIG instance's, else its GPU's) is below
+// what `criteria` asks, or unknown.
+inline void check_free_memory(const PickCriteria& criteria, Candidate& candidate) {
+  if (criteria.min_free_memory.bytes == 0) return;
+  const std::optional<std::uint64_t> free_bytes = candidate.memory_free_bytes();
+  if (!free_bytes) {
+    reject(candidate, "its free memory is unknown (NVML could not tell)");
+  } else if (*free_bytes < criteria.min_free_memory.bytes) {
+    reject(candidate, "only " + format_memory_size(*free_bytes) + " free, " +
+                          format_memory_size(criteria.min_free_memory.bytes) + " needed");
+  }
+}
+
+// Rejects `candidate` when its utilization is above what `criteria` allows, or unknown
+// (always, for a MIG instance: NVML does not measure them).
+inline void check_utilization(const PickCriteria& criteria, Candidate& candidate) {
+  if (!criteria.max_utilization) return;
+  const std::optional<int>& utilization = candidate.gpu.utilization_percent;
+  if (candidate.mig_instance) {
+    reject(candidate, "its utilization is unknown (NVML does not measure MIG instances)");
+  } else if (!utilization) {
+    reject(candidate, "its utilization is unknown (NVML could not tell)");
+  } else if (*utilization > *criteria.max_utilization) {
+    reject(candidate, std::to_string(*utilization) + "% utilized, at most " +
+                          std::to_string(*criteria.max_utilization) + "% allowed");
+  }
+}
+
+// Rejects the second and later candidates of one UUID, naming the first (Note [One UUID, one GPU]).
+class DuplicateUuids {
+ public:
+  void reject(Candidate& candidate) {
     if (candidate.uuid().empty()) return;
-    const auto [first, inserted] = first_of_uuid.try_emplace(candidate.uuid());
+    const auto [first, inserted] = first_of_uuid_.try_emplace(candidate.uuid());
     if (inserted) {
       first->second = candidate.mig_instance ? "MIG instance " + escape_for_terminal(candidate.uuid()) + " (GI " +
                                                    std::to_string(candidate.mig_instance->gpu_instance_id) + ", CI " +
@@ -114,88 +140,109 @@ GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const Dev
     candidate.rejected_because.push_back("NVML reports the UUID of " + first->second + " for it too (" +
                                          escape_for_terminal(candidate.uuid()) +
                                          "), so gpusel counts the two as one GPU, " + first->second);
-  };
-  const auto excluded_because = [](const std::string& name) {
-    return "excluded (\"" + escape_for_terminal(name) + "\" names it)";
-  };
+  }
 
+ private:
+  std::unordered_map<std::string, std::string> first_of_uuid_;  // each UUID's first candidate, described
+};
+
+// What assess() reads once and asks of every candidate.
+struct Assessment {
+  const PickCriteria& criteria;
+  const DeviceMap& map;
+  const std::string& user;
+  unsigned int caller_pid = 0;
+  Excluded excluded;
+  bool hiding = false;  // only_visible, with CUDA_VISIBLE_DEVICES set
+
+  std::string hidden_reason() const {
+    return "hidden by " + escape_for_terminal(describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable()));
+  }
+  static std::string excluded_reason(const std::string& name) {
+    return "excluded (\"" + escape_for_terminal(name) + "\" names it)";
+  }
+};
+
+// Rejects `candidate`, a whole GPU, for what holds of the GPU and so of its MIG
+// instances too.
+inline void check_gpu(const Assessment& assessment, Candidate& candidate) {
+  const DeviceMap& map = assessment.map;
+  const Gpu& gpu = candidate.gpu;
+  const int physical = candidate.physical_index;
+  // The runtime refuses to start under an invalid CUDA_DEVICE_ORDER, whatever the GPUs.
+  const std::optional<std::string>& device_order = map.visible.device_order();
+  if (device_order && *device_order != "FASTEST_FIRST" && *device_order != "PCI_BUS_ID")
+    reject(candidate,
+           describe_value("CUDA_DEVICE_ORDER", device_order) +
+               " is neither FASTEST_FIRST nor PCI_BUS_ID, so the CUDA runtime fails with cudaErrorInvalidDevice");
+  const std::string& name = assessment.excluded.gpus[map.order.positions[static_cast<std::size_t>(physical)]];
+  if (!name.empty()) reject(candidate, Assessment::excluded_reason(name));
+  if (!gpu.impossible_readings.empty())
+    reject(candidate, "its readings cannot be true (" + gpu.impossible_readings + "), so its use is unknown");
+  if (assessment.hiding && !map.visible.logical(physical) && gpu.mig_instances.empty())
+    reject(candidate, assessment.hidden_reason());
+  if (gpu.mig_enabled && gpu.mig_instances.empty())
+    reject(candidate,
+           "MIG mode is enabled and NVML lists no MIG instance on it: CUDA shows its MIG instances, never the "
+           "whole GPU");
+}
+
+// `instance` of `whole`'s GPU as a candidate of its own, with `whole`'s reasons and its own.
+inline Candidate assess_mig_instance(const Assessment& assessment, const Candidate& whole,
+                                     const MigInstance& instance) {
+  Candidate part{whole.gpu, whole.physical_index, whole.rejected_because, instance, {}};
+  if (assessment.hiding && !mig_instance_visible(assessment.map, whole.physical_index, instance))
+    reject(part, assessment.hidden_reason());
+  for (const auto& [uuid, name] : assessment.excluded.mig_instances)
+    if (uuid == instance.uuid) {
+      reject(part, Assessment::excluded_reason(name));
+      break;
+    }
+  check_free_memory(assessment.criteria, part);
+  check_utilization(assessment.criteria, part);
+  check_processes(instance.processes, assessment.criteria, assessment.user, assessment.caller_pid, part);
+  return part;
+}
+
+}  // namespace detail
+
+GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map, const std::string& user,
+                                         unsigned int caller_pid) {
+  detail::check_criteria(criteria);
+  const bool hiding = criteria.only_visible && map.visible.variable().has_value();
+  detail::Excluded excluded = detail::excluded_gpus(criteria.exclude, map, criteria.only_visible);
+  const detail::Assessment assessment{criteria, map, user, caller_pid, std::move(excluded), hiding};
+  detail::DuplicateUuids duplicates;
   std::vector<Candidate> candidates;
   candidates.reserve(map.order.positions.size());
   for (int physical = 0; physical < map.order.count(); ++physical) {
     const Gpu& gpu = map.order.gpu(map.inventory, physical);
     Candidate candidate{gpu, physical, {}, std::nullopt, {}};
-    const auto reject = [&candidate](std::string why) { candidate.rejected_because.push_back(std::move(why)); };
-    if (order_invalid)
-      reject(detail::describe_value("CUDA_DEVICE_ORDER", device_order) +
-             " is neither FASTEST_FIRST nor PCI_BUS_ID, so the CUDA runtime fails with cudaErrorInvalidDevice");
-    if (const std::string& name = excluded.gpus[map.order.positions[static_cast<std::size_t>(physical)]]; !name.empty())
-      reject(excluded_because(name));
-    if (!gpu.impossible_readings.empty())
-      reject("its readings cannot be true (" + gpu.impossible_readings + "), so its use is unknown");
-    if (criteria.only_visible && variable_set && !map.visible.logical(physical) && gpu.mig_instances.empty())
-      reject("hidden by " +
-             escape_for_terminal(detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable())));
-    if (gpu.mig_enabled) {  // its instances are the candidates (Note [MIG instances as picks])
-      if (gpu.mig_instances.empty())
-        reject(
-            "MIG mode is enabled and NVML lists no MIG instance on it: CUDA shows its MIG instances, never the "
-            "whole GPU");
-      const std::vector<std::string> of_gpu = candidate.rejected_because;
+    detail::check_gpu(assessment, candidate);
+    // A GPU in MIG mode: its instances are the candidates (Note [MIG instances as picks]).
+    if (gpu.mig_enabled && !gpu.mig_instances.empty()) {
       for (const MigInstance& instance : gpu.mig_instances) {
-        Candidate part{gpu, physical, of_gpu, instance, {}};
-        const auto refuse = [&part](std::string why) { part.rejected_because.push_back(std::move(why)); };
-        if (criteria.only_visible && variable_set && !detail::mig_instance_visible(map, physical, instance))
-          refuse("hidden by " +
-                 escape_for_terminal(detail::describe_value("CUDA_VISIBLE_DEVICES", map.visible.variable())));
-        for (const auto& [uuid, name] : excluded.mig_instances)
-          if (uuid == instance.uuid) {
-            refuse(excluded_because(name));
-            break;
-          }
-        if (criteria.min_free_memory.bytes > 0) {
-          if (!instance.memory_free_bytes)
-            refuse("its free memory is unknown (NVML could not tell)");
-          else if (*instance.memory_free_bytes < criteria.min_free_memory.bytes)
-            refuse("only " + format_memory_size(*instance.memory_free_bytes) + " free, " +
-                   format_memory_size(criteria.min_free_memory.bytes) + " needed");
-        }
-        if (criteria.max_utilization) refuse("its utilization is unknown (NVML does not measure MIG instances)");
-        detail::check_processes(instance.processes, criteria, user, caller_pid, part);
-        reject_duplicate(part);
+        Candidate part = detail::assess_mig_instance(assessment, candidate, instance);
+        duplicates.reject(part);
         candidates.push_back(std::move(part));
       }
-      if (!gpu.mig_instances.empty()) continue;
+      continue;
     }
-    if (criteria.min_free_memory.bytes > 0) {
-      if (!gpu.memory_free_bytes) {
-        reject("its free memory is unknown (NVML could not tell)");
-      } else if (*gpu.memory_free_bytes < criteria.min_free_memory.bytes) {
-        reject("only " + format_memory_size(*gpu.memory_free_bytes) + " free, " +
-               format_memory_size(criteria.min_free_memory.bytes) + " needed");
-      }
-    }
-    if (criteria.max_utilization) {
-      if (!gpu.utilization_percent) {
-        reject("its utilization is unknown (NVML could not tell)");
-      } else if (*gpu.utilization_percent > *criteria.max_utilization) {
-        reject(std::to_string(*gpu.utilization_percent) + "% utilized, at most " +
-               std::to_string(*criteria.max_utilization) + "% allowed");
-      }
-    }
+    detail::check_free_memory(criteria, candidate);
+    detail::check_utilization(criteria, candidate);
     detail::check_processes(gpu.processes, criteria, user, caller_pid, candidate);
-    reject_duplicate(candidate);
+    duplicates.reject(candidate);
     candidates.push_back(std::move(candidate));
   }
   return candidates;
 }
 
-GPUSEL_API std::vector<Candidate> choose(const PickCriteria& criteria, std::vector<Candidate> assessed) {
-  detail::check_criteria(criteria);
-  std::vector<Candidate>& all = assessed;
-  std::vector<std::size_t> fitting;  // positions in `all`, best first once sorted
-  for (std::size_t position = 0; position < all.size(); ++position)
-    if (all[position].fits()) fitting.push_back(position);
+namespace detail {
 
+// Sorts `fitting` (positions in `all`) best first, as `criteria.order` asks; ties keep
+// CUDA's physical order.
+inline void sort_best_first(const PickCriteria& criteria, const std::vector<Candidate>& all,
+                            std::vector<std::size_t>& fitting) {
   const auto free_bytes = [&all](std::size_t c) { return all[c].memory_free_bytes().value_or(0); };
   const auto utilization = [&all](std::size_t c) {
     return all[c].mig_instance ? 101 : all[c].gpu.utilization_percent.value_or(101);  // MIG: not measured
@@ -215,54 +262,77 @@ GPUSEL_API std::vector<Candidate> choose(const PickCriteria& criteria, std::vect
     }
     return all[a].physical_index < all[b].physical_index;
   });
+}
 
-  if (static_cast<long long>(fitting.size()) < criteria.at_least) {
-    // MIG instances are candidates beside whole GPUs: the count says so. A reason every candidate
-    // shares (an invalid CUDA_DEVICE_ORDER) is said once, before the list.
-    const bool instances = std::any_of(all.begin(), all.end(), [](const Candidate& c) { return c.mig_instance; });
-    const std::string candidates = instances ? "GPUs and MIG instances" : "GPUs";
-    std::vector<std::string> shared;
-    if (all.size() > 1)
-      for (const std::string& reason : all.front().rejected_because)
-        if (std::all_of(all.begin(), all.end(), [&reason](const Candidate& c) {
-              return std::find(c.rejected_because.begin(), c.rejected_because.end(), reason) !=
-                     c.rejected_because.end();
-            }))
-          shared.push_back(reason);
-    std::string message = "gpusel::pick: " + std::to_string(fitting.size()) + " of " + std::to_string(all.size()) +
-                          (all.size() == 1 ? " GPU fits" : " " + candidates + " fit") + ", " +
-                          std::to_string(criteria.at_least) + (criteria.at_least == 1 ? " is" : " are") + " needed (" +
-                          describe(criteria) + "):";
-    for (const std::string& reason : shared)
-      message += "\n  every " + std::string(instances ? "GPU and MIG instance" : "GPU") + ": " + reason;
-    for (const Candidate& candidate : all) {
-      message += "\n  " + describe(candidate);
-      if (candidate.fits()) {
-        message += ": fits";
-        continue;
-      }
-      std::string separator = ": ";
-      for (const std::string& reason : candidate.rejected_because) {
-        if (std::find(shared.begin(), shared.end(), reason) != shared.end()) continue;
-        message += separator + reason;
-        separator = "; ";
-      }
+// The reasons every one of `all` (two or more) is rejected for, such as an invalid CUDA_DEVICE_ORDER.
+inline std::vector<std::string> shared_reasons(const std::vector<Candidate>& all) {
+  std::vector<std::string> shared;
+  if (all.size() > 1)
+    for (const std::string& reason : all.front().rejected_because)
+      if (std::all_of(all.begin(), all.end(), [&reason](const Candidate& c) {
+            return std::find(c.rejected_because.begin(), c.rejected_because.end(), reason) != c.rejected_because.end();
+          }))
+        shared.push_back(reason);
+  return shared;
+}
+
+// Why too few of `all` fit: every candidate and its reasons, those all share said once, first.
+inline std::string too_few_fit(const PickCriteria& criteria, const std::vector<Candidate>& all, std::size_t fitting) {
+  // MIG instances are candidates beside whole GPUs: the count says so.
+  const bool instances = std::any_of(all.begin(), all.end(), [](const Candidate& c) { return c.mig_instance; });
+  const std::string candidates = instances ? "GPUs and MIG instances" : "GPUs";
+  const std::vector<std::string> shared = shared_reasons(all);
+  std::string message = "gpusel::pick: " + std::to_string(fitting) + " of " + std::to_string(all.size()) +
+                        (all.size() == 1 ? " GPU fits" : " " + candidates + " fit") + ", " +
+                        std::to_string(criteria.at_least) + (criteria.at_least == 1 ? " is" : " are") + " needed (" +
+                        describe(criteria) + "):";
+  for (const std::string& reason : shared)
+    message += "\n  every " + std::string(instances ? "GPU and MIG instance" : "GPU") + ": " + reason;
+  for (const Candidate& candidate : all) {
+    message += "\n  " + describe(candidate);
+    if (candidate.fits()) {
+      message += ": fits";
+      continue;
     }
-    if (all.empty()) message += "\n  (NVML sees no GPU)";
-    throw Error(message);
+    std::string separator = ": ";
+    for (const std::string& reason : candidate.rejected_because) {
+      if (std::find(shared.begin(), shared.end(), reason) != shared.end()) continue;
+      message += separator + reason;
+      separator = "; ";
+    }
   }
+  if (all.empty()) message += "\n  (NVML sees no GPU)";
+  return message;
+}
+
+// The `keep` of `fitting` (positions in `all`) whose farthest pair is nearest, in
+// `fitting`'s order (Note [Connected GPUs]).
+inline std::vector<std::size_t> connected_subset(const std::vector<Candidate>& all,
+                                                 const std::vector<std::size_t>& fitting, std::size_t keep) {
+  std::vector<std::vector<GpuLink>> links(fitting.size(), std::vector<GpuLink>(fitting.size(), GpuLink::unknown));
+  for (std::size_t a = 0; a < fitting.size(); ++a)
+    for (std::size_t b = 0; b < fitting.size(); ++b)
+      if (a != b) links[a][b] = candidate_link(all[fitting[a]], all[fitting[b]]);
+  std::vector<std::size_t> ranks = connected_set(links, keep);
+  for (std::size_t& rank : ranks) rank = fitting[rank];  // ranks in `fitting` to positions in `all`
+  return ranks;
+}
+
+}  // namespace detail
+
+GPUSEL_API std::vector<Candidate> choose(const PickCriteria& criteria, std::vector<Candidate> assessed) {
+  detail::check_criteria(criteria);
+  std::vector<Candidate>& all = assessed;
+  std::vector<std::size_t> fitting;  // positions in `all`, best first once sorted
+  for (std::size_t position = 0; position < all.size(); ++position)
+    if (all[position].fits()) fitting.push_back(position);
+  detail::sort_best_first(criteria, all, fitting);
+  if (static_cast<long long>(fitting.size()) < criteria.at_least)
+    throw Error(detail::too_few_fit(criteria, all, fitting.size()));
   const auto keep = static_cast<std::size_t>(
       std::min<long long>(detail::wanted_at_most(criteria), static_cast<long long>(fitting.size())));
-  if (criteria.placement == PickPlacement::connected && keep >= 2 && keep < fitting.size()) {
-    // The `keep` of `fitting` whose farthest pair is nearest, in `fitting`'s order (Note [Connected GPUs]).
-    std::vector<std::vector<GpuLink>> links(fitting.size(), std::vector<GpuLink>(fitting.size(), GpuLink::unknown));
-    for (std::size_t a = 0; a < fitting.size(); ++a)
-      for (std::size_t b = 0; b < fitting.size(); ++b)
-        if (a != b) links[a][b] = detail::candidate_link(all[fitting[a]], all[fitting[b]]);
-    std::vector<std::size_t> ranks = detail::connected_set(links, keep);
-    for (std::size_t& rank : ranks) rank = fitting[rank];  // ranks in `fitting` to positions in `all`
-    fitting = std::move(ranks);
-  }
+  if (criteria.placement == PickPlacement::connected && keep >= 2 && keep < fitting.size())
+    fitting = detail::connected_subset(all, fitting, keep);
   std::vector<Candidate> picked;
   picked.reserve(keep);
   for (std::size_t i = 0; i < keep; ++i) picked.push_back(std::move(all[fitting[i]]));

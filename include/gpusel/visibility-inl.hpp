@@ -119,94 +119,144 @@ GPUSEL_API bool DeviceMap::cuda_would_fail() const noexcept {
   return known() && !visible.ok() && detail::mig_token_ending_list(visible) == nullptr;
 }
 
-GPUSEL_API std::string explain(const DeviceMap& map) {
-  const VisibleDevices& visible = map.visible;
-  std::string text = escape_for_terminal(detail::describe_value("CUDA_VISIBLE_DEVICES", visible.variable())) + "  " +
-                     escape_for_terminal(detail::describe_value("CUDA_DEVICE_ORDER", visible.device_order())) +
+namespace detail {
+
+// explain()'s first lines: the two variables, and whether changing them still matters.
+inline std::string explain_variables(const VisibleDevices& visible) {
+  std::string text = escape_for_terminal(describe_value("CUDA_VISIBLE_DEVICES", visible.variable())) + "  " +
+                     escape_for_terminal(describe_value("CUDA_DEVICE_ORDER", visible.device_order())) +
                      (visible.device_order() ? "" : " (FASTEST_FIRST)") + "\n";
   text += cuda_started() ? "CUDA has started in this process: changing these variables now has no effect here.\n"
                          : "CUDA has not started in this process: the variables can still be changed.\n";
-  const VisibleToken* mig_end = nullptr;  // a MIG- token that ended the list
-  int mig_owner = -1;                     // the physical GPU of the instance it names, when NVML lists it
-  std::string mig_end_why;                // what that token is, then
+  return text;
+}
+
+// "NVML (libnvidia-ml.so.1) sees 4 GPUs, driver 550.54.15 (CUDA 12.4).\n"
+inline std::string explain_nvml(const Inventory& inventory) {
+  std::string text = "NVML (" + escape_for_terminal(inventory.nvml_library) + ") sees " +
+                     std::to_string(inventory.gpus.size()) + (inventory.gpus.size() == 1 ? " GPU" : " GPUs");
+  if (!inventory.driver_version.empty()) text += ", driver " + escape_for_terminal(inventory.driver_version);
+  if (inventory.cuda_driver_version > 0)
+    text += " (CUDA " + std::to_string(inventory.cuda_driver_version / 1000) + "." +
+            std::to_string(inventory.cuda_driver_version % 1000 / 10) + ")";
+  return text + ".\n";
+}
+
+// A MIG- token that ended the list, and the MIG instance it names when NVML lists it
+// (Note [MIG instances]); CUDA's enumeration stays CUDA's.
+struct MigEnd {
+  const VisibleToken* token = nullptr;  // nullptr: no MIG- token ended the list
+  int owner = -1;                       // the physical GPU of the instance it names, when NVML lists it
+  std::string owner_text;               // ", an instance of physical GPU 1 (...)", then
+  std::string why;                      // what the token is, then
+};
+
+inline MigEnd find_mig_end(const DeviceMap& map) {
+  MigEnd end;
+  end.token = mig_token_ending_list(map.visible);
+  if (end.token == nullptr) return end;
+  for (int physical = 0; physical < map.order.count(); ++physical) {
+    const Gpu& gpu = map.order.gpu(map.inventory, physical);
+    for (const MigInstance& instance : gpu.mig_instances) {
+      if (!starts_with_ignoring_case(instance.uuid, end.token->text)) continue;
+      const std::string ids =
+          "GI " + std::to_string(instance.gpu_instance_id) + ", CI " + std::to_string(instance.compute_instance_id);
+      end.owner = physical;
+      end.owner_text = ", an instance of physical GPU " + std::to_string(physical) + " (nvidia-smi " +
+                       std::to_string(gpu.nvml_index) + "; " + ids + ")";
+      end.why = "ends gpusel's list: MIG instance (" + ids + ") of physical GPU " + std::to_string(physical) +
+                "; what CUDA shows from this token on is CUDA's to decide";
+      return end;
+    }
+  }
+  return end;
+}
+
+// What the MIG- token `end` names, and what is known of the map before it.
+inline std::string explain_mig_end(const VisibleDevices& visible, const MigEnd& end) {
+  return "CUDA_VISIBLE_DEVICES names a MIG instance (" + escape_for_terminal(quote(end.token->text)) +
+         (end.owner_text.empty() ? std::string("), which is none of the GPUs or MIG instances NVML lists")
+                                 : ")" + end.owner_text) +
+         ": what CUDA shows from that token on is CUDA's to decide (nvidia-smi -L lists the instances; "
+         "CUDA 11 and 12 show a process one MIG instance). Known before it: " +
+         (visible.ok() ? visible_count_text(visible.count()) : std::string("nothing")) + ".\n";
+}
+
+// The visible devices, one a line, for a map that is ok().
+inline std::string explain_visible_devices(const DeviceMap& map) {
+  const VisibleDevices& visible = map.visible;
+  // A GPU in MIG mode is not a CUDA device: CUDA shows its instances instead
+  // and numbers the devices from there on itself, so it gets no cuda:N, nor do those after it.
+  int first_mig = -1;
+  for (int logical = 0; logical < visible.count() && first_mig < 0; ++logical)
+    if (map.device(logical)->mig_enabled) first_mig = logical;
+  std::string text = first_mig < 0
+                         ? visible_count_text(visible.count()) + ":\n"
+                         : std::to_string(visible.count()) + (visible.count() == 1 ? " GPU is" : " GPUs are") +
+                               " visible; CUDA shows the MIG instances of a GPU in MIG mode instead, and "
+                               "numbers the devices from cuda:" +
+                               std::to_string(first_mig) + " on itself:\n";
+  // As wide as the widest label and two blanks: "cuda:1000" needs more than "cuda:0".
+  const std::size_t width = std::string("cuda:").size() + std::to_string(visible.count() - 1).size() + 2;
+  for (int logical = 0; logical < visible.count(); ++logical) {
+    const Gpu& gpu = *map.device(logical);
+    const std::string label = first_mig < 0 || logical < first_mig ? "cuda:" + std::to_string(logical)
+                              : gpu.mig_enabled                    ? std::string("MIG")
+                                                                   : std::string("cuda:?");
+    text += "  " + pad(label, width < 8 ? 8 : width) +
+            describe_gpu(visible.physical_indices()[static_cast<std::size_t>(logical)], gpu) + "\n";
+  }
+  return text;
+}
+
+// The GPUs CUDA_VISIBLE_DEVICES hides, but for `mig_owner`: the GPU of the instance it names is not hidden.
+inline std::string explain_hidden(const DeviceMap& map, int mig_owner) {
+  std::string hidden;
+  for (int physical = 0; physical < map.order.count(); ++physical)
+    if (!map.visible.logical(physical) && physical != mig_owner)
+      hidden += "  " + describe_gpu(physical, map.order.gpu(map.inventory, physical)) + "\n";
+  return hidden.empty() ? hidden : "Hidden from this process:\n" + hidden;
+}
+
+// How CUDA reads each token of CUDA_VISIBLE_DEVICES ("" when it is unset).
+inline std::string explain_tokens(const DeviceMap& map, const MigEnd& mig_end) {
+  const VisibleDevices& visible = map.visible;
+  if (visible.tokens().empty()) return {};
+  std::string text = "How CUDA reads CUDA_VISIBLE_DEVICES (split on ','; the first token not kept ends the list):\n";
+  for (const VisibleToken& token : visible.tokens())
+    text +=
+        "  " + pad(escape_for_terminal(quote(token.text)), 14) + " " +
+        (!map.known()                                      ? std::string("not checked: the GPUs are unknown")
+         : &token == mig_end.token && !mig_end.why.empty() ? mig_end.why
+                                                           : escape_for_terminal(token.why(visible.physical_count()))) +
+        "\n";
+  return text;
+}
+
+}  // namespace detail
+
+GPUSEL_API std::string explain(const DeviceMap& map) {
+  const VisibleDevices& visible = map.visible;
+  std::string text = detail::explain_variables(visible);
+  detail::MigEnd mig_end;
   if (!map.known()) {
     text += "The physical GPUs are unknown: " + escape_for_terminal(map.inventory.reason) +
             ".\nWithout NVML gpusel cannot list them without starting CUDA; gpusel::device_count() asks the CUDA "
             "runtime.\n";
   } else {
-    const Inventory& inventory = map.inventory;
-    text += "NVML (" + escape_for_terminal(inventory.nvml_library) + ") sees " + std::to_string(inventory.gpus.size()) +
-            (inventory.gpus.size() == 1 ? " GPU" : " GPUs");
-    if (!inventory.driver_version.empty()) text += ", driver " + escape_for_terminal(inventory.driver_version);
-    if (inventory.cuda_driver_version > 0)
-      text += " (CUDA " + std::to_string(inventory.cuda_driver_version / 1000) + "." +
-              std::to_string(inventory.cuda_driver_version % 1000 / 10) + ")";
-    text += ".\n";
-    mig_end = detail::mig_token_ending_list(visible);
-    if (mig_end != nullptr) {
-      // The instance, when NVML lists it (Note [MIG instances]); CUDA's enumeration stays CUDA's.
-      std::string owner;
-      for (int physical = 0; physical < map.order.count() && owner.empty(); ++physical) {
-        const Gpu& gpu = map.order.gpu(inventory, physical);
-        for (const MigInstance& instance : gpu.mig_instances)
-          if (owner.empty() && detail::starts_with_ignoring_case(instance.uuid, mig_end->text)) {
-            owner = ", an instance of physical GPU " + std::to_string(physical) + " (nvidia-smi " +
-                    std::to_string(gpu.nvml_index) + "; GI " + std::to_string(instance.gpu_instance_id) + ", CI " +
-                    std::to_string(instance.compute_instance_id) + ")";
-            mig_owner = physical;
-            mig_end_why = "ends gpusel's list: MIG instance (GI " + std::to_string(instance.gpu_instance_id) + ", CI " +
-                          std::to_string(instance.compute_instance_id) + ") of physical GPU " +
-                          std::to_string(physical) + "; what CUDA shows from this token on is CUDA's to decide";
-          }
-      }
-      text += "CUDA_VISIBLE_DEVICES names a MIG instance (" + escape_for_terminal(detail::quote(mig_end->text)) +
-              (owner.empty() ? std::string("), which is none of the GPUs or MIG instances NVML lists") : ")" + owner) +
-              ": what CUDA shows from that token on is CUDA's to decide (nvidia-smi -L lists the instances; "
-              "CUDA 11 and 12 show a process one MIG instance). Known before it: " +
-              (visible.ok() ? detail::visible_count_text(visible.count()) : std::string("nothing")) + ".\n";
-    }
-    if (!visible.ok() && mig_end == nullptr) {
+    text += detail::explain_nvml(map.inventory);
+    mig_end = detail::find_mig_end(map);
+    if (mig_end.token != nullptr) text += detail::explain_mig_end(visible, mig_end);
+    if (!visible.ok() && mig_end.token == nullptr) {
       text += "No CUDA device is visible: " + escape_for_terminal(visible.reason()) + "; the CUDA runtime fails with " +
               visible.error_name() + ".\n";
     } else if (visible.ok()) {
-      // A GPU in MIG mode is not a CUDA device: CUDA shows its instances instead
-      // and numbers the devices from there on itself, so it gets no cuda:N, nor do those after it.
-      int first_mig = -1;
-      for (int logical = 0; logical < visible.count() && first_mig < 0; ++logical)
-        if (map.device(logical)->mig_enabled) first_mig = logical;
-      text += first_mig < 0 ? detail::visible_count_text(visible.count()) + ":\n"
-                            : std::to_string(visible.count()) + (visible.count() == 1 ? " GPU is" : " GPUs are") +
-                                  " visible; CUDA shows the MIG instances of a GPU in MIG mode instead, and numbers "
-                                  "the devices from cuda:" +
-                                  std::to_string(first_mig) + " on itself:\n";
-      // As wide as the widest label and two blanks: "cuda:1000" needs more than "cuda:0".
-      const std::size_t width = std::string("cuda:").size() + std::to_string(visible.count() - 1).size() + 2;
-      for (int logical = 0; logical < visible.count(); ++logical) {
-        const Gpu& gpu = *map.device(logical);
-        const std::string label = first_mig < 0 || logical < first_mig ? "cuda:" + std::to_string(logical)
-                                  : gpu.mig_enabled                    ? std::string("MIG")
-                                                                       : std::string("cuda:?");
-        text += "  " + detail::pad(label, width < 8 ? 8 : width) +
-                detail::describe_gpu(visible.physical_indices()[static_cast<std::size_t>(logical)], gpu) + "\n";
-      }
+      text += detail::explain_visible_devices(map);
     }
-    std::string hidden;
-    for (int physical = 0; physical < map.order.count(); ++physical)
-      if (!visible.logical(physical) && physical != mig_owner)  // the GPU of the instance named is not hidden
-        hidden += "  " + detail::describe_gpu(physical, map.order.gpu(map.inventory, physical)) + "\n";
-    if (!hidden.empty()) text += "Hidden from this process:\n" + hidden;
+    text += detail::explain_hidden(map, mig_end.owner);
     if (!map.order.exact) text += "Caution: " + map.order.caveat + ".\n";
   }
-  if (!visible.tokens().empty()) {
-    text += "How CUDA reads CUDA_VISIBLE_DEVICES (split on ','; the first token not kept ends the list):\n";
-    for (const VisibleToken& token : visible.tokens())
-      text += "  " + detail::pad(escape_for_terminal(detail::quote(token.text)), 14) + " " +
-              (!map.known()                                ? std::string("not checked: the GPUs are unknown")
-               : &token == mig_end && !mig_end_why.empty() ? mig_end_why
-                                                           : escape_for_terminal(token.why(visible.physical_count()))) +
-              "\n";
-  }
-  return text;
+  return text + detail::explain_tokens(map, mig_end);
 }
 
 GPUSEL_API std::string explain() { return explain(visible_devices()); }

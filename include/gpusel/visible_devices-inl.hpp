@@ -176,6 +176,74 @@ GPUSEL_API std::string VisibleDevices::summary() const {
   return detail::visible_count_text(count()) + ": " + detail::describe_mapping(physical_) + " (" + variable + ")";
 }
 
+namespace detail {
+
+// The value split on ',' only: every token, none read yet.
+inline std::vector<VisibleToken> split_visible_value(std::string_view value) {
+  std::vector<VisibleToken> tokens;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = value.find(',', start);
+    tokens.push_back({std::string(value.substr(start, comma == std::string_view::npos ? comma : comma - start)),
+                      TokenOutcome::not_read, -1, 0});
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return tokens;
+}
+
+// Reads `token` as a token of its list (`uuids` set for a UUID list): its outcome, and its
+// value for an index. Returns the physical GPU it selects when kept, else -1.
+inline int read_visible_token(VisibleToken& token, const std::optional<UuidIndex>& uuids, int physical_count) {
+  const bool uuid_list = uuids.has_value();
+  if (is_uuid_token(token.text) != uuid_list) {
+    token.outcome = TokenOutcome::other_kind;
+    return -1;
+  }
+  if (uuid_list) {
+    const UuidIndex::Match match = uuids->match(std::string_view(token.text).substr(4));
+    token.outcome = match.count == 0  ? TokenOutcome::unknown_uuid
+                    : match.count > 1 ? TokenOutcome::ambiguous_uuid
+                                      : TokenOutcome::kept;
+    return match.physical;
+  }
+  const std::optional<int> index = read_index_token(token.text);
+  if (index) token.value = *index;
+  if (!index)
+    token.outcome = TokenOutcome::no_digits;
+  else if (*index < 0)
+    token.outcome = TokenOutcome::negative;
+  else if (*index >= physical_count)
+    token.outcome = TokenOutcome::out_of_range;
+  else
+    token.outcome = TokenOutcome::kept;
+  return token.outcome == TokenOutcome::kept ? *index : -1;
+}
+
+// Why the runtime fails with what `visible` has read (the variables, the kept devices, and
+// `duplicate_reason` when a device was named twice): an error code and its reason, or nullopt.
+struct VisibleFailure {
+  int code;
+  std::string reason;
+};
+inline std::optional<VisibleFailure> visible_failure(const VisibleDevices& visible,
+                                                     const std::string& duplicate_reason) {
+  const std::optional<std::string>& order = visible.device_order();
+  if (order && *order != "FASTEST_FIRST" && *order != "PCI_BUS_ID")
+    return VisibleFailure{VisibleDevices::kInvalidDevice,
+                          describe_value("CUDA_DEVICE_ORDER", order) +
+                              " is neither FASTEST_FIRST nor PCI_BUS_ID (exactly so: upper case, no blanks)"};
+  if (!duplicate_reason.empty()) return VisibleFailure{VisibleDevices::kInvalidDevice, duplicate_reason};
+  if (visible.count() > 0) return std::nullopt;
+  if (!visible.variable()) return VisibleFailure{VisibleDevices::kNoDevice, "this machine has no GPU"};
+  const VisibleToken& first = visible.tokens().front();
+  return VisibleFailure{VisibleDevices::kNoDevice, describe_value("CUDA_VISIBLE_DEVICES", visible.variable()) +
+                                                       " selects no GPU: its first token " + quote(first.text) +
+                                                       " is " + token_problem(first, visible.physical_count())};
+}
+
+}  // namespace detail
+
 // The driver's rules, which this parser implements (Note [How the driver reads
 // CUDA_VISIBLE_DEVICES]); the driver's own answers are the tables
 // tests/data/visible_devices_h200*.tsv, every row a test:
@@ -210,19 +278,8 @@ GPUSEL_API VisibleDevices parse_visible_devices(std::optional<std::string_view> 
   result.physical_count_ = static_cast<int>(physical.size());
   if (cuda_visible_devices) result.variable_ = std::string(*cuda_visible_devices);
   if (cuda_device_order) result.device_order_ = std::string(*cuda_device_order);
-  const int physical_count = result.physical_count_;
-
   if (cuda_visible_devices) {
-    const std::string_view value = *cuda_visible_devices;
-    std::size_t start = 0;
-    while (true) {
-      const std::size_t comma = value.find(',', start);
-      result.tokens_.push_back(
-          {std::string(value.substr(start, comma == std::string_view::npos ? comma : comma - start)),
-           TokenOutcome::not_read, -1, 0});
-      if (comma == std::string_view::npos) break;
-      start = comma + 1;
-    }
+    result.tokens_ = detail::split_visible_value(*cuda_visible_devices);
     result.uuid_list_ = detail::is_uuid_token(result.tokens_.front().text);
   }
 
@@ -233,34 +290,12 @@ GPUSEL_API VisibleDevices parse_visible_devices(std::optional<std::string_view> 
     result.physical_.push_back(physical_index);
   };
   if (!cuda_visible_devices) {
-    for (int index = 0; index < physical_count; ++index) keep(index);
+    for (int index = 0; index < result.physical_count_; ++index) keep(index);
   } else {
     std::optional<detail::UuidIndex> uuids;
     if (result.uuid_list_) uuids.emplace(physical);
     for (VisibleToken& token : result.tokens_) {
-      int selected = -1;
-      if (detail::is_uuid_token(token.text) != result.uuid_list_) {
-        token.outcome = TokenOutcome::other_kind;
-      } else if (result.uuid_list_) {
-        const detail::UuidIndex::Match match = uuids->match(std::string_view(token.text).substr(4));
-        selected = match.physical;
-        token.outcome = match.count == 0  ? TokenOutcome::unknown_uuid
-                        : match.count > 1 ? TokenOutcome::ambiguous_uuid
-                                          : TokenOutcome::kept;
-      } else {
-        const std::optional<int> index = detail::read_index_token(token.text);
-        if (index) token.value = *index;
-        if (!index)
-          token.outcome = TokenOutcome::no_digits;
-        else if (*index < 0)
-          token.outcome = TokenOutcome::negative;
-        else if (*index >= physical_count)
-          token.outcome = TokenOutcome::out_of_range;
-        else {
-          token.outcome = TokenOutcome::kept;
-          selected = *index;
-        }
-      }
+      const int selected = detail::read_visible_token(token, uuids, result.physical_count_);
       if (token.outcome != TokenOutcome::kept) break;  // the first token not kept ends the list
       token.physical = selected;
       if (result.logical(selected)) {
@@ -273,27 +308,11 @@ GPUSEL_API VisibleDevices parse_visible_devices(std::optional<std::string_view> 
     }
   }
 
-  const auto fail = [&result](int code, std::string reason) {
-    result.error_code_ = code;
-    result.reason_ = std::move(reason);
+  if (std::optional<detail::VisibleFailure> failure = detail::visible_failure(result, duplicate_reason)) {
+    result.error_code_ = failure->code;
+    result.reason_ = std::move(failure->reason);
     result.physical_.clear();
     result.logical_.assign(result.logical_.size(), -1);
-  };
-  if (cuda_device_order && *cuda_device_order != "FASTEST_FIRST" && *cuda_device_order != "PCI_BUS_ID") {
-    fail(VisibleDevices::kInvalidDevice,
-         detail::describe_value("CUDA_DEVICE_ORDER", result.device_order_) +
-             " is neither FASTEST_FIRST nor PCI_BUS_ID (exactly so: upper case, no blanks)");
-  } else if (!duplicate_reason.empty()) {
-    fail(VisibleDevices::kInvalidDevice, duplicate_reason);
-  } else if (result.physical_.empty()) {
-    if (!cuda_visible_devices) {
-      fail(VisibleDevices::kNoDevice, "this machine has no GPU");
-    } else {
-      const VisibleToken& first = result.tokens_.front();
-      fail(VisibleDevices::kNoDevice, detail::describe_value("CUDA_VISIBLE_DEVICES", result.variable_) +
-                                          " selects no GPU: its first token " + detail::quote(first.text) + " is " +
-                                          detail::token_problem(first, physical_count));
-    }
   }
   return result;
 }

@@ -28,6 +28,81 @@ GPUSEL_DETAIL_PER_OBJECT inline std::atomic<void*>& nvml_libraries() noexcept {
   return own;
 }
 
+// The library in the list from `newest` loaded from `path`; nullptr when none is.
+inline const Library* find_loaded(const void* newest, const std::string& path) {
+  for (auto* known = static_cast<const Library*>(newest); known != nullptr; known = known->next)
+    if (known->path == path) return known;
+  return nullptr;
+}
+
+// Binds NVML's required entry points, in this order, into `library`: the name of
+// the first one `handle` lacks, nullptr when it has them all.
+inline const char* bind_required(void* handle, Library& library) {
+  const char* missing = nullptr;
+  const auto require = [handle, &missing](const char* symbol, auto& function) {
+    if (bind(handle, symbol, function)) return true;
+    missing = symbol;
+    return false;
+  };
+  (void)(require("nvmlInit_v2", library.init) && require("nvmlErrorString", library.error_string) &&
+         require("nvmlDeviceGetCount_v2", library.device_count) &&
+         require("nvmlDeviceGetHandleByIndex_v2", library.handle_by_index) &&
+         require("nvmlDeviceGetUUID", library.uuid) && require("nvmlDeviceGetName", library.name) &&
+         require("nvmlDeviceGetPciInfo_v3", library.pci_info) &&
+         require("nvmlDeviceGetMemoryInfo", library.memory_info));
+  return missing;
+}
+
+// Binds NVML's optional entry points into `library`: those `handle` lacks stay null.
+inline void bind_optional(void* handle, Library& library) {
+  bind(handle, "nvmlDeviceGetUtilizationRates", library.utilization);
+  bind(handle, "nvmlDeviceGetComputeRunningProcesses_v3", library.compute_processes);
+  bind(handle, "nvmlDeviceGetMigMode", library.mig_mode);
+  bind(handle, "nvmlDeviceGetCudaComputeCapability", library.compute_capability);
+  bind(handle, "nvmlSystemGetDriverVersion", library.driver_version);
+  bind(handle, "nvmlSystemGetCudaDriverVersion_v2", library.cuda_driver_version);
+  bind(handle, "nvmlDeviceGetMemoryInfo_v2", library.memory_info_v2);
+  bind(handle, "nvmlDeviceGetMaxMigDeviceCount", library.max_mig_device_count);
+  bind(handle, "nvmlDeviceGetMigDeviceHandleByIndex", library.mig_device_handle_by_index);
+  bind(handle, "nvmlDeviceGetGpuInstanceId", library.gpu_instance_id);
+  bind(handle, "nvmlDeviceGetComputeInstanceId", library.compute_instance_id);
+  bind(handle, "nvmlDeviceGetTopologyCommonAncestor", library.topology_common_ancestor);
+  bind(handle, "nvmlDeviceGetP2PStatus", library.p2p_status);
+  bind(handle, "nvmlDeviceGetNumaNodeId", library.numa_node_id);
+  bind(handle, "nvmlDeviceGetCpuAffinity", library.cpu_affinity);
+}
+
+// Closes `library`, which lacks the required entry point `missing`, and says why it cannot serve.
+inline LoadResult refuse_incomplete(const Library& library, const char* missing) {
+  const std::string& path = library.path;
+  // A library with neither of NVML's first two entry points is some other library, not an old NVML.
+  const bool not_nvml =
+      library.init == nullptr && library.error_string == nullptr && dlsym(library.handle, "nvmlErrorString") == nullptr;
+  dlclose(library.handle);
+  if (not_nvml)
+    return {nullptr, LoadStatus::unusable,
+            "NVML (" + path + ") lacks nvmlInit_v2 and nvmlErrorString: " + path + " is not an NVML library"};
+  return {nullptr, LoadStatus::unusable,
+          "NVML (" + path + ") lacks " + std::string(missing) + ": the driver is too old"};
+}
+
+// Publishes `library` (loaded and initialized) on `loaded`, unless another thread published
+// its path meanwhile: then it uses that one and closes `library` (nvmlShutdown and dlclose
+// are reference-counted, so the winner's stays loaded and initialized).
+inline LoadResult publish(std::atomic<void*>& loaded, std::unique_ptr<Library> library) {
+  void* newest = loaded.load(std::memory_order_acquire);
+  do {
+    if (const Library* known = find_loaded(newest, library->path)) {
+      Return (*shutdown)() = nullptr;
+      if (bind(library->handle, "nvmlShutdown", shutdown)) (void)shutdown();  // undoes our nvmlInit only
+      dlclose(library->handle);
+      return {known, LoadStatus::loaded, {}};
+    }
+    library->next = static_cast<const Library*>(newest);
+  } while (!loaded.compare_exchange_weak(newest, library.get(), std::memory_order_acq_rel, std::memory_order_acquire));
+  return {library.release(), LoadStatus::loaded, {}};  // never freed (see load())
+}
+
 GPUSEL_API LoadResult load(const std::string& path) {
   // The loaded libraries form a list, newest first: a process loads one NVML, or a
   // few in tests, so a search by path needs no map. The list is one per process,
@@ -36,12 +111,8 @@ GPUSEL_API LoadResult load(const std::string& path) {
   // A copy whose Library has another layout than the list's keeps a list of
   // its own (Note [Layout signatures]).
   std::atomic<void*>& loaded = nvml_libraries();
-  const auto find = [&path](const void* newest) -> const Library* {
-    for (auto* known = static_cast<const Library*>(newest); known != nullptr; known = known->next)
-      if (known->path == path) return known;
-    return nullptr;
-  };
-  if (const Library* known = find(loaded.load(std::memory_order_acquire))) return {known, LoadStatus::loaded, {}};
+  if (const Library* known = find_loaded(loaded.load(std::memory_order_acquire), path))
+    return {known, LoadStatus::loaded, {}};
 
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
@@ -52,48 +123,8 @@ GPUSEL_API LoadResult load(const std::string& path) {
   auto library = std::make_unique<Library>();  // before nvmlInit: no allocation can fail after it
   library->handle = handle;
   library->path = path;
-  const char* missing = nullptr;
-  if (!bind(handle, "nvmlInit_v2", library->init))
-    missing = "nvmlInit_v2";
-  else if (!bind(handle, "nvmlErrorString", library->error_string))
-    missing = "nvmlErrorString";
-  else if (!bind(handle, "nvmlDeviceGetCount_v2", library->device_count))
-    missing = "nvmlDeviceGetCount_v2";
-  else if (!bind(handle, "nvmlDeviceGetHandleByIndex_v2", library->handle_by_index))
-    missing = "nvmlDeviceGetHandleByIndex_v2";
-  else if (!bind(handle, "nvmlDeviceGetUUID", library->uuid))
-    missing = "nvmlDeviceGetUUID";
-  else if (!bind(handle, "nvmlDeviceGetName", library->name))
-    missing = "nvmlDeviceGetName";
-  else if (!bind(handle, "nvmlDeviceGetPciInfo_v3", library->pci_info))
-    missing = "nvmlDeviceGetPciInfo_v3";
-  else if (!bind(handle, "nvmlDeviceGetMemoryInfo", library->memory_info))
-    missing = "nvmlDeviceGetMemoryInfo";
-  if (missing != nullptr) {
-    // A library with neither of NVML's first two entry points is some other library, not an old NVML.
-    const bool not_nvml =
-        library->init == nullptr && library->error_string == nullptr && dlsym(handle, "nvmlErrorString") == nullptr;
-    dlclose(handle);
-    if (not_nvml)
-      return {nullptr, LoadStatus::unusable,
-              "NVML (" + path + ") lacks nvmlInit_v2 and nvmlErrorString: " + path + " is not an NVML library"};
-    return {nullptr, LoadStatus::unusable, "NVML (" + path + ") lacks " + missing + ": the driver is too old"};
-  }
-  bind(handle, "nvmlDeviceGetUtilizationRates", library->utilization);
-  bind(handle, "nvmlDeviceGetComputeRunningProcesses_v3", library->compute_processes);
-  bind(handle, "nvmlDeviceGetMigMode", library->mig_mode);
-  bind(handle, "nvmlDeviceGetCudaComputeCapability", library->compute_capability);
-  bind(handle, "nvmlSystemGetDriverVersion", library->driver_version);
-  bind(handle, "nvmlSystemGetCudaDriverVersion_v2", library->cuda_driver_version);
-  bind(handle, "nvmlDeviceGetMemoryInfo_v2", library->memory_info_v2);
-  bind(handle, "nvmlDeviceGetMaxMigDeviceCount", library->max_mig_device_count);
-  bind(handle, "nvmlDeviceGetMigDeviceHandleByIndex", library->mig_device_handle_by_index);
-  bind(handle, "nvmlDeviceGetGpuInstanceId", library->gpu_instance_id);
-  bind(handle, "nvmlDeviceGetComputeInstanceId", library->compute_instance_id);
-  bind(handle, "nvmlDeviceGetTopologyCommonAncestor", library->topology_common_ancestor);
-  bind(handle, "nvmlDeviceGetP2PStatus", library->p2p_status);
-  bind(handle, "nvmlDeviceGetNumaNodeId", library->numa_node_id);
-  bind(handle, "nvmlDeviceGetCpuAffinity", library->cpu_affinity);
+  if (const char* missing = bind_required(handle, *library)) return refuse_incomplete(*library, missing);
+  bind_optional(handle, *library);
 
   const Return status = library->init();
   if (status != kSuccess) {
@@ -101,19 +132,7 @@ GPUSEL_API LoadResult load(const std::string& path) {
     dlclose(handle);
     return failed;
   }
-  // Publish, unless another thread published this path meanwhile: then use its library and close ours
-  // (nvmlShutdown and dlclose are reference-counted, so the winner's stays loaded and initialized).
-  void* newest = loaded.load(std::memory_order_acquire);
-  do {
-    if (const Library* known = find(newest)) {
-      Return (*shutdown)() = nullptr;
-      if (bind(handle, "nvmlShutdown", shutdown)) (void)shutdown();  // undoes our nvmlInit only
-      dlclose(handle);
-      return {known, LoadStatus::loaded, {}};
-    }
-    library->next = static_cast<const Library*>(newest);
-  } while (!loaded.compare_exchange_weak(newest, library.get(), std::memory_order_acq_rel, std::memory_order_acquire));
-  return {library.release(), LoadStatus::loaded, {}};  // never freed, as said above
+  return publish(loaded, std::move(library));
 }
 
 }  // namespace gpusel::detail::nvml
