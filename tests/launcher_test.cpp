@@ -266,6 +266,55 @@ TEST(SlurmShapes, ALauncherInsideAStepKeepsItsOwnRank) {
   EXPECT_EQ(rank->task_gpus, "");
 }
 
+// --- the GPUs this process may choose among ----------------------------------
+
+gpusel::Allotment allotment_of(const SlurmTask& task, int visible_gpus) {
+  return gpusel::find_allotment(environment(slurm_variables(task)), visible_gpus);
+}
+
+TEST(Allotment, OutsideSlurmIsEveryVisibleGpu) {
+  const gpusel::Allotment outside = gpusel::find_allotment(environment({{"LOCAL_RANK", "1"}}), 4);
+  EXPECT_EQ(outside.scheduler, "");
+  EXPECT_TRUE(outside.known());
+  EXPECT_NO_THROW(outside.require("pick"));
+}
+
+TEST(Allotment, ASlurmStepThatNamesItsGpusIsKnown) {
+  // srun -n2 --gpus=2 while another job holds GPUs 0 and 1; srun -n4 --gpus-per-task=1.
+  const gpusel::Allotment shared = allotment_of({1, "2,3", "2"}, 2);
+  EXPECT_EQ(shared.scheduler, "Slurm");
+  EXPECT_EQ(shared.gpus_on_node, 2);
+  EXPECT_EQ(shared.said, "SLURM_GPUS_ON_NODE=2, SLURM_STEP_GPUS=2,3");
+  EXPECT_TRUE(shared.known());
+  EXPECT_TRUE(allotment_of({3, "3", "4"}, 1).known());
+  // srun -n1 --gpus-per-task=1 --gpu-bind=none: with one task Slurm does name its GPU.
+  EXPECT_TRUE(allotment_of({0, "0", "1"}, 1).known());
+}
+
+TEST(Allotment, ASlurmStepGivenGpusWithoutSayingWhichIsRefusedNamingTheOption) {
+  // srun -n2 --gpus-per-task=1 --gpu-bind=none: CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS unset
+  // in both tasks, SLURM_GPUS_ON_NODE=2, and the node's 4 GPUs visible.
+  const gpusel::Allotment unnamed = allotment_of({1, std::nullopt, "2"}, 4);
+  EXPECT_FALSE(unnamed.known());
+  const std::string message = error_from([&] { unnamed.require("pick"); });
+  EXPECT_TRUE(contains(message,
+                       "pick: Slurm gave this step 2 GPUs on this node (SLURM_GPUS_ON_NODE=2) without "
+                       "saying which"))
+      << message;
+  EXPECT_TRUE(contains(message, "--gpu-bind=none")) << message;
+  // With every visible GPU the step's (srun -n4 --gpus=4 --gpu-bind=none on this node), any is its own.
+  EXPECT_TRUE(allotment_of({1, std::nullopt, "4"}, 4).known());
+}
+
+TEST(Allotment, ASlurmStepGivenNoGpuChoosesAsOutsideSlurm) {
+  // srun -n2 without --gpus: no SLURM_GPUS_ON_NODE, no CUDA_VISIBLE_DEVICES.
+  const gpusel::Allotment none = allotment_of({1, std::nullopt, std::nullopt}, 4);
+  EXPECT_EQ(none.scheduler, "Slurm");
+  EXPECT_EQ(none.gpus_on_node, std::nullopt);
+  EXPECT_TRUE(none.known());
+  EXPECT_TRUE(allotment_of({1, std::nullopt, "0"}, 4).known());
+}
+
 // --- from the rank to the device -------------------------------------------
 
 gpusel::LocalRank rank_of(int rank, std::optional<int> size = std::nullopt) {
@@ -371,6 +420,10 @@ class LauncherEnvironment {
         unsetenv(name);
       }
     }
+    for (const char* name : {"SLURM_JOB_ID", "SLURM_GPUS_ON_NODE"}) {  // the allotment's
+      saved_.emplace_back(name, gpusel::detail::environment_variable(name));
+      unsetenv(name);
+    }
     for (const auto& [name, value] : variables) setenv(name.c_str(), value.c_str(), 1);
   }
   ~LauncherEnvironment() {
@@ -388,6 +441,16 @@ class LauncherEnvironment {
  private:
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
+
+TEST(LocalRankDevice, RefusesWhenSlurmGaveGpusWithoutSayingWhich) {
+  if (auto why = gpusel_test::need_devices(2)) GTEST_SKIP() << *why;
+  if (gpusel::detail::environment_variable("CUDA_VISIBLE_DEVICES")) GTEST_SKIP() << "CUDA_VISIBLE_DEVICES is set";
+  // A task of srun -n2 --gpus-per-task=1 --gpu-bind=none on a node whose GPUs are all visible.
+  const LauncherEnvironment environment({{"SLURM_LOCALID", "0"}, {"SLURM_JOB_ID", "12"}, {"SLURM_GPUS_ON_NODE", "1"}});
+  const std::string message = error_from([] { (void)gpusel::local_rank_device(); });
+  EXPECT_TRUE(contains(message, "gpusel::local_rank_device(): Slurm gave this step 1 GPU")) << message;
+  EXPECT_TRUE(contains(message, "--gpu-bind=none")) << message;
+}
 
 TEST(LocalRank, ReadsThisProcesssEnvironment) {
   const LauncherEnvironment environment({{"SLURM_LOCALID", "1"}, {"LOCAL_RANK", "3"}});

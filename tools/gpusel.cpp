@@ -993,12 +993,24 @@ std::string index_caveat(const gpusel::CudaPhysicalOrder& order) {
   return kept;
 }
 
+// Throws Error when this process may choose no GPU (Note [The GPUs this process may choose among]).
+void require_allotment(const gpusel::DeviceMap& map, std::string_view who) {
+  gpusel::allotment(map.visible.ok() ? map.visible.count() : 0).require(who);
+}
+
 int run_pick(const Arguments& arguments) {
   const std::optional<gpusel::DeviceMap> read =
       read_devices(usage(arguments.criteria.placement == gpusel::PickPlacement::connected), arguments.nvml_timeout);
   if (!read) return report_nvml_hung(arguments, kExitNvmlFailed);
   const gpusel::DeviceMap& map = *read;
   if (!map.known()) return report_no_gpus(map, arguments.json);
+  try {
+    require_allotment(map, "pick");
+  } catch (const gpusel::Error& error) {  // the scheduler gave GPUs without saying which
+    std::cerr << "gpusel: " << escape_lines(error.what()) << "\n";
+    if (arguments.json) print_error_json("allotment", error.what(), kExitNothingFits);
+    return kExitNothingFits;
+  }
   std::vector<gpusel::Candidate> assessed;
   try {
     assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
@@ -1246,6 +1258,7 @@ Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& 
     attempt.failure = "no CUDA device is visible to this rank: " + map.visible.reason();
     return attempt;
   }
+  require_allotment(map, "run --local-rank");  // throws: no wait can fix it
   const gpusel::Device device = gpusel::device_for_local_rank(rank, map.visible.count());
   if (device.is_cpu()) {
     attempt.failure = "no GPU is visible, so " + (rank ? rank->describe() : std::string("this process")) + " has none";
@@ -1295,6 +1308,7 @@ Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& 
 // at once. Too few GPUs that fit is the attempt's failure, which a wait may end.
 Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
   Attempt attempt;
+  require_allotment(map, "run");  // throws: no wait can fix it
   std::vector<gpusel::Candidate> assessed =
       gpusel::assess(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
   gpusel::reject_leased_gpus(assessed);

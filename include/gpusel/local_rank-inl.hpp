@@ -100,6 +100,37 @@ GPUSEL_API std::optional<LocalRank> local_rank() {
   return find_local_rank([](const char* name) { return detail::environment_variable(name); });
 }
 
+GPUSEL_API void Allotment::require(std::string_view who) const {
+  if (!known()) throw Error(std::string(who) + ": " + refusal);
+}
+
+GPUSEL_API Allotment find_allotment(const ReadVariable& read, int visible_gpus) {
+  Allotment allotment;
+  if (!read("SLURM_JOB_ID")) return allotment;
+  allotment.scheduler = "Slurm";
+  allotment.gpus_on_node = detail::slurm_gpus_on_node(read);
+  if (allotment.gpus_on_node == 0) allotment.gpus_on_node.reset();
+  for (const char* name : {"SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"}) {
+    if (const std::optional<std::string> value = read(name))
+      allotment.said += (allotment.said.empty() ? "" : ", ") + std::string(name) + "=" + *value;
+  }
+  if (allotment.gpus_on_node && !read("CUDA_VISIBLE_DEVICES") && visible_gpus > *allotment.gpus_on_node) {
+    const int count = *allotment.gpus_on_node;
+    allotment.refusal = "Slurm gave this step " + std::to_string(count) + (count == 1 ? " GPU" : " GPUs") +
+                        " on this node (SLURM_GPUS_ON_NODE=" + std::to_string(count) +
+                        ") without saying which: CUDA_VISIBLE_DEVICES is unset, as srun --gpu-bind=none leaves it "
+                        "in a step of several tasks, and " +
+                        std::to_string(visible_gpus) +
+                        " GPUs are visible, any of which may be another job's; run the step without "
+                        "--gpu-bind=none, so that Slurm names each task's GPUs";
+  }
+  return allotment;
+}
+
+GPUSEL_API Allotment allotment(int visible_gpus) {
+  return find_allotment([](const char* name) { return detail::environment_variable(name); }, visible_gpus);
+}
+
 namespace detail {
 inline const char* placement_name(Placement placement) noexcept {
   switch (placement) {

@@ -127,6 +127,43 @@ enum class Placement {
   one_gpu_per_rank,
 };
 
+// Note [The GPUs this process may choose among]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A process chooses only among its allotment: the GPUs a scheduler gave it or,
+// where none did, every GPU CUDA_VISIBLE_DEVICES shows. Inside a Slurm step
+// given GPUs on this node (SLURM_GPUS_ON_NODE above 0) Slurm names them in
+// CUDA_VISIBLE_DEVICES, so the visible GPUs are the step's. Where it is unset
+// and more GPUs are visible than SLURM_GPUS_ON_NODE (`srun --gpu-bind=none`
+// with several tasks), Slurm allocated GPUs without saying which: any visible
+// one may be another job's, so local_rank_device(), `gpusel run` and `gpusel
+// pick` refuse rather than guess (gpusel runs no Slurm command to find out). A
+// step given no GPU chooses as outside Slurm. SLURM_STEP_GPUS and
+// SLURM_JOB_GPUS are Slurm's names (under ConstrainDevices not the driver's):
+// shown as they are, never mapped to devices.
+
+// The GPUs this process may choose among (Note [The GPUs this process may choose among]).
+struct Allotment {
+  // "Slurm" inside a Slurm job (SLURM_JOB_ID is set); empty outside any scheduler.
+  std::string scheduler;
+  // The step's GPUs on this node (SLURM_GPUS_ON_NODE); nullopt when Slurm gave it none.
+  std::optional<int> gpus_on_node;
+  // What Slurm said, in its own names: "SLURM_GPUS_ON_NODE=2, SLURM_STEP_GPUS=2,3".
+  std::string said;
+  // Why this process may choose no GPU at all; empty when it may choose among the visible ones.
+  std::string refusal;
+
+  [[nodiscard]] bool known() const noexcept { return refusal.empty(); }
+  // Throws Error("<who>: <refusal>") when the allotment is not known.
+  GPUSEL_API void require(std::string_view who) const;
+};
+
+// The allotment as the variables read through `read` say, when `visible_gpus`
+// GPUs are visible. Pure: reads nothing but `read`.
+GPUSEL_API Allotment find_allotment(const ReadVariable& read, int visible_gpus);
+
+// The allotment from this process's environment; see find_allotment.
+GPUSEL_API Allotment allotment(int visible_gpus);
+
 // The device for `rank` (nullopt: a process started alone, rank 0 of 1) when
 // `visible_devices` devices are visible. `why_this_many`, when given, says so
 // in errors ("2 CUDA devices are visible (cuda:0..cuda:1); CUDA_VISIBLE_DEVICES=1,3").
