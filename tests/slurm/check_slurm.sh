@@ -23,9 +23,13 @@ library=$2
 task_device=$3
 machine=$4
 here=$(cd "$(dirname "$0")" && pwd)
-fail() { echo "FAILED: $*"; exit 1; }
-
 work=$(mktemp -d)
+fail() {  # with what the last step said on stderr
+  echo "FAILED: $*"
+  [ -s "$work/stderr" ] && { echo "--- its stderr:"; cat "$work/stderr"; }
+  exit 1
+}
+
 cleanup() { "$here/cluster.sh" stop "$work/cluster"; rm -rf "$work"; }
 trap cleanup EXIT
 "$here/cluster.sh" start "$work/cluster"
@@ -75,26 +79,29 @@ judge() {
   fi
 }
 
-# shape KIND TASKS SRUN-OPTIONS...: runs gpusel run, gpusel run with the per-task variables added, and the program.
+# shape KIND TASKS SRUN-OPTIONS...: one step whose every task runs gpusel run, gpusel run with
+# the per-task variables added, and the program, each line marked with which of them printed it.
 shape() {
-  local kind=$1 tasks=$2 lines lease=()
+  local kind=$1 tasks=$2 lines lease=""
   shift 2
-  [ "$kind" = together ] && lease=(--no-lease)  # Slurm put tasks on one GPU on purpose
+  [ "$kind" = together ] && lease=--no-lease  # Slurm put tasks on one GPU on purpose
   echo "--- srun $* (Slurm gives: $kind)"
-  lines=$(srun "$@" "$gpusel" run --local-rank "${lease[@]}" -- sh -c "$says" 2>"$work/stderr" | index_of_uuids) ||
-    fail "srun $* gpusel run: $(cat "$work/stderr")"
+  # shellcheck disable=SC2016
+  lines=$(srun "$@" bash -c '
+    "$1" run --local-rank $2 -- sh -c "$3" | sed "s/^/run /"
+    env SLURM_GPUS_PER_TASK=1 SLURM_TRES_PER_TASK=cpu:1,gres/gpu:1 "$1" run --local-rank $2 -- sh -c "$3" |
+      sed "s/^/added /"
+    env -u GPUSEL_NVML_LIBRARY -u GPUSEL_FAKE_NVML_CONFIG "$4" | sed "s/^/program /"' \
+    _ "$gpusel" "$lease" "$says" "$task_device" 2>"$work/stderr" | index_of_uuids)
   echo "$lines"
-  judge "$kind" "$lines" "$tasks" "gpusel run"
-  lines=$(srun "$@" env SLURM_GPUS_PER_TASK=1 SLURM_TRES_PER_TASK=cpu:1,gres/gpu:1 \
-    "$gpusel" run --local-rank "${lease[@]}" -- sh -c "$says" 2>"$work/stderr" | index_of_uuids) ||
-    fail "srun $* (SLURM_GPUS_PER_TASK, SLURM_TRES_PER_TASK added) gpusel run: $(cat "$work/stderr")"
-  judge "$kind" "$lines" "$tasks" "gpusel run with SLURM_GPUS_PER_TASK=1 SLURM_TRES_PER_TASK=cpu:1,gres/gpu:1 added"
-  lines=$(srun "$@" "${program[@]}" 2>&1) || fail "srun $* $task_device: $lines"
-  echo "$lines"
-  judge "$kind" "$lines" "$tasks" "gpusel::local_rank_device()"
+  judge "$kind" "$(sed -n 's/^run //p' <<<"$lines")" "$tasks" "gpusel run"
+  judge "$kind" "$(sed -n 's/^added //p' <<<"$lines")" "$tasks" \
+    "gpusel run with SLURM_GPUS_PER_TASK=1 SLURM_TRES_PER_TASK=cpu:1,gres/gpu:1 added"
+  judge "$kind" "$(sed -n 's/^program //p' <<<"$lines")" "$tasks" "gpusel::local_rank_device()"
 }
 
-# refused SRUN-OPTIONS...: every task refuses, naming Slurm and --gpu-bind, in the command and the library.
+# refused SRUN-OPTIONS...: every task refuses, naming Slurm and --gpu-bind: run --local-rank,
+# local_rank_device(), pick and run.
 refused() {
   local output
   echo "--- srun $* (Slurm allocates GPUs without saying which)"
@@ -106,9 +113,13 @@ refused() {
   echo "$output"
   if grep -q '^task .* gpu ' <<<"$output"; then fail "the program took a GPU though Slurm did not say which"; fi
   [ "$(grep -c 'Slurm.*--gpu-bind' <<<"$output")" -ge 2 ] || fail "the program did not say that Slurm's --gpu-bind left the GPUs unnamed"
-  output=$(srun "$@" "$gpusel" pick 2>&1)
-  echo "$output"
-  [ "$(grep -c 'Slurm.*--gpu-bind' <<<"$output")" -ge 2 ] || fail "pick did not refuse, naming Slurm's --gpu-bind"
+  for command in pick "run -- true"; do
+    # shellcheck disable=SC2086
+    output=$(srun "$@" "$gpusel" $command 2>&1)
+    echo "$output"
+    [ "$(grep -c "gpusel: ${command%% *}: Slurm.*--gpu-bind" <<<"$output")" -ge 2 ] ||
+      fail "$command did not refuse, naming Slurm's --gpu-bind"
+  done
 }
 
 started=$SECONDS

@@ -14,6 +14,7 @@
 #   SlurmdParameters=config_overrides      (8 CPUs declared on a 2-core machine)
 #   AuthInfo=socket=DIR/munge.socket       (munged of its own, with its own key)
 #   slurmctld -i                           (a fresh state directory is not an error)
+#   SchedulerParameters=sched_interval=1   (a batch job waits 1 s, not 10, for a pass)
 # and ports of its own choosing (free ones, so that two runs do not clash).
 # Exits 77 (ctest's skip) when Slurm or munge is not installed, or not run as root.
 set -euo pipefail
@@ -92,7 +93,8 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MpiDefault=none
 SwitchType=switch/none
-SchedulerType=sched/backfill
+SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 GresTypes=gpu
