@@ -8,6 +8,8 @@
 // (see Note [Which launcher variable wins]) and gpusel::local_rank_device()
 // turns it into a Device. The decision itself is a pure function,
 // device_for_local_rank(), so it can be checked without launching anything.
+// gpusel::allotment() says which GPUs the process may choose among at all:
+// inside a Slurm step, the step's (Note [The GPUs this process may choose among]).
 // Layer: machine (docs/layers.md).
 #pragma once
 
