@@ -175,7 +175,7 @@ for options in "-n2 --gres=gpu:2:shared" "-n4 --gpus-per-task=1:own" "-n2 --gpus
 done
 
 echo "--- while another job holds GPUs 0 and 1"
-holder=$(sbatch --parsable --gpus=2 --wrap 'sleep 120') || fail "the holding job was not submitted"
+holder=$(sbatch --parsable -o /dev/null --gpus=2 --wrap 'sleep 120') || fail "the holding job was not submitted"
 for _ in $(seq 100); do [ "$(squeue -h -j "$holder" -o %T)" = RUNNING ] && break; sleep 0.1; done
 scontrol show job -d "$holder" | grep -q 'GRES=gpu:2(IDX:0-1)' || fail "the holding job does not hold GPUs 0 and 1: $(scontrol show job -d "$holder")"
 for options in "-n2 --gpus=2:shared" "-n2 --gpus-per-task=1:own"; do
