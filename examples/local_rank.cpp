@@ -2,7 +2,7 @@
 //
 //   Python                                              C++ with gpusel
 //   local_rank = int(os.environ["LOCAL_RANK"])          auto device = gpusel::local_rank_device();
-//   torch.cuda.set_device(local_rank)                   gpusel::set_device(device);
+//   torch.cuda.set_device(local_rank)                   if (device.is_cuda()) gpusel::set_device(device);
 //
 // local_rank_device() reads the launcher's variable (LOCAL_RANK, then
 // OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
 #include <map>
@@ -144,55 +145,174 @@ TEST(FindLocalRank, RejectsAMalformedProcessCountAndARankNotBelowIt) {
             "below the number of processes");
 }
 
-// --- srun --gpus-per-task / --gpu-bind: each task sees its own GPUs ------------
+// --- srun and sbatch: the environments a real Slurm 22.05 set -----------------
+// Recorded under tests/slurm/cluster.sh (one node, 4 GPUs as GRES, no cgroups);
+// tests/slurm/check_slurm.sh runs the same shapes under the real srun and sbatch.
 
-TEST(FindLocalRank, SlurmTasksWithGpusOfTheirOwnTakeTheirFirstVisibleGpu) {
-  const std::vector<std::pair<std::string, std::string>> bindings = {
-      {"SLURM_GPUS_PER_TASK", "1"},
-      {"SLURM_GPU_BIND", "closest"},
-      {"SLURM_TRES_PER_TASK", "cpu:4,gres/gpu:1"},
-  };
-  for (const auto& [variable, value] : bindings) {
+// One task's Slurm variables: its SLURM_LOCALID, CUDA_VISIBLE_DEVICES (nullopt:
+// unset) and SLURM_GPUS_ON_NODE (nullopt: unset).
+struct SlurmTask {
+  int local_id;
+  std::optional<std::string> visible;
+  std::optional<std::string> gpus_on_node;
+};
+
+std::map<std::string, std::string> slurm_variables(const SlurmTask& task) {
+  std::map<std::string, std::string> variables{{"SLURM_LOCALID", std::to_string(task.local_id)},
+                                               {"SLURM_JOB_ID", "12"}};
+  if (task.visible) variables["CUDA_VISIBLE_DEVICES"] = *task.visible;
+  if (task.visible) variables["SLURM_STEP_GPUS"] = *task.visible;  // equal to it, without cgroups
+  if (task.gpus_on_node) variables["SLURM_GPUS_ON_NODE"] = *task.gpus_on_node;
+  return variables;
+}
+
+// The device each task takes, as "cuda:N" or the Error's text, with `extra`
+// variables added to the task's environment.
+std::string device_of(const SlurmTask& task, const std::map<std::string, std::string>& extra = {}) {
+  std::map<std::string, std::string> variables = slurm_variables(task);
+  for (const auto& [name, value] : extra) variables[name] = value;
+  int count = 4;  // as the driver counts CUDA_VISIBLE_DEVICES's entries (all 4 when it is unset)
+  if (task.visible) count = static_cast<int>(std::count(task.visible->begin(), task.visible->end(), ',')) + 1;
+  try {
+    return gpusel::device_for_local_rank(gpusel::find_local_rank(environment(variables)), count).str();
+  } catch (const gpusel::Error& error) {
+    return std::string("Error: ") + error.what();
+  }
+}
+
+// Newer Slurm versions set these in some shapes (sbatch exports its own options
+// to its steps in 22.05 too): the answer must not depend on them.
+const std::vector<std::map<std::string, std::string>> kPerTaskVariables = {
+    {},
+    {{"SLURM_GPUS_PER_TASK", "1"}},
+    {{"SLURM_TRES_PER_TASK", "cpu:1,gres/gpu:1"}},
+    {{"SLURM_GPUS_PER_TASK", "1"}, {"SLURM_GPU_BIND", "none"}},
+    {{"SLURM_GPU_BIND", "closest"}},
+};
+
+TEST(SlurmShapes, SharedShapesGiveLocalRankRItsRthGpu) {
+  // srun -n2 --gpus=2, srun -n2 --gres=gpu:2, and the steps of sbatch -n2 --gres=gpu:2:
+  // both tasks CUDA_VISIBLE_DEVICES=0,1 and SLURM_GPUS_ON_NODE=2.
+  // srun -n4 --gpus=4 --gpu-bind=closest (no topology known): all 4 tasks 0,1,2,3.
+  // With GPUs 0 and 1 held by another job, srun -n2 --gpus=2: 2,3 in both.
+  for (const auto& extra : kPerTaskVariables) {
+    EXPECT_EQ(device_of({0, "0,1", "2"}, extra), "cuda:0");
+    EXPECT_EQ(device_of({1, "0,1", "2"}, extra), "cuda:1");
+    EXPECT_EQ(device_of({3, "0,1,2,3", "4"}, extra), "cuda:3");
+    EXPECT_EQ(device_of({1, "2,3", "2"}, extra), "cuda:1");
+  }
+}
+
+TEST(SlurmShapes, TasksGivenGpusOfTheirOwnTakeTheirFirstVisibleGpu) {
+  // srun -n4 --gpus-per-task=1 and srun -n4 --ntasks-per-gpu=1: task i CUDA_VISIBLE_DEVICES=i,
+  // SLURM_GPUS_ON_NODE=4, and none of SLURM_GPUS_PER_TASK, SLURM_GPU_BIND, SLURM_TRES_PER_TASK.
+  // srun -n4 --gpus=4 --gpu-bind=map_gpu:3,2,1,0: task i 3-i. srun -n2 --gpus-per-task=2 and
+  // --gpus=4 --gpu-bind=per_task:2: 0,1 and 2,3. srun -n4 --ntasks-per-gpu=2: 0,0,1,1 of 2.
+  for (const auto& extra : kPerTaskVariables) {
     for (int task = 0; task < 4; ++task) {
-      const auto rank =
-          gpusel::find_local_rank(environment({{"SLURM_LOCALID", std::to_string(task)}, {variable, value}}));
-      ASSERT_TRUE(rank.has_value()) << variable;
-      EXPECT_EQ(rank->rank, task);
-      EXPECT_EQ(rank->task_gpus, variable + "=" + value);
-      EXPECT_EQ(rank->describe(), "local rank " + std::to_string(task) +
-                                      " (Slurm: SLURM_LOCALID=" + std::to_string(task) +
-                                      "; each task has GPUs of its own: " + variable + "=" + value + ")");
-      for (const auto placement :
-           {gpusel::Placement::rank_or_cpu, gpusel::Placement::round_robin, gpusel::Placement::one_gpu_per_rank}) {
-        EXPECT_EQ(gpusel::device_for_local_rank(rank, 1, placement), gpusel::cuda(0)) << variable << " task " << task;
-        EXPECT_EQ(gpusel::device_for_local_rank(rank, 2, placement), gpusel::cuda(0)) << variable << " task " << task;
-      }
-      EXPECT_EQ(gpusel::device_for_local_rank(rank, 0), gpusel::cpu());
-      EXPECT_THROW((void)gpusel::device_for_local_rank(rank, 0, gpusel::Placement::one_gpu_per_rank), gpusel::Error);
+      EXPECT_EQ(device_of({task, std::to_string(task), "4"}, extra), "cuda:0") << "task " << task;
+      EXPECT_EQ(device_of({task, std::to_string(3 - task), "4"}, extra), "cuda:0") << "task " << task;
+      EXPECT_EQ(device_of({task, std::to_string(task / 2), "2"}, extra), "cuda:0") << "task " << task;
     }
+    EXPECT_EQ(device_of({1, "2,3", "4"}, extra), "cuda:0");
+    EXPECT_EQ(device_of({1, "3", "2"}, extra), "cuda:0");  // --gpus-per-task=1 while GPUs 0,1 are taken
   }
+  const auto rank = gpusel::find_local_rank(environment(slurm_variables({1, "1", "4"})));
+  ASSERT_TRUE(rank.has_value());
+  EXPECT_EQ(rank->describe(),
+            "local rank 1 (Slurm: SLURM_LOCALID=1; each task has GPUs of its own: CUDA_VISIBLE_DEVICES=1 lists 1 "
+            "GPU of the step's SLURM_GPUS_ON_NODE=4)");
 }
 
-TEST(FindLocalRank, SlurmTasksWithoutGpusOfTheirOwnKeepTheRankRule) {
-  for (const auto& [variable, value] : std::vector<std::pair<std::string, std::string>>{
-           {"SLURM_TRES_PER_TASK", "cpu:4"}, {"SLURM_GPU_BIND", "none"}, {"SLURM_GPU_BIND", "verbose,none"}}) {
-    const auto rank = gpusel::find_local_rank(environment({{"SLURM_LOCALID", "1"}, {variable, value}}));
-    ASSERT_TRUE(rank.has_value());
-    EXPECT_EQ(rank->task_gpus, "") << variable << "=" << value;
-    EXPECT_EQ(gpusel::device_for_local_rank(rank, 2), gpusel::cuda(1)) << variable << "=" << value;
-    EXPECT_THROW((void)gpusel::device_for_local_rank(rank, 1), gpusel::Error) << variable << "=" << value;
-  }
-  const auto plain = gpusel::find_local_rank(environment({{"SLURM_LOCALID", "1"}}));
-  EXPECT_THROW((void)gpusel::device_for_local_rank(plain, 1), gpusel::Error) << "srun without GPU binding";
+TEST(SlurmShapes, ATaskOfAStepGivenNoGpuIsRankedAsOutsideSlurm) {
+  // srun -n2 without --gpus: no CUDA_VISIBLE_DEVICES, no SLURM_GPUS_ON_NODE.
+  EXPECT_EQ(device_of({1, std::nullopt, std::nullopt}), "cuda:1");
+  EXPECT_TRUE(contains(device_of({1, "0", std::nullopt}), "has no GPU of its number"));
 }
 
-TEST(FindLocalRank, ALauncherInsideABoundSlurmTaskKeepsItsOwnRank) {
-  // srun --gpus-per-task=4 torchrun --nproc-per-node 4: torchrun's workers share the task's four GPUs.
-  const auto rank =
-      gpusel::find_local_rank(environment({{"LOCAL_RANK", "2"}, {"SLURM_LOCALID", "0"}, {"SLURM_GPUS_PER_TASK", "4"}}));
+TEST(SlurmShapes, ConstrainDevicesIndicesAreReadAsTheDriverReadsThem) {
+  // Simulated (no cgroups in this sandbox): with ConstrainDevices a task of srun --gpus=1 sees its
+  // GPU as CUDA_VISIBLE_DEVICES=0 inside its cgroup while Slurm names it SLURM_STEP_GPUS=2.
+  std::map<std::string, std::string> variables = slurm_variables({0, "0", "1"});
+  variables["SLURM_STEP_GPUS"] = "2";
+  EXPECT_EQ(gpusel::device_for_local_rank(gpusel::find_local_rank(environment(variables)), 1), gpusel::cuda(0));
+  // Per task under cgroups: task 1 of srun -n2 --gpus-per-task=1 sees its GPU as 1 of the step's 2.
+  variables = slurm_variables({1, "1", "2"});
+  variables["SLURM_STEP_GPUS"] = "3";
+  EXPECT_EQ(gpusel::device_for_local_rank(gpusel::find_local_rank(environment(variables)), 1), gpusel::cuda(0));
+}
+
+TEST(SlurmShapes, UuidsInCudaVisibleDevicesCountAsEntries) {
+  // Simulated (Debian has Slurm 22.05 only): Slurm 25.11 may write the GPUs' UUIDs.
+  const std::string first = "GPU-f9ee9551-5061-9acc-ea2a-e3926e258ba9";
+  const std::string second = "GPU-948e02bd-d547-dd13-8fac-9694a9f10034";
+  EXPECT_EQ(device_of({1, first + "," + second, "2"}), "cuda:1");
+  EXPECT_EQ(device_of({1, second, "2"}), "cuda:0");
+}
+
+TEST(SlurmShapes, ALauncherInsideAStepKeepsItsOwnRank) {
+  // srun -n2 --gpus-per-task=2 torchrun --nproc-per-node 2: each task sees 2 of the step's 4 GPUs,
+  // and torchrun's workers share them by their LOCAL_RANK.
+  for (const auto& extra : kPerTaskVariables) {
+    std::map<std::string, std::string> with_torchrun = extra;
+    with_torchrun["LOCAL_RANK"] = "1";
+    with_torchrun["LOCAL_WORLD_SIZE"] = "2";
+    EXPECT_EQ(device_of({1, "2,3", "4"}, with_torchrun), "cuda:1");
+    EXPECT_EQ(device_of({0, "0,1", "2"}, with_torchrun), "cuda:1");
+  }
+  const auto rank = gpusel::find_local_rank(environment(
+      {{"LOCAL_RANK", "1"}, {"SLURM_LOCALID", "0"}, {"CUDA_VISIBLE_DEVICES", "2,3"}, {"SLURM_GPUS_ON_NODE", "4"}}));
   ASSERT_TRUE(rank.has_value());
   EXPECT_EQ(rank->task_gpus, "");
-  EXPECT_EQ(gpusel::device_for_local_rank(rank, 4), gpusel::cuda(2));
+}
+
+// --- the GPUs this process may choose among ----------------------------------
+
+gpusel::Allotment allotment_of(const SlurmTask& task, int visible_gpus) {
+  return gpusel::find_allotment(environment(slurm_variables(task)), visible_gpus);
+}
+
+TEST(Allotment, OutsideSlurmIsEveryVisibleGpu) {
+  const gpusel::Allotment outside = gpusel::find_allotment(environment({{"LOCAL_RANK", "1"}}), 4);
+  EXPECT_EQ(outside.scheduler, "");
+  EXPECT_TRUE(outside.known());
+  EXPECT_NO_THROW(outside.require("pick"));
+}
+
+TEST(Allotment, ASlurmStepThatNamesItsGpusIsKnown) {
+  // srun -n2 --gpus=2 while another job holds GPUs 0 and 1; srun -n4 --gpus-per-task=1.
+  const gpusel::Allotment shared = allotment_of({1, "2,3", "2"}, 2);
+  EXPECT_EQ(shared.scheduler, "Slurm");
+  EXPECT_EQ(shared.gpus_on_node, 2);
+  EXPECT_EQ(shared.said, "SLURM_GPUS_ON_NODE=2, SLURM_STEP_GPUS=2,3");
+  EXPECT_TRUE(shared.known());
+  EXPECT_TRUE(allotment_of({3, "3", "4"}, 1).known());
+  // srun -n1 --gpus-per-task=1 --gpu-bind=none: with one task Slurm does name its GPU.
+  EXPECT_TRUE(allotment_of({0, "0", "1"}, 1).known());
+}
+
+TEST(Allotment, ASlurmStepGivenGpusWithoutSayingWhichIsRefusedNamingTheOption) {
+  // srun -n2 --gpus-per-task=1 --gpu-bind=none: CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS unset
+  // in both tasks, SLURM_GPUS_ON_NODE=2, and the node's 4 GPUs visible.
+  const gpusel::Allotment unnamed = allotment_of({1, std::nullopt, "2"}, 4);
+  EXPECT_FALSE(unnamed.known());
+  const std::string message = error_from([&] { unnamed.require("pick"); });
+  EXPECT_TRUE(contains(message,
+                       "pick: Slurm gave this step 2 GPUs on this node (SLURM_GPUS_ON_NODE=2) without "
+                       "saying which"))
+      << message;
+  EXPECT_TRUE(contains(message, "--gpu-bind=none")) << message;
+  // With every visible GPU the step's (srun -n4 --gpus=4 --gpu-bind=none on this node), any is its own.
+  EXPECT_TRUE(allotment_of({1, std::nullopt, "4"}, 4).known());
+}
+
+TEST(Allotment, ASlurmStepGivenNoGpuChoosesAsOutsideSlurm) {
+  // srun -n2 without --gpus: no SLURM_GPUS_ON_NODE, no CUDA_VISIBLE_DEVICES.
+  const gpusel::Allotment none = allotment_of({1, std::nullopt, std::nullopt}, 4);
+  EXPECT_EQ(none.scheduler, "Slurm");
+  EXPECT_EQ(none.gpus_on_node, std::nullopt);
+  EXPECT_TRUE(none.known());
+  EXPECT_TRUE(allotment_of({1, std::nullopt, "0"}, 4).known());
 }
 
 // --- from the rank to the device -------------------------------------------
@@ -300,6 +420,10 @@ class LauncherEnvironment {
         unsetenv(name);
       }
     }
+    for (const char* name : {"SLURM_JOB_ID", "SLURM_GPUS_ON_NODE"}) {  // the allotment's
+      saved_.emplace_back(name, gpusel::detail::environment_variable(name));
+      unsetenv(name);
+    }
     for (const auto& [name, value] : variables) setenv(name.c_str(), value.c_str(), 1);
   }
   ~LauncherEnvironment() {
@@ -317,6 +441,16 @@ class LauncherEnvironment {
  private:
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
+
+TEST(LocalRankDevice, RefusesWhenSlurmGaveGpusWithoutSayingWhich) {
+  if (auto why = gpusel_test::need_devices(2)) GTEST_SKIP() << *why;
+  if (gpusel::detail::environment_variable("CUDA_VISIBLE_DEVICES")) GTEST_SKIP() << "CUDA_VISIBLE_DEVICES is set";
+  // A task of srun -n2 --gpus-per-task=1 --gpu-bind=none on a node whose GPUs are all visible.
+  const LauncherEnvironment environment({{"SLURM_LOCALID", "0"}, {"SLURM_JOB_ID", "12"}, {"SLURM_GPUS_ON_NODE", "1"}});
+  const std::string message = error_from([] { (void)gpusel::local_rank_device(); });
+  EXPECT_TRUE(contains(message, "gpusel::local_rank_device(): Slurm gave this step 1 GPU")) << message;
+  EXPECT_TRUE(contains(message, "--gpu-bind=none")) << message;
+}
 
 TEST(LocalRank, ReadsThisProcesssEnvironment) {
   const LauncherEnvironment environment({{"SLURM_LOCALID", "1"}, {"LOCAL_RANK", "3"}});

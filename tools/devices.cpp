@@ -50,4 +50,8 @@ gpusel::InventoryOptions usage(bool links) {
   return options;
 }
 
+void require_allotment(const gpusel::DeviceMap& map, std::string_view who) {
+  gpusel::allotment(map.visible.ok() ? map.visible.count() : 0).require(who);
+}
+
 }  // namespace gpusel_tool

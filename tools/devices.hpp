@@ -2,10 +2,12 @@
 #pragma once
 
 #include <gpusel/inventory.hpp>
+#include <gpusel/local_rank.hpp>
 #include <gpusel/visibility.hpp>
 
 #include <chrono>
 #include <optional>
+#include <string_view>
 
 #include "arguments.hpp"
 
@@ -35,5 +37,9 @@ int report_nvml_hung(const Arguments& arguments, int status);
 
 // What list, pick and run read: usage, and the N(N-1)/2 links between GPUs only when asked for.
 gpusel::InventoryOptions usage(bool links);
+
+// Throws Error when this process may choose no GPU of `map` (Note [The GPUs this
+// process may choose among]); `who` ("pick", "run") begins the message.
+void require_allotment(const gpusel::DeviceMap& map, std::string_view who);
 
 }  // namespace gpusel_tool

@@ -30,6 +30,7 @@ Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& 
     attempt.failure = "no CUDA device is visible to this rank: " + map.visible.reason();
     return attempt;
   }
+  require_allotment(map, "run --local-rank");  // throws: no wait can fix it
   const gpusel::Device device = gpusel::device_for_local_rank(rank, map.visible.count());
   if (device.is_cpu()) {
     attempt.failure = "no GPU is visible, so " + (rank ? rank->describe() : std::string("this process")) + " has none";

@@ -102,6 +102,13 @@ int run_pick(const Arguments& arguments) {
   if (!read) return report_nvml_hung(arguments, kExitNvmlFailed);
   const gpusel::DeviceMap& map = *read;
   if (!map.known()) return report_no_gpus(map, arguments.json);
+  try {
+    require_allotment(map, "pick");
+  } catch (const gpusel::Error& error) {  // the scheduler gave GPUs without saying which
+    std::cerr << "gpusel: " << escape_lines(error.what()) << "\n";
+    if (arguments.json) print_error_json("allotment", error.what(), kExitNothingFits);
+    return kExitNothingFits;
+  }
   std::vector<gpusel::Candidate> assessed;
   try {
     assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));

@@ -40,6 +40,7 @@ int pci_bus_index(const gpusel::DeviceMap& map, int physical) {
 // at once. Too few GPUs that fit is the attempt's failure, which a wait may end.
 Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
   Attempt attempt;
+  require_allotment(map, "run");  // throws: no wait can fix it
   std::vector<gpusel::Candidate> assessed =
       gpusel::assess(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
   gpusel::reject_leased_gpus(assessed);
@@ -101,6 +102,7 @@ std::optional<int> lease_in_line(const Arguments& arguments, gpusel::DeviceMap& 
       throw Ended{kExitRunFailed};
     }
     map = std::move(*read);
+    require_allotment(map, "run");  // throws: no wait can fix it
     return map;
   };
   try {

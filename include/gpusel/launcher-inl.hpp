@@ -10,7 +10,8 @@ namespace gpusel {
 
 GPUSEL_API Device local_rank_device(Placement placement) {
   const std::optional<LocalRank> rank = local_rank();
-  const int visible = device_count();  // from NVML before CUDA starts: starts nothing
+  const int visible = device_count();                         // from NVML before CUDA starts: starts nothing
+  allotment(visible).require("gpusel::local_rank_device()");  // Note [The GPUs this process may choose among]
   try {
     return device_for_local_rank(rank, visible, placement);
   } catch (const Error&) {

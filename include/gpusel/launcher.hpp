@@ -1,6 +1,7 @@
 // The GPU for each process of a job on one node: torchrun, mpirun and srun.
 //
-//   gpusel::set_device(gpusel::local_rank_device());   // torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+//   const gpusel::Device device = gpusel::local_rank_device();  // cpu on a machine without a GPU
+//   if (device.is_cuda()) gpusel::set_device(device);           // torch.cuda.set_device(local_rank)
 //
 // local_rank() and device_for_local_rank() (gpusel/local_rank.hpp) decide;
 // local_rank_device() applies them to the devices this process sees.

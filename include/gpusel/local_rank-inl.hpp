@@ -6,6 +6,8 @@
 
 #include "gpusel/local_rank.hpp"
 
+#include <algorithm>
+
 #include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/detail/core/environment.hpp"
 
@@ -35,20 +37,33 @@ inline int parse_launcher_number(const char* variable, const std::string& value)
   return static_cast<int>(number.value);
 }
 
-// The variable that says Slurm gave each task GPUs of its own, as "NAME=value";
-// empty when none does (Note [Slurm tasks with GPUs of their own]).
+// How many entries a CUDA_VISIBLE_DEVICES that Slurm wrote lists: indices or
+// UUIDs, comma-separated; none in an empty one.
+inline int listed_gpus(std::string_view list) {
+  if (list.empty()) return 0;
+  return static_cast<int>(std::count(list.begin(), list.end(), ',')) + 1;
+}
+
+// The step's GPUs on this node as SLURM_GPUS_ON_NODE says; nullopt when it is unset or malformed.
+inline std::optional<int> slurm_gpus_on_node(const ReadVariable& read) {
+  const std::optional<std::string> text = read("SLURM_GPUS_ON_NODE");
+  if (!text) return std::nullopt;
+  const DecimalRead number = read_decimal(*text, DecimalGrammar::whole_text);
+  if (!number.ok || number.overflow || number.value > static_cast<std::uint64_t>(Device::kMaxIndex))
+    return std::nullopt;
+  return static_cast<int>(number.value);
+}
+
+// What says Slurm gave this task GPUs of its own; empty when nothing does
+// (Note [Slurm tasks with GPUs of their own]).
 inline std::string slurm_task_gpus(const ReadVariable& read) {
-  if (const std::optional<std::string> per_task = read("SLURM_GPUS_PER_TASK"); per_task && !per_task->empty())
-    return "SLURM_GPUS_PER_TASK=" + *per_task;
-  if (const std::optional<std::string> bind = read("SLURM_GPU_BIND")) {
-    std::string_view kind = *bind;
-    if (kind.substr(0, 8) == "verbose,") kind.remove_prefix(8);
-    if (!kind.empty() && kind != "none") return "SLURM_GPU_BIND=" + *bind;
-  }
-  if (const std::optional<std::string> tres = read("SLURM_TRES_PER_TASK");
-      tres && tres->find("gres/gpu") != std::string::npos)
-    return "SLURM_TRES_PER_TASK=" + *tres;
-  return {};
+  const std::optional<int> on_node = slurm_gpus_on_node(read);
+  const std::optional<std::string> visible = read("CUDA_VISIBLE_DEVICES");
+  if (!on_node || !visible) return {};
+  const int listed = listed_gpus(*visible);
+  if (listed >= *on_node) return {};
+  return "CUDA_VISIBLE_DEVICES=" + *visible + " lists " + std::to_string(listed) + (listed == 1 ? " GPU" : " GPUs") +
+         " of the step's SLURM_GPUS_ON_NODE=" + std::to_string(*on_node);
 }
 
 }  // namespace detail
@@ -83,6 +98,37 @@ GPUSEL_API std::optional<LocalRank> find_local_rank(const ReadVariable& read) {
 
 GPUSEL_API std::optional<LocalRank> local_rank() {
   return find_local_rank([](const char* name) { return detail::environment_variable(name); });
+}
+
+GPUSEL_API void Allotment::require(std::string_view who) const {
+  if (!known()) throw Error(std::string(who) + ": " + refusal);
+}
+
+GPUSEL_API Allotment find_allotment(const ReadVariable& read, int visible_gpus) {
+  Allotment allotment;
+  if (!read("SLURM_JOB_ID")) return allotment;
+  allotment.scheduler = "Slurm";
+  allotment.gpus_on_node = detail::slurm_gpus_on_node(read);
+  if (allotment.gpus_on_node == 0) allotment.gpus_on_node.reset();
+  for (const char* name : {"SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"}) {
+    if (const std::optional<std::string> value = read(name))
+      allotment.said += (allotment.said.empty() ? "" : ", ") + std::string(name) + "=" + *value;
+  }
+  if (allotment.gpus_on_node && !read("CUDA_VISIBLE_DEVICES") && visible_gpus > *allotment.gpus_on_node) {
+    const int count = *allotment.gpus_on_node;
+    allotment.refusal = "Slurm gave this step " + std::to_string(count) + (count == 1 ? " GPU" : " GPUs") +
+                        " on this node (SLURM_GPUS_ON_NODE=" + std::to_string(count) +
+                        ") without saying which: CUDA_VISIBLE_DEVICES is unset, as srun --gpu-bind=none leaves it "
+                        "in a step of several tasks, and " +
+                        std::to_string(visible_gpus) +
+                        " GPUs are visible, any of which may be another job's; run the step without "
+                        "--gpu-bind=none, so that Slurm names each task's GPUs";
+  }
+  return allotment;
+}
+
+GPUSEL_API Allotment allotment(int visible_gpus) {
+  return find_allotment([](const char* name) { return detail::environment_variable(name); }, visible_gpus);
 }
 
 namespace detail {

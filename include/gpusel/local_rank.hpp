@@ -8,6 +8,8 @@
 // (see Note [Which launcher variable wins]) and gpusel::local_rank_device()
 // turns it into a Device. The decision itself is a pure function,
 // device_for_local_rank(), so it can be checked without launching anything.
+// gpusel::allotment() says which GPUs the process may choose among at all:
+// inside a Slurm step, the step's (Note [The GPUs this process may choose among]).
 // Layer: machine (docs/layers.md).
 #pragma once
 
@@ -41,16 +43,22 @@ namespace gpusel {
 
 // Note [Slurm tasks with GPUs of their own]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// `srun --gpus-per-task=N` (and `--gpu-bind=...`, or a `--tres-per-task` with
-// gres/gpu) gives every task its own CUDA_VISIBLE_DEVICES with its GPUs only,
-// and SLURM_LOCALID 0..N-1: task 1 sees one GPU, as cuda:0, and "cuda:1 for
-// local rank 1" names nothing. Slurm says so in the task's environment:
-// SLURM_GPUS_PER_TASK, SLURM_GPU_BIND (except "none", which binds nothing), or
-// SLURM_TRES_PER_TASK naming gres/gpu. When SLURM_LOCALID is the rank that
-// wins and one of those is set, every task's device is its first visible GPU,
-// cuda:0 (LocalRank::task_gpus says which variable said so). A launcher inside
-// such a task (`srun --gpus-per-task=4 torchrun ...`) sets its own rank, which
-// wins, and its workers share the task's GPUs by their ranks as usual.
+// Slurm gives a step's tasks on a node either one shared list of GPUs or each
+// task GPUs of its own (--gpus-per-task, --ntasks-per-gpu, --gpu-bind=single,
+// map_gpu, mask_gpu, per_task), and says which in two variables it sets in
+// every task: CUDA_VISIBLE_DEVICES, the task's GPUs, and SLURM_GPUS_ON_NODE,
+// the step's GPUs on the node. A task whose CUDA_VISIBLE_DEVICES lists fewer
+// GPUs than SLURM_GPUS_ON_NODE was given GPUs of its own and takes its first
+// visible GPU, cuda:0; otherwise local rank r takes cuda:r. The options
+// themselves are not trusted: srun does not put them in its tasks' environment
+// (SLURM_GPUS_PER_TASK, SLURM_GPU_BIND and SLURM_TRES_PER_TASK appear only where
+// sbatch exported its own options, whatever the step asked for).
+// SLURM_STEP_GPUS and SLURM_JOB_GPUS are Slurm's names, node-wide, and under
+// ConstrainDevices not the driver's: they are never mapped to devices. The
+// rule applies where SLURM_LOCALID is the rank that wins: a launcher inside a
+// task (`srun --gpus-per-task=4 torchrun ...`) sets its own rank, and its
+// workers share the task's GPUs by their ranks. Judged by a real Slurm:
+// tests/slurm/check_slurm.sh, and the environments it recorded in docs/launchers.md.
 
 // One launcher's pair of variables: this process's rank on the node, and how
 // many processes of the job run on the node (nullptr where the launcher sets none).
@@ -81,9 +89,10 @@ struct LocalRank {
   std::string source;
   // Other launchers' rank variables that were set but lost, e.g. "SLURM_LOCALID=0".
   std::vector<std::string> overridden;
-  // What says that the launcher gave each task GPUs of its own, so that this
-  // process's device is its first visible GPU whatever its rank
-  // ("SLURM_GPUS_PER_TASK=1": Note [Slurm tasks with GPUs of their own]); empty otherwise.
+  // What says that Slurm gave this task GPUs of its own, so that its device is
+  // its first visible GPU whatever its rank ("CUDA_VISIBLE_DEVICES=1 lists 1 GPU
+  // of the step's SLURM_GPUS_ON_NODE=4": Note [Slurm tasks with GPUs of their own]);
+  // empty otherwise.
   std::string task_gpus;
 
   // "local rank 2 of 4 (torchrun: LOCAL_RANK=2, LOCAL_WORLD_SIZE=4)", or
@@ -119,6 +128,43 @@ enum class Placement {
   // having no GPU at all.
   one_gpu_per_rank,
 };
+
+// Note [The GPUs this process may choose among]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A process chooses only among its allotment: the GPUs a scheduler gave it or,
+// where none did, every GPU CUDA_VISIBLE_DEVICES shows. Inside a Slurm step
+// given GPUs on this node (SLURM_GPUS_ON_NODE above 0) Slurm names them in
+// CUDA_VISIBLE_DEVICES, so the visible GPUs are the step's. Where it is unset
+// and more GPUs are visible than SLURM_GPUS_ON_NODE (`srun --gpu-bind=none`
+// with several tasks), Slurm allocated GPUs without saying which: any visible
+// one may be another job's, so local_rank_device(), `gpusel run` and `gpusel
+// pick` refuse rather than guess (gpusel runs no Slurm command to find out). A
+// step given no GPU chooses as outside Slurm. SLURM_STEP_GPUS and
+// SLURM_JOB_GPUS are Slurm's names (under ConstrainDevices not the driver's):
+// shown as they are, never mapped to devices.
+
+// The GPUs this process may choose among (Note [The GPUs this process may choose among]).
+struct Allotment {
+  // "Slurm" inside a Slurm job (SLURM_JOB_ID is set); empty outside any scheduler.
+  std::string scheduler;
+  // The step's GPUs on this node (SLURM_GPUS_ON_NODE); nullopt when Slurm gave it none.
+  std::optional<int> gpus_on_node;
+  // What Slurm said, in its own names: "SLURM_GPUS_ON_NODE=2, SLURM_STEP_GPUS=2,3".
+  std::string said;
+  // Why this process may choose no GPU at all; empty when it may choose among the visible ones.
+  std::string refusal;
+
+  [[nodiscard]] bool known() const noexcept { return refusal.empty(); }
+  // Throws Error("<who>: <refusal>") when the allotment is not known.
+  GPUSEL_API void require(std::string_view who) const;
+};
+
+// The allotment as the variables read through `read` say, when `visible_gpus`
+// GPUs are visible. Pure: reads nothing but `read`.
+GPUSEL_API Allotment find_allotment(const ReadVariable& read, int visible_gpus);
+
+// The allotment from this process's environment; see find_allotment.
+GPUSEL_API Allotment allotment(int visible_gpus);
 
 // The device for `rank` (nullopt: a process started alone, rank 0 of 1) when
 // `visible_devices` devices are visible. `why_this_many`, when given, says so
