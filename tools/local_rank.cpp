@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "devices.hpp"
 #include "run.hpp"
 
 namespace gpusel_tool {
