@@ -94,6 +94,19 @@ std::string index_caveat(const gpusel::CudaPhysicalOrder& order) {
   return kept;
 }
 
+// Whether this process may choose among `map`'s GPUs; says why not (Note [The GPUs this
+// process may choose among]), for instance where the scheduler gave GPUs without saying which.
+bool may_choose(const Arguments& arguments, const gpusel::DeviceMap& map) {
+  try {
+    require_allotment(map, "pick");
+    return true;
+  } catch (const gpusel::Error& error) {
+    std::cerr << "gpusel: " << escape_lines(error.what()) << "\n";
+    if (arguments.json) print_error_json("allotment", error.what(), kExitNothingFits);
+    return false;
+  }
+}
+
 }  // namespace
 
 int run_pick(const Arguments& arguments) {
@@ -102,13 +115,7 @@ int run_pick(const Arguments& arguments) {
   if (!read) return report_nvml_hung(arguments, kExitNvmlFailed);
   const gpusel::DeviceMap& map = *read;
   if (!map.known()) return report_no_gpus(map, arguments.json);
-  try {
-    require_allotment(map, "pick");
-  } catch (const gpusel::Error& error) {  // the scheduler gave GPUs without saying which
-    std::cerr << "gpusel: " << escape_lines(error.what()) << "\n";
-    if (arguments.json) print_error_json("allotment", error.what(), kExitNothingFits);
-    return kExitNothingFits;
-  }
+  if (!may_choose(arguments, map)) return kExitNothingFits;
   std::vector<gpusel::Candidate> assessed;
   try {
     assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
