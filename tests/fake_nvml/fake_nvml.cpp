@@ -36,6 +36,9 @@
 //       process_count=100000      # nvmlDeviceGetComputeRunningProcesses_v3 asks for room for this many
 //       numa=1                    # nvmlDeviceGetNumaNodeId; without it the call is Not Supported
 //       cpus=0-15,32-47           # nvmlDeviceGetCpuAffinity; without it the call is Not Supported
+//       compute_mode=exclusive_process  # nvmlDeviceGetComputeMode: default (the default),
+//                                 # exclusive_thread, prohibited, exclusive_process, or unsupported
+//                                 # (the call fails with Not Supported)
 //   process gpu=0 pid=4242 used_mib=512        # used_mib=na: NVML_VALUE_NOT_AVAILABLE
 //   mig gpu=3 uuid=MIG-... gi=1 ci=0 memory_mib=71680 used_mib=0 slot=0
 //                                 # a MIG instance of GPU 3 (which needs mig=1), behind MIG device
@@ -118,6 +121,7 @@ struct Gpu : Device {
   bool mig = false;
   int numa = -1;                        // -1: not supported
   std::vector<unsigned long> cpu_mask;  // empty: not supported
+  int compute_mode = 0;                 // nvmlComputeMode_t; -1: not supported
   std::vector<Mig> migs;
 };
 
@@ -192,6 +196,16 @@ std::vector<unsigned long> cpu_mask(const std::string& list) {
     }
   }
   return mask;
+}
+
+constexpr int kNoSuchMode = -2;
+
+// nvmlComputeMode_t's value of a compute_mode= word (-1: the call is Not Supported).
+int compute_mode(const std::string& name) {
+  const char* const names[] = {"default", "exclusive_thread", "prohibited", "exclusive_process"};
+  for (int mode = 0; mode < 4; ++mode)
+    if (name == names[mode]) return mode;
+  return name == "unsupported" ? -1 : kNoSuchMode;
 }
 
 // key=value words after the first, as pairs; false when one has no '='.
@@ -279,7 +293,10 @@ bool read_machine(Machine& result) {
             gpu.numa = std::stoi(value);
           else if (key == "cpus")
             gpu.cpu_mask = cpu_mask(value);
-          else
+          else if (key == "compute_mode") {
+            gpu.compute_mode = compute_mode(value);
+            if (gpu.compute_mode == kNoSuchMode) return false;
+          } else
             return false;
         }
         result.gpus.push_back(gpu);
@@ -601,6 +618,15 @@ extern "C" int nvmlDeviceGetMigMode(void* handle, unsigned* current, unsigned* p
   const Gpu* gpu = find(handle);
   if (gpu == nullptr || current == nullptr || pending == nullptr) return kErrorInvalidArgument;
   *current = *pending = gpu->mig ? 1u : 0u;
+  return kSuccess;
+}
+
+extern "C" int nvmlDeviceGetComputeMode(void* handle, int* mode) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Gpu* gpu = find(handle);
+  if (gpu == nullptr || mode == nullptr) return kErrorInvalidArgument;
+  if (gpu->compute_mode < 0) return kErrorNotSupported;
+  *mode = gpu->compute_mode;
   return kSuccess;
 }
 
