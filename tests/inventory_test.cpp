@@ -162,6 +162,23 @@ TEST(Inventory, ReadsEveryGpuInNvidiaSmiOrder) {
   EXPECT_FALSE(inventory.gpus[1].processes.has_value()) << "NVML could not list them: unknown, not none";
 }
 
+TEST(Inventory, ReadsEachGpusComputeModeWithItsUsage) {
+  FakeNvmlMachine machine(R"(
+gpu compute_mode=exclusive_process
+gpu compute_mode=prohibited
+gpu
+gpu compute_mode=unsupported
+)");
+  const gpusel::Inventory inventory = gpusel::query_inventory(gpusel::InventoryOptions::with_usage());
+  ASSERT_TRUE(inventory.ok()) << inventory.reason;
+  ASSERT_EQ(inventory.gpus.size(), 4u);
+  EXPECT_EQ(inventory.gpus[0].compute_mode, gpusel::ComputeMode::exclusive_process);
+  EXPECT_EQ(inventory.gpus[1].compute_mode, gpusel::ComputeMode::prohibited);
+  EXPECT_EQ(inventory.gpus[2].compute_mode, gpusel::ComputeMode::default_mode);
+  EXPECT_FALSE(inventory.gpus[3].compute_mode.has_value()) << "NVML could not tell: unknown, not Default";
+  EXPECT_FALSE(gpusel::query_inventory().gpus[0].compute_mode.has_value()) << "identity only reads no usage";
+}
+
 TEST(Inventory, ListsTheMigInstancesOfAGpuInMigModeWithTheirUuidsAndMemory) {
   FakeNvmlMachine machine(R"(
 gpu

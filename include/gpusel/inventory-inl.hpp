@@ -186,6 +186,10 @@ inline void read_usage(const nvml::Library& library, nvml::Device device, Gpu& g
     }
   }
   if (library.compute_processes != nullptr) gpu.processes = read_processes(library, device, gpu, owners);
+  int mode = 0;  // a value NVML adds later stays unknown
+  if (library.compute_mode != nullptr && library.compute_mode(device, &mode) == nvml::kSuccess && mode >= 0 &&
+      mode <= static_cast<int>(ComputeMode::exclusive_process))
+    gpu.compute_mode = static_cast<ComputeMode>(mode);
 }
 
 // The MIG instances of `device` (a GPU in MIG mode), their identity, and their memory
@@ -224,6 +228,20 @@ inline std::vector<MigInstance> read_mig_instances(const nvml::Library& library,
 }
 
 }  // namespace detail
+
+GPUSEL_API const char* describe(ComputeMode mode) noexcept {
+  switch (mode) {
+    case ComputeMode::default_mode:
+      return "Default";
+    case ComputeMode::exclusive_thread:
+      return "Exclusive_Thread";
+    case ComputeMode::prohibited:
+      return "Prohibited";
+    case ComputeMode::exclusive_process:
+      return "Exclusive_Process";
+  }
+  return "unknown";
+}
 
 GPUSEL_API const Gpu* Inventory::find_uuid(std::string_view uuid) const noexcept {
   for (const Gpu& gpu : gpus)

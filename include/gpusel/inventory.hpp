@@ -54,6 +54,20 @@ struct MigInstance {
   std::optional<std::vector<GpuProcess>> processes;  // on this instance; nullopt when NVML could not list them
 };
 
+// Who may create a CUDA context on a GPU, as its administrator set it
+// (`nvidia-smi -c`): NVML's nvmlComputeMode_t, with its values. The driver
+// enforces it, machine-wide and for every user: the alternative to leases where
+// an administrator wants it (Note [Compute modes in picking] in select.hpp).
+enum class ComputeMode {
+  default_mode = 0,       // any number of processes ("Default")
+  exclusive_thread = 1,   // one thread of one process (NVIDIA deprecated it for exclusive_process)
+  prohibited = 2,         // no process at all
+  exclusive_process = 3,  // one process, any number of its threads
+};
+
+// nvidia-smi's word for `mode`: "Default", "Exclusive_Thread", "Prohibited", "Exclusive_Process".
+GPUSEL_API const char* describe(ComputeMode mode) noexcept;
+
 // One physical GPU: the one record gpusel keeps of it (CUDA's physical order
 // and the visible map refer to it by position, never copy it).
 struct Gpu {
@@ -76,6 +90,7 @@ struct Gpu {
   std::optional<int> utilization_percent;            // of time a kernel ran, over NVML's last sample period
   std::optional<int> memory_utilization_percent;     // of time memory was read or written
   std::optional<std::vector<GpuProcess>> processes;  // compute processes; nullopt when NVML could not list them
+  std::optional<ComputeMode> compute_mode;           // nullopt when NVML could not tell
   // Where it sits, read with usage (Note [GPU topology] in gpusel/topology.hpp):
   std::optional<int> numa_node;   // its NUMA node (nvmlDeviceGetNumaNodeId); nullopt when NVML cannot tell
   std::vector<int> cpu_affinity;  // the CPUs near it, ascending (nvmlDeviceGetCpuAffinity); empty: unknown

@@ -70,6 +70,7 @@ inline void bind_optional(void* handle, Library& library) {
   bind(handle, "nvmlDeviceGetP2PStatus", library.p2p_status);
   bind(handle, "nvmlDeviceGetNumaNodeId", library.numa_node_id);
   bind(handle, "nvmlDeviceGetCpuAffinity", library.cpu_affinity);
+  bind(handle, "nvmlDeviceGetComputeMode", library.compute_mode);
 }
 
 // Closes `library`, which lacks the required entry point `missing`, and says why it cannot serve.

@@ -100,7 +100,8 @@ struct Library {
   Return (*p2p_status)(Device, Device, int, int*) = nullptr;               // nvmlDeviceGetP2PStatus
   Return (*numa_node_id)(Device, unsigned int*) = nullptr;                 // nvmlDeviceGetNumaNodeId (drivers >= 545)
   Return (*cpu_affinity)(Device, unsigned int, unsigned long*) = nullptr;  // nvmlDeviceGetCpuAffinity
-  const Library* next = nullptr;  // the library loaded before this one (see load())
+  Return (*compute_mode)(Device, int*) = nullptr;  // nvmlDeviceGetComputeMode: an nvmlComputeMode_t, as int
+  const Library* next = nullptr;                   // the library loaded before this one (see load())
 #ifdef GPUSEL_DETAIL_TEST_LAYOUT_CHANGE
   int layout_change = 0;  // only in the state test's copy of another layout (tests/state/layout_host.cpp)
 #endif
