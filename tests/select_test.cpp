@@ -178,6 +178,66 @@ TEST(Pick, TheCallingProcessItselfNeverMakesItsGpuBusy) {
   EXPECT_FALSE(gpusel::assess({}, map, "alice", 4243)[0].fits());
 }
 
+// --- the driver's own exclusivity: compute modes (Note [Compute modes in picking]) ----
+
+TEST(Pick, NeverPicksAProhibitedGpu) {
+  std::vector<gpusel::Gpu> gpus = {gpu(0, 130, 0), gpu(1, 100, 0)};
+  gpus[0].compute_mode = gpusel::ComputeMode::prohibited;
+  const auto map = machine(gpus);
+  EXPECT_EQ(indices(gpusel::pick({}, map, "alice")), std::vector<int>{1});
+  EXPECT_EQ(gpusel::assess({}, map, "alice")[0].rejected_because,
+            std::vector<std::string>{"its compute mode is Prohibited: CUDA creates no context on it"});
+  gpusel::PickCriteria anything = count(2);
+  anything.allow_other_users = true;
+  EXPECT_THROW((void)gpusel::pick(anything, map, "alice"), gpusel::Error) << "only one GPU fits";
+}
+
+TEST(Pick, AnExclusiveProcessGpuWithAnyComputeProcessIsNeverPickedEvenWhenSharingIsAllowed) {
+  std::vector<gpusel::Gpu> gpus = {gpu(0, 130, 0), gpu(1, 120, 0), gpu(2, 100, 0)};
+  gpus[0].compute_mode = gpusel::ComputeMode::exclusive_process;
+  gpus[0].processes->push_back(process_of("bob", 777));
+  gpus[1].compute_mode = gpusel::ComputeMode::exclusive_process;
+  gpus[1].processes->push_back(process_of("alice", 4242));
+  const auto map = machine(gpus);
+  gpusel::PickCriteria sharing = count(1, gpusel::PickCriteria::all);
+  sharing.share_own = true;
+  sharing.allow_other_users = true;
+  EXPECT_EQ(indices(gpusel::pick(sharing, map, "alice")), std::vector<int>{2});
+  EXPECT_EQ(gpusel::assess(sharing, map, "alice")[0].rejected_because,
+            std::vector<std::string>{"its compute mode is Exclusive_Process and a compute process runs on it (pid 777 "
+                                     "of bob (python3), 2.0 GiB): CUDA would refuse this process a context, shared "
+                                     "or not"});
+}
+
+TEST(Pick, AnIdleExclusiveGpuFitsAndSoDoesOneWhoseOnlyProcessIsTheCaller) {
+  std::vector<gpusel::Gpu> gpus = {gpu(0, 130, 0), gpu(1, 120, 0)};
+  gpus[0].compute_mode = gpusel::ComputeMode::exclusive_process;
+  gpus[1].compute_mode = gpusel::ComputeMode::exclusive_thread;
+  gpus[1].processes->push_back(process_of("alice", 4242));
+  const auto map = machine(gpus);
+  EXPECT_EQ(indices(gpusel::pick(count(2), map, "alice", 4242)), (std::vector<int>{0, 1}));
+  EXPECT_FALSE(gpusel::assess({}, map, "alice", 99)[1].fits()) << "pid 4242 is not the caller here";
+}
+
+TEST(Pick, AnExclusiveGpuWhoseProcessesAreUnknownIsNeverPicked) {
+  std::vector<gpusel::Gpu> gpus = {gpu(0, 130, 0)};
+  gpus[0].compute_mode = gpusel::ComputeMode::exclusive_process;
+  gpus[0].processes.reset();
+  const auto map = machine(gpus);
+  gpusel::PickCriteria sharing;
+  sharing.allow_other_users = true;  // which skips the process check itself
+  EXPECT_EQ(gpusel::assess(sharing, map, "alice")[0].rejected_because,
+            std::vector<std::string>{"its compute mode is Exclusive_Process and its compute processes are unknown "
+                                     "(NVML could not list them)"});
+}
+
+TEST(ComputeMode, IsDescribedInNvidiaSmisWords) {
+  EXPECT_STREQ(gpusel::describe(gpusel::ComputeMode::default_mode), "Default");
+  EXPECT_STREQ(gpusel::describe(gpusel::ComputeMode::exclusive_thread), "Exclusive_Thread");
+  EXPECT_STREQ(gpusel::describe(gpusel::ComputeMode::prohibited), "Prohibited");
+  EXPECT_STREQ(gpusel::describe(gpusel::ComputeMode::exclusive_process), "Exclusive_Process");
+}
+
 TEST(Assess, SaysWhichProcessesMadeAGpuBusy) {
   std::vector<gpusel::Gpu> gpus = {gpu(0, 130, 0), gpu(1, 100, 0)};
   gpus[0].processes->push_back(process_of("alice", 4242));

@@ -124,6 +124,29 @@ inline void check_utilization(const PickCriteria& criteria, Candidate& candidate
   }
 }
 
+// Rejects `candidate` where its GPU's compute mode lets this process create no context:
+// Prohibited always, an exclusive mode while any other compute process runs on it (or
+// on `processes`, the MIG instance's), whatever share_own and allow_other_users say
+// (Note [Compute modes in picking]).
+inline void check_compute_mode(const std::optional<std::vector<GpuProcess>>& processes, unsigned int caller_pid,
+                               Candidate& candidate) {
+  const std::optional<ComputeMode>& mode = candidate.gpu.compute_mode;
+  if (!mode || *mode == ComputeMode::default_mode) return;
+  const std::string said = std::string("its compute mode is ") + describe(*mode);
+  if (*mode == ComputeMode::prohibited) {
+    reject(candidate, said + ": CUDA creates no context on it");
+  } else if (!processes) {
+    reject(candidate, said + " and its compute processes are unknown (NVML could not list them)");
+  } else {
+    const auto other = std::find_if(processes->begin(), processes->end(), [caller_pid](const GpuProcess& process) {
+      return caller_pid == 0 || process.pid != caller_pid;
+    });
+    if (other != processes->end())
+      reject(candidate, said + " and a compute process runs on it (" + describe(*other) +
+                            "): CUDA would refuse this process a context, shared or not");
+  }
+}
+
 // Rejects the second and later candidates of one UUID, naming the first (Note [One UUID, one GPU]).
 class DuplicateUuids {
  public:
@@ -201,6 +224,7 @@ inline Candidate assess_mig_instance(const Assessment& assessment, const Candida
   check_free_memory(assessment.criteria, part);
   check_utilization(assessment.criteria, part);
   check_processes(instance.processes, assessment.criteria, assessment.user, assessment.caller_pid, part);
+  check_compute_mode(instance.processes, assessment.caller_pid, part);
   return part;
 }
 
@@ -231,6 +255,7 @@ GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const Dev
     detail::check_free_memory(criteria, candidate);
     detail::check_utilization(criteria, candidate);
     detail::check_processes(gpu.processes, criteria, user, caller_pid, candidate);
+    detail::check_compute_mode(gpu.processes, caller_pid, candidate);
     duplicates.reject(candidate);
     candidates.push_back(std::move(candidate));
   }

@@ -59,6 +59,19 @@ namespace gpusel {
 // the first in CUDA's physical order is the candidate, each later one is
 // rejected with the reason. An empty UUID names nothing and is no duplicate.
 
+// Note [Compute modes in picking]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An administrator can make the driver itself keep jobs apart (`nvidia-smi -c
+// EXCLUSIVE_PROCESS`): CUDA then gives a context on the GPU to one process at a
+// time and refuses every other, whoever owns it; PROHIBITED refuses all. Leases
+// only keep apart jobs started through gpusel, so the mode is the stronger rule
+// and picking follows it: a Prohibited GPU is never a candidate, and an
+// exclusive one only while no compute process but the caller's runs on it (or
+// while its processes are unknown, never). share_own and allow_other_users do
+// not relax it: they say what this job may share, and the driver allows no
+// sharing at all. gpusel judges a MIG instance by its GPU's mode and the
+// instance's own processes (not checked on a real MIG machine).
+
 // Note [MIG instances as picks]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The unit of picking is what CUDA can be given: a GPU, or, for a GPU in MIG
