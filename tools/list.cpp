@@ -75,6 +75,12 @@ std::string cpus(const gpusel::Gpu& gpu) {
   return gpu.cpu_affinity.empty() ? std::string("?") : gpusel::format_cpu_list(gpu.cpu_affinity);
 }
 
+// "Exclusive_Process mode; " where the driver limits who may use the GPU (nvidia-smi -c), "" in Default mode.
+std::string compute_mode_note(const gpusel::Gpu& gpu) {
+  if (!gpu.compute_mode || *gpu.compute_mode == gpusel::ComputeMode::default_mode) return {};
+  return std::string(gpusel::describe(*gpu.compute_mode)) + " mode; ";
+}
+
 // The table of `gpusel list`: each GPU's label in this process and the columns' widths.
 struct Table {
   std::vector<std::string> labels;  // this process's cuda:N, or "hidden"
@@ -124,7 +130,7 @@ void print_rows(const Table& table, const gpusel::DeviceMap& map, int physical) 
   if (table.placement_known)
     std::cout << Column{gpu.numa_node ? std::to_string(*gpu.numa_node) : std::string("?"), 6}
               << Column{cpus(gpu), table.cpus_width + 2};
-  std::cout << (gpu.mig_enabled ? "MIG mode; " : "")
+  std::cout << (gpu.mig_enabled ? "MIG mode; " : "") << compute_mode_note(gpu)
             << (gpu.memory_reserved_bytes && *gpu.memory_reserved_bytes > 0
                     ? gpusel::format_memory_size(*gpu.memory_reserved_bytes) + " reserved by the driver; "
                     : std::string())

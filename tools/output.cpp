@@ -101,6 +101,11 @@ void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_in
   optional_value(json, "memory_free_bytes", gpu.memory_free_bytes);
   optional_value(json, "memory_reserved_bytes", gpu.memory_reserved_bytes);
   optional_value(json, "utilization_percent", gpu.utilization_percent);
+  json.key("compute_mode");  // nvidia-smi's word, null when NVML could not tell
+  if (gpu.compute_mode)
+    json.value(gpusel::describe(*gpu.compute_mode));
+  else
+    json.null();
   json.key("impossible_readings");
   if (gpu.impossible_readings.empty())
     json.null();

@@ -850,6 +850,29 @@ EOF
     expect_json
     expect stdout '"impossible_readings": "NVML reports 3000000000% utilization'
     ;;
+  compute_modes)
+    # The driver's own exclusivity (nvidia-smi -c): list shows a mode that is not Default,
+    # and pick never takes a Prohibited GPU, nor an Exclusive_Process one that runs a
+    # compute process, whatever --share-own and --allow-other-users say.
+    cat >"$work/modes.txt" <<EOF
+gpu uuid=GPU-0a000000-0000-4000-8000-000000000000 compute_mode=prohibited
+gpu uuid=GPU-1b000000-0000-4000-8000-000000000000 compute_mode=exclusive_process
+gpu uuid=GPU-2c000000-0000-4000-8000-000000000000 compute_mode=exclusive_process
+process gpu=1 pid=4000000001 used_mib=512
+EOF
+    export GPUSEL_FAKE_NVML_CONFIG="$work/modes.txt"
+    run 0 list
+    expect stdout "Prohibited mode; none"
+    expect stdout "Exclusive_Process mode; pid 4000000001"
+    run 0 list --json
+    expect_json
+    expect_in_json '[g["compute_mode"] for g in d["gpus"]] == ["Prohibited", "Exclusive_Process", "Exclusive_Process"]'
+    run 0 pick -n 1 --share-own --allow-other-users
+    expect_line stdout "2"
+    run 1 pick -n 2 --share-own --allow-other-users
+    expect stderr "its compute mode is Prohibited: CUDA creates no context on it"
+    expect stderr "its compute mode is Exclusive_Process and a compute process runs on it (pid 4000000001"
+    ;;
   hostile_text)
     # Processes named by their owners (the comm of a program is its file's name, cut
     # to 15 bytes): one that would retitle and clear the terminal, and one whose
