@@ -3,6 +3,7 @@
 // checked end to end through the fake NVML, on the emulated runtime (which
 // counts CUDA calls: picking makes none) and on the real one.
 #include "gpusel/select.hpp"
+#include "gpusel/wait_for_gpus.hpp"
 
 #include <gtest/gtest.h>
 

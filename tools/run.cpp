@@ -6,6 +6,7 @@
 #include <gpusel/physical_order.hpp>
 #include <gpusel/select.hpp>
 #include <gpusel/text.hpp>
+#include <gpusel/wait_for_gpus.hpp>
 
 #include <chrono>
 #include <cstddef>

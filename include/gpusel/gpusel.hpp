@@ -27,3 +27,4 @@
 #include "gpusel/memory_size.hpp"
 #include "gpusel/pick_criteria.hpp"
 #include "gpusel/select.hpp"
+#include "gpusel/wait_for_gpus.hpp"

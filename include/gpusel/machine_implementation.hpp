@@ -41,3 +41,4 @@
 #include "gpusel/topology-inl.hpp"
 #include "gpusel/visibility-inl.hpp"
 #include "gpusel/visible_devices-inl.hpp"
+#include "gpusel/wait_for_gpus-inl.hpp"

@@ -13,9 +13,7 @@
 // Layer: machine (docs/layers.md).
 #pragma once
 
-#include <chrono>
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -182,39 +180,6 @@ struct [[nodiscard]] LeasedGpus {
 // machine when criteria.only_visible is false); throws Error, and changes
 // nothing, when CUDA has started or too few GPUs fit.
 [[nodiscard]] GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria = {});
-
-// How lease_free_gpus(criteria, wait) waits for GPUs that fit.
-struct WaitForGpus {
-  // The longest wait; nullopt: until enough GPUs fit.
-  std::optional<std::chrono::milliseconds> at_most;
-  // The time between two looks at the machine.
-  std::chrono::milliseconds interval{500};
-  // Called once, when the first look finds too few GPUs, with why (what choose's Error
-  // says, or which earlier waiter goes first); empty: nothing is said.
-  std::function<void(const std::string& why)> on_wait;
-  // Reads the machine for each look; empty: visible_devices through NVML, as
-  // lease_free_gpus(criteria) reads it.
-  std::function<DeviceMap()> read_devices;
-  // What on_wait or read_devices throws ends the wait there, holding nothing.
-};
-
-// The wait of lease_free_gpus(criteria, wait) ended (WaitForGpus::at_most) before
-// enough GPUs fit; what() says why the last look failed.
-class WaitTimedOut : public Error {
- public:
-  using Error::Error;
-};
-
-// lease_free_gpus(criteria), waiting while too few GPUs fit: it looks again every
-// wait.interval, in line with the other processes that wait for GPUs in the same
-// lease directory, which are served in arrival order (Note [Waiting in line]), until
-// it leases or wait.at_most has passed (WaitTimedOut, holding nothing). What no wait
-// can fix throws Error at once: criteria that name nothing here, a lease directory
-// that cannot be used, a GPU NVML gives no UUID, no NVML. `gpusel run --wait` waits so.
-[[nodiscard]] GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait);
-
-// use_free_gpus(criteria), waiting for the GPUs as lease_free_gpus(criteria, wait) does.
-[[nodiscard]] GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait);
 
 }  // namespace gpusel
 

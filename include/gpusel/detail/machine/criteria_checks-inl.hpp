@@ -152,6 +152,12 @@ GPUSEL_API int wanted_at_most(const PickCriteria& criteria) {
   return criteria.at_most ? *criteria.at_most : criteria.at_least;
 }
 
+GPUSEL_API InventoryOptions usage_for(const PickCriteria& criteria) {
+  InventoryOptions options = InventoryOptions::with_usage();
+  options.links = criteria.placement == PickPlacement::connected;
+  return options;
+}
+
 GPUSEL_API void check_criteria(const PickCriteria& criteria) {
   if (criteria.at_least < 0)
     throw Error("gpusel::pick: at_least cannot be negative, got " + std::to_string(criteria.at_least));

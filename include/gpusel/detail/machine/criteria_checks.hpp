@@ -10,9 +10,10 @@
 #include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel {
-struct DeviceMap;     // gpusel/visibility.hpp
-struct MigInstance;   // gpusel/inventory.hpp
-struct PickCriteria;  // gpusel/pick_criteria.hpp
+struct DeviceMap;         // gpusel/visibility.hpp
+struct InventoryOptions;  // gpusel/inventory.hpp
+struct MigInstance;       // gpusel/inventory.hpp
+struct PickCriteria;      // gpusel/pick_criteria.hpp
 }  // namespace gpusel
 
 namespace gpusel::detail {
@@ -39,6 +40,10 @@ GPUSEL_API Excluded excluded_gpus(const std::vector<std::string>& exclude, const
 
 // How many GPUs the criteria want at most: at_most, or at_least where at_most is unset.
 GPUSEL_API int wanted_at_most(const PickCriteria& criteria);
+
+// What to read of the machine for `criteria`: usage, and the links between GPUs only
+// when the placement needs them (N(N-1)/2 pairs: InventoryOptions::links).
+GPUSEL_API InventoryOptions usage_for(const PickCriteria& criteria);
 
 // Throws Error for criteria that ask for nothing a pick can give: at_least below
 // zero, at_most below at_least, max_utilization outside 0..100.
