@@ -262,6 +262,53 @@ TEST(Visibility, DeviceCountIsZeroWhenTheDriverIsOlderThanTheRuntime) {
   EXPECT_EQ(gpusel::device_count(), 0) << "the runtime would fail with cudaErrorInsufficientDriver";
 }
 
+// --- what CUDA ignores, said under the headline ---------------------------------------------
+
+// Line `n` (from 0) of `text`, without its newline; "" when there is none.
+std::string line_of(const std::string& text, std::size_t n) {
+  std::size_t start = 0;
+  for (; n > 0 && start != std::string::npos; --n) {
+    start = text.find('\n', start);
+    if (start != std::string::npos) ++start;
+  }
+  if (start == std::string::npos || start >= text.size()) return {};
+  return text.substr(start, text.find('\n', start) - start);
+}
+
+TEST(Visibility, ExplainSaysWhatCudaIgnoresRightUnderTheHeadline) {
+  FakeNvmlMachine machine(kFourGpus);
+  ScopedEnvironment order("CUDA_DEVICE_ORDER", std::nullopt);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "1,,2");
+  const std::string text = gpusel::explain();
+  EXPECT_EQ(line_of(text, 1),
+            "CUDA ignores \",2\" of CUDA_VISIBLE_DEVICES: token 2, \"\", ends the list: it is not a number.")
+      << text;
+  ScopedEnvironment out_of_range("CUDA_VISIBLE_DEVICES", "2,0,7,1");
+  EXPECT_EQ(line_of(gpusel::explain(), 1),
+            "CUDA ignores \"7,1\" of CUDA_VISIBLE_DEVICES: token 3, \"7\", ends the list: it is out of range (7; this "
+            "machine has 4 GPUs, indices 0..3).");
+  for (const char* whole : {"2,0", "7,1", "0,0"}) {  // nothing ignored; no GPU (said below); an error (said below)
+    ScopedEnvironment value("CUDA_VISIBLE_DEVICES", whole);
+    EXPECT_FALSE(contains(gpusel::explain(), "CUDA ignores")) << whole;
+  }
+}
+
+TEST(VisibilityWithoutNvml, ExplainSaysWhereTheListEndsOnAnyMachine) {
+  ScopedEnvironment nvml("GPUSEL_NVML_LIBRARY", "none");
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "1,,2");
+  const std::string text = gpusel::explain();
+  EXPECT_EQ(line_of(text, 1),
+            "CUDA ignores at least \",2\" of CUDA_VISIBLE_DEVICES: token 2, \"\", ends the list on any machine: it is "
+            "not a number.")
+      << text;
+  ScopedEnvironment negative("CUDA_VISIBLE_DEVICES", "1,-1,2");
+  EXPECT_TRUE(contains(gpusel::explain(), "CUDA ignores at least \"-1,2\"")) << gpusel::explain();
+  ScopedEnvironment uuid("CUDA_VISIBLE_DEVICES", "1,GPU-948e");
+  EXPECT_TRUE(contains(gpusel::explain(), "CUDA ignores at least \"GPU-948e\"")) << gpusel::explain();
+  ScopedEnvironment machine_decides("CUDA_VISIBLE_DEVICES", "1,7,2");
+  EXPECT_FALSE(contains(gpusel::explain(), "CUDA ignores")) << "only the GPUs can tell: " << gpusel::explain();
+}
+
 // --- set_visible_devices -----------------------------------------------------------------
 
 TEST(SetVisibleDevices, SetsTheVariableBeforeCudaStarts) {
