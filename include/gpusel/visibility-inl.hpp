@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "gpusel/detail/core/environment.hpp"
+#include "gpusel/local_rank.hpp"
 
 namespace gpusel {
 
@@ -280,6 +281,35 @@ inline std::string explain_hidden(const DeviceMap& map, int mig_owner) {
   return hidden.empty() ? hidden : "Hidden from this process:\n" + hidden;
 }
 
+// What CUDA_VISIBLE_DEVICES gives this task of its step's `gpus_on_node` GPUs: whether they are
+// its own or shared, and their cuda:N and UUIDs, which only the driver's reading of it gives.
+inline std::string explain_task_gpus(const DeviceMap& map, int gpus_on_node) {
+  const VisibleDevices& visible = map.visible;
+  std::string text = "This task's CUDA_VISIBLE_DEVICES is unset";
+  if (visible.variable()) {
+    const int listed = static_cast<int>(visible.tokens().size());  // entries, as Slurm writes them
+    text = listed < gpus_on_node ? "This task has GPUs of its own, " + std::to_string(listed) + " of the step's " +
+                                       std::to_string(gpus_on_node)
+                                 : std::string("This task sees the step's GPUs");
+    text += " (CUDA_VISIBLE_DEVICES lists " + std::to_string(listed) + ")";
+  }
+  for (int logical = 0; map.known() && logical < visible.count(); ++logical)
+    text += (logical == 0 ? ": " : ", ") + std::string("cuda:") + std::to_string(logical) + " is " +
+            escape_for_terminal(map.device(logical)->uuid);
+  return text + ".\n";
+}
+
+// The scheduler's and the container runtime's part (Note [The GPUs this process may choose
+// among]): what they gave, in their own names, never mapped to GPUs, and beside it what
+// CUDA_VISIBLE_DEVICES gives this task. "" outside Slurm and containers.
+inline std::string explain_allotment(const DeviceMap& map) {
+  const Allotment allotment = gpusel::allotment(map.known() && map.visible.ok() ? map.visible.count() : 0);
+  std::string text = allotment.describe();          // escaped, a line each
+  if (allotment.known() && allotment.gpus_on_node)  // under Slurm's line, which comes first
+    text.insert(text.find('\n') + 1, explain_task_gpus(map, *allotment.gpus_on_node));
+  return text;
+}
+
 // How CUDA reads each token of CUDA_VISIBLE_DEVICES ("" when it is unset).
 inline std::string explain_tokens(const DeviceMap& map, const MigEnd& mig_end) {
   const VisibleDevices& visible = map.visible;
@@ -319,7 +349,7 @@ GPUSEL_API std::string explain(const DeviceMap& map) {
     text += detail::explain_hidden(map, mig_end.owner);
     if (!map.order.exact) text += "Caution: " + map.order.caveat + ".\n";
   }
-  return text + detail::explain_tokens(map, mig_end);
+  return text + detail::explain_allotment(map) + detail::explain_tokens(map, mig_end);
 }
 
 GPUSEL_API std::string explain() { return explain(visible_devices()); }
