@@ -315,6 +315,46 @@ TEST(Allotment, ASlurmStepGivenNoGpuChoosesAsOutsideSlurm) {
   EXPECT_TRUE(allotment_of({1, std::nullopt, "0"}, 4).known());
 }
 
+TEST(Allotment, SaysWhatSlurmGaveTheStepInSlurmsOwnNames) {
+  // srun -n2 --gpus=2 while another job holds GPUs 0 and 1.
+  std::map<std::string, std::string> variables = slurm_variables({1, "2,3", "2"});
+  variables["SLURM_STEP_ID"] = "0";
+  variables["SLURM_JOB_GPUS"] = "2,3";
+  const gpusel::Allotment given = gpusel::find_allotment(environment(variables), 2);
+  EXPECT_EQ(given.step, "12.0");
+  EXPECT_EQ(given.describe(),
+            "Slurm gave this step (12.0) 2 GPUs on this node: SLURM_GPUS_ON_NODE=2, SLURM_STEP_GPUS=2,3, "
+            "SLURM_JOB_GPUS=2,3, in Slurm's names (node-wide; under ConstrainDevices not the driver's, so gpusel "
+            "maps no GPU by them).\n");
+  // The batch script of sbatch --gres=gpu:2 has no step of its own.
+  EXPECT_TRUE(contains(allotment_of({0, "0,1", "2"}, 2).describe(), "Slurm gave this step (job 12) 2 GPUs"));
+}
+
+TEST(Allotment, SaysThatSlurmGaveGpusWithoutSayingWhichOrNone) {
+  const std::string unnamed = allotment_of({1, std::nullopt, "2"}, 4).describe();
+  EXPECT_TRUE(contains(unnamed, "Slurm gave this step 2 GPUs on this node (SLURM_GPUS_ON_NODE=2) without saying which"))
+      << unnamed;
+  EXPECT_EQ(allotment_of({1, std::nullopt, std::nullopt}, 4).describe(),
+            "Slurm gave this step (job 12) no GPU; choosing as outside Slurm.\n");
+  EXPECT_EQ(allotment_of({1, std::nullopt, "0"}, 4).describe(),
+            "Slurm gave this step (job 12) no GPU (SLURM_GPUS_ON_NODE=0); choosing as outside Slurm.\n");
+  EXPECT_EQ(gpusel::find_allotment(environment({}), 4).describe(), "") << "outside Slurm and any container";
+}
+
+TEST(Allotment, SaysWhatTheContainerWasGivenAndEscapesWhatItQuotes) {
+  const gpusel::Allotment container = gpusel::find_allotment(environment({{"NVIDIA_VISIBLE_DEVICES", "2,3"}}), 2);
+  EXPECT_EQ(container.nvidia_visible_devices, "2,3");
+  EXPECT_TRUE(contains(container.describe(), "NVIDIA_VISIBLE_DEVICES=2,3")) << container.describe();
+  EXPECT_TRUE(contains(gpusel::find_allotment(environment({{"NVIDIA_VISIBLE_DEVICES", "all"}}), 2).describe(),
+                       "every GPU of the host"));
+  EXPECT_TRUE(
+      contains(gpusel::find_allotment(environment({{"NVIDIA_VISIBLE_DEVICES", "none"}}), 0).describe(), "no GPU"));
+  std::map<std::string, std::string> hostile = slurm_variables({0, "0", "1"});
+  hostile["SLURM_STEP_GPUS"] = "0\x1b[2J";
+  const std::string text = gpusel::find_allotment(environment(hostile), 1).describe();
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << "a control character is escaped (Note [Hostile text])";
+}
+
 // --- from the rank to the device -------------------------------------------
 
 gpusel::LocalRank rank_of(int rank, std::optional<int> size = std::nullopt) {

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -260,6 +262,159 @@ TEST(Visibility, DeviceCountIsZeroWhenTheDriverIsOlderThanTheRuntime) {
   if (auto why = need_cuda_not_started()) GTEST_SKIP() << *why;
   FakeNvmlMachine machine("gpu\ncuda_driver " + std::to_string((CUDART_VERSION / 1000 - 1) * 1000) + "\n");
   EXPECT_EQ(gpusel::device_count(), 0) << "the runtime would fail with cudaErrorInsufficientDriver";
+}
+
+// --- what CUDA ignores, said under the headline ---------------------------------------------
+
+// Line `n` (from 0) of `text`, without its newline; "" when there is none.
+std::string line_of(const std::string& text, std::size_t n) {
+  std::size_t start = 0;
+  for (; n > 0 && start != std::string::npos; --n) {
+    start = text.find('\n', start);
+    if (start != std::string::npos) ++start;
+  }
+  if (start == std::string::npos || start >= text.size()) return {};
+  return text.substr(start, text.find('\n', start) - start);
+}
+
+TEST(Visibility, ExplainSaysWhatCudaIgnoresRightUnderTheHeadline) {
+  FakeNvmlMachine machine(kFourGpus);
+  ScopedEnvironment order("CUDA_DEVICE_ORDER", std::nullopt);
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "1,,2");
+  const std::string text = gpusel::explain();
+  EXPECT_EQ(line_of(text, 1),
+            "CUDA ignores \",2\" of CUDA_VISIBLE_DEVICES: token 2, \"\", ends the list: it is not a number.")
+      << text;
+  ScopedEnvironment out_of_range("CUDA_VISIBLE_DEVICES", "2,0,7,1");
+  EXPECT_EQ(line_of(gpusel::explain(), 1),
+            "CUDA ignores \"7,1\" of CUDA_VISIBLE_DEVICES: token 3, \"7\", ends the list: it is out of range (7; this "
+            "machine has 4 GPUs, indices 0..3).");
+  for (const char* whole : {"2,0", "7,1", "0,0"}) {  // nothing ignored; no GPU (said below); an error (said below)
+    ScopedEnvironment value("CUDA_VISIBLE_DEVICES", whole);
+    EXPECT_FALSE(contains(gpusel::explain(), "CUDA ignores")) << whole;
+  }
+}
+
+TEST(VisibilityWithoutNvml, ExplainSaysWhereTheListEndsOnAnyMachine) {
+  ScopedEnvironment nvml("GPUSEL_NVML_LIBRARY", "none");
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", "1,,2");
+  const std::string text = gpusel::explain();
+  EXPECT_EQ(line_of(text, 1),
+            "CUDA ignores at least \",2\" of CUDA_VISIBLE_DEVICES: token 2, \"\", ends the list on any machine: it is "
+            "not a number.")
+      << text;
+  ScopedEnvironment negative("CUDA_VISIBLE_DEVICES", "1,-1,2");
+  EXPECT_TRUE(contains(gpusel::explain(), "CUDA ignores at least \"-1,2\"")) << gpusel::explain();
+  ScopedEnvironment uuid("CUDA_VISIBLE_DEVICES", "1,GPU-948e");
+  EXPECT_TRUE(contains(gpusel::explain(), "CUDA ignores at least \"GPU-948e\"")) << gpusel::explain();
+  ScopedEnvironment machine_decides("CUDA_VISIBLE_DEVICES", "1,7,2");
+  EXPECT_FALSE(contains(gpusel::explain(), "CUDA ignores")) << "only the GPUs can tell: " << gpusel::explain();
+}
+
+// --- the scheduler's part of the story ----------------------------------------------------
+
+// Slurm's and the container runtime's variables, set (or unset) for the length of a test.
+class SchedulerVariables {
+ public:
+  SchedulerVariables(std::initializer_list<std::pair<const char*, const char*>> set) {
+    for (const char* name : {"SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS",
+                             "SLURM_LOCALID", "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"}) {
+      std::optional<std::string> value;
+      for (const auto& [given, text] : set)
+        if (std::string(given) == name) value = text;
+      variables_.push_back(std::make_unique<ScopedEnvironment>(name, value));
+    }
+  }
+
+ private:
+  std::vector<std::unique_ptr<ScopedEnvironment>> variables_;
+};
+
+TEST(Visibility, ExplainSaysWhatSlurmGaveBesideWhatCudaShows) {
+  FakeNvmlMachine machine(kFourGpus);
+  // srun -n2 --gpus=2 while another job holds GPUs 0 and 1.
+  SchedulerVariables slurm({{"SLURM_JOB_ID", "12"},
+                            {"SLURM_STEP_ID", "0"},
+                            {"SLURM_GPUS_ON_NODE", "2"},
+                            {"SLURM_STEP_GPUS", "2,3"},
+                            {"CUDA_VISIBLE_DEVICES", "2,3"}});
+  const std::string text = gpusel::explain();
+  EXPECT_TRUE(contains(text,
+                       "Slurm gave this step (12.0) 2 GPUs on this node: SLURM_GPUS_ON_NODE=2, "
+                       "SLURM_STEP_GPUS=2,3, in Slurm's names"))
+      << text;
+  EXPECT_TRUE(contains(text,
+                       "This task sees the step's GPUs (CUDA_VISIBLE_DEVICES lists 2): "
+                       "cuda:0 is GPU-22222222-aaaa-0000-0000-000000000000, cuda:1 is "
+                       "GPU-33333333-aaaa-0000-0000-000000000000.\n"))
+      << text;
+}
+
+TEST(Visibility, ExplainShowsSlurmsNamesAsTheyAreAndNeverMapsThem) {
+  // Simulated (no cgroups here): under ConstrainDevices the task of srun --gpus-per-task=1 -n2 whose GPU
+  // Slurm calls 2 sees it as CUDA_VISIBLE_DEVICES=0, and the driver reads that.
+  FakeNvmlMachine machine(kFourGpus);
+  SchedulerVariables slurm({{"SLURM_JOB_ID", "12"},
+                            {"SLURM_STEP_ID", "0"},
+                            {"SLURM_GPUS_ON_NODE", "2"},
+                            {"SLURM_STEP_GPUS", "2"},
+                            {"CUDA_VISIBLE_DEVICES", "0"}});
+  const std::string text = gpusel::explain();
+  EXPECT_TRUE(contains(text, "SLURM_STEP_GPUS=2, in Slurm's names")) << text;
+  EXPECT_TRUE(contains(text,
+                       "This task has GPUs of its own, 1 of the step's 2 (CUDA_VISIBLE_DEVICES lists 1): cuda:0 "
+                       "is GPU-00000000-aaaa-0000-0000-000000000000.\n"))
+      << text;
+  EXPECT_FALSE(contains(text, "is GPU-22222222")) << "Slurm's 2 is not the driver's GPU 2: " << text;
+  EXPECT_TRUE(contains(text, "Hidden from this process:\n  physical 1")) << text;
+}
+
+TEST(Visibility, ExplainSaysWhenSlurmGaveGpusWithoutSayingWhich) {
+  FakeNvmlMachine machine(kFourGpus);
+  // srun -n2 --gpus-per-task=1 --gpu-bind=none.
+  SchedulerVariables slurm({{"SLURM_JOB_ID", "12"}, {"SLURM_STEP_ID", "0"}, {"SLURM_GPUS_ON_NODE", "2"}});
+  const std::string text = gpusel::explain();
+  EXPECT_TRUE(contains(text, "Slurm gave this step 2 GPUs on this node (SLURM_GPUS_ON_NODE=2) without saying which"))
+      << text;
+  EXPECT_TRUE(contains(text, "--gpu-bind=none")) << text;
+  EXPECT_FALSE(contains(text, "This task")) << text;
+}
+
+TEST(Visibility, ExplainSaysWhenSlurmGaveTheStepNoGpu) {
+  FakeNvmlMachine machine(kFourGpus);
+  SchedulerVariables slurm({{"SLURM_JOB_ID", "12"}, {"SLURM_STEP_ID", "0"}, {"SLURM_LOCALID", "1"}});  // srun -n2
+  const std::string text = gpusel::explain();
+  EXPECT_TRUE(contains(text, "\nSlurm gave this step (12.0) no GPU; choosing as outside Slurm.\n")) << text;
+  EXPECT_TRUE(contains(text, "4 CUDA devices are visible")) << text;
+}
+
+TEST(Visibility, ExplainSaysWhatTheContainerRuntimeWasAskedFor) {
+  FakeNvmlMachine machine(kFourGpus);
+  SchedulerVariables container({{"NVIDIA_VISIBLE_DEVICES", "GPU-948e02bd,2"}});
+  const std::string text = gpusel::explain();
+  EXPECT_TRUE(contains(text, "NVIDIA_VISIBLE_DEVICES=GPU-948e02bd,2")) << text;
+  EXPECT_FALSE(contains(text, "Slurm")) << text;
+}
+
+TEST(Visibility, ExplainOutsideSlurmAndContainersSaysNothingOfThem) {
+  FakeNvmlMachine machine(kFourGpus);
+  SchedulerVariables none({});
+  const std::string text = gpusel::explain();
+  EXPECT_FALSE(contains(text, "Slurm")) << text;
+  EXPECT_FALSE(contains(text, "NVIDIA_VISIBLE_DEVICES")) << text;
+}
+
+TEST(VisibilityWithoutNvml, ExplainStillSaysWhatSlurmGave) {
+  ScopedEnvironment nvml("GPUSEL_NVML_LIBRARY", "none");
+  SchedulerVariables slurm({{"SLURM_JOB_ID", "12"},
+                            {"SLURM_STEP_ID", "0"},
+                            {"SLURM_GPUS_ON_NODE", "4"},
+                            {"SLURM_STEP_GPUS", "1"},
+                            {"CUDA_VISIBLE_DEVICES", "1"}});
+  const std::string text = gpusel::explain();
+  EXPECT_TRUE(contains(text, "Slurm gave this step (12.0) 4 GPUs on this node")) << text;
+  EXPECT_TRUE(contains(text, "This task has GPUs of its own, 1 of the step's 4 (CUDA_VISIBLE_DEVICES lists 1).\n"))
+      << text;
 }
 
 // --- set_visible_devices -----------------------------------------------------------------

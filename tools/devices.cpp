@@ -50,8 +50,10 @@ gpusel::InventoryOptions usage(bool links) {
   return options;
 }
 
-void require_allotment(const gpusel::DeviceMap& map, std::string_view who) {
-  gpusel::allotment(map.visible.ok() ? map.visible.count() : 0).require(who);
+gpusel::Allotment allotment_of(const gpusel::DeviceMap& map) {
+  return gpusel::allotment(map.known() && map.visible.ok() ? map.visible.count() : 0);
 }
+
+void require_allotment(const gpusel::DeviceMap& map, std::string_view who) { allotment_of(map).require(who); }
 
 }  // namespace gpusel_tool

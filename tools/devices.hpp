@@ -38,6 +38,9 @@ int report_nvml_hung(const Arguments& arguments, int status);
 // What list, pick and run read: usage, and the N(N-1)/2 links between GPUs only when asked for.
 gpusel::InventoryOptions usage(bool links);
 
+// The GPUs this process may choose among, of `map`'s visible ones (Note [The GPUs this process may choose among]).
+gpusel::Allotment allotment_of(const gpusel::DeviceMap& map);
+
 // Throws Error when this process may choose no GPU of `map` (Note [The GPUs this
 // process may choose among]); `who` ("pick", "run") begins the message.
 void require_allotment(const gpusel::DeviceMap& map, std::string_view who);

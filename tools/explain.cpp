@@ -46,6 +46,7 @@ void print_explain_json(const gpusel::DeviceMap& map) {
   json.end_array();
   json.key("order_exact").value(map.order.exact);
   json.key("caveat").value(map.order.caveat);
+  allotment_member(json, map);
   json.key("text").value(gpusel::explain(map));
   json.end_object();
   std::cout << json.str();

@@ -59,7 +59,9 @@ void print_list_json(const gpusel::DeviceMap& map, bool links) {
     gpu_members(json, map, physical, *map.physical_device(physical), links);
     json.end_object();
   }
-  json.end_array().end_object();
+  json.end_array();
+  allotment_member(json, map);
+  json.end_object();
   std::cout << json.str();
 }
 
@@ -194,6 +196,7 @@ int run_list(const Arguments& arguments) {
   if (!map.visible.ok() && !map.inventory.gpus.empty())
     std::cout << "No CUDA device is visible to this process: " << gpusel::escape_for_terminal(map.visible.reason())
               << "\n";
+  print_allotment(map);                            // what Slurm and the container runtime gave, in their own names
   if (arguments.links && map.order.count() > 1) {  // each pair once, by CUDA's physical index
     std::cout << "Links:\n";
     for (int a = 0; a < map.order.count(); ++a)

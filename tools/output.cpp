@@ -4,9 +4,11 @@
 #include <gpusel/text.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 
 #include "commands.hpp"
+#include "devices.hpp"
 
 namespace gpusel_tool {
 
@@ -165,6 +167,31 @@ int report_no_gpus(const gpusel::DeviceMap& map, bool json) {
               << gpusel::escape_for_terminal(map.inventory.reason) << "\n";
   return no_gpus_status(map.inventory);
 }
+
+void allotment_member(JsonWriter& json, const gpusel::DeviceMap& map) {
+  const gpusel::Allotment allotment = allotment_of(map);
+  const auto text_or_null = [&](const char* key, const std::string& text) {
+    optional_value(json, key, text.empty() ? std::nullopt : std::optional<std::string>(text));
+  };
+  const auto variable = [&](const char* key, const char* name) {
+    const char* value = std::getenv(name);
+    optional_value(json, key, value != nullptr ? std::optional<std::string>(value) : std::nullopt);
+  };
+  json.key("allotment").begin_object();
+  text_or_null("scheduler", allotment.scheduler);
+  text_or_null("step", allotment.step);
+  optional_value(json, "gpus_on_node", allotment.gpus_on_node);
+  variable("slurm_gpus_on_node", "SLURM_GPUS_ON_NODE");
+  variable("slurm_step_gpus", "SLURM_STEP_GPUS");
+  variable("slurm_job_gpus", "SLURM_JOB_GPUS");
+  json.key("known").value(allotment.known());
+  json.key("refusal").value(allotment.refusal);
+  optional_value(json, "nvidia_visible_devices", allotment.nvidia_visible_devices);
+  json.key("text").value(allotment.describe());
+  json.end_object();
+}
+
+void print_allotment(const gpusel::DeviceMap& map) { std::cout << allotment_of(map).describe(); }
 
 void say_what_was_chosen(const Arguments& arguments, const std::vector<gpusel::Candidate>& picked) {
   if (arguments.criteria.placement == gpusel::PickPlacement::connected && picked.size() >= 2)

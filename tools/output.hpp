@@ -63,6 +63,13 @@ void print_error_json(std::string_view error, const std::string& reason, int sta
 // Says why no GPU can be seen (on stderr, and as JSON on stdout for --json); returns the exit status.
 int report_no_gpus(const gpusel::DeviceMap& map, bool json);
 
+// The member "allotment": what Slurm and the container runtime gave, their variables as they
+// are (Slurm's names, never mapped to GPUs), and Allotment::describe()'s text.
+void allotment_member(JsonWriter& json, const gpusel::DeviceMap& map);
+
+// Allotment::describe() of `map`: nothing outside Slurm and containers.
+void print_allotment(const gpusel::DeviceMap& map);
+
 // On stderr, what the picks' value cannot say: how --connected's GPUs are joined, and
 // that CUDA shows one process one MIG instance only (Note [MIG instances as picks]).
 void say_what_was_chosen(const Arguments& arguments, const std::vector<gpusel::Candidate>& picked);

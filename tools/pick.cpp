@@ -75,7 +75,9 @@ void print_pick_json(const Arguments& arguments, const gpusel::DeviceMap& map,
     process_array(json, candidate.busy_processes);
     json.end_object();
   }
-  json.end_array().end_object();
+  json.end_array();
+  allotment_member(json, map);
+  json.end_object();
   std::cout << json.str();
 }
 
@@ -95,10 +97,16 @@ std::string index_caveat(const gpusel::CudaPhysicalOrder& order) {
 }
 
 // Whether this process may choose among `map`'s GPUs; says why not (Note [The GPUs this
-// process may choose among]), for instance where the scheduler gave GPUs without saying which.
+// process may choose among]), for instance where the scheduler gave GPUs without saying which,
+// and says where Slurm gave this step no GPU, so that pick chooses as outside Slurm.
 bool may_choose(const Arguments& arguments, const gpusel::DeviceMap& map) {
   try {
-    require_allotment(map, "pick");
+    const gpusel::Allotment allotment = allotment_of(map);
+    allotment.require("pick");
+    if (!allotment.scheduler.empty() && !allotment.gpus_on_node) {
+      const std::string text = allotment.describe();  // escaped; Slurm's line comes first
+      std::cerr << "gpusel: " << text.substr(0, text.find('\n')) << "\n";
+    }
     return true;
   } catch (const gpusel::Error& error) {
     std::cerr << "gpusel: " << escape_lines(error.what()) << "\n";

@@ -10,6 +10,7 @@
 
 #include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/detail/core/environment.hpp"
+#include "gpusel/text.hpp"
 
 namespace gpusel {
 
@@ -104,10 +105,48 @@ GPUSEL_API void Allotment::require(std::string_view who) const {
   if (!known()) throw Error(std::string(who) + ": " + refusal);
 }
 
+namespace detail {
+
+// What the container runtime mounted, after "NVIDIA_VISIBLE_DEVICES=...": every GPU, none, or those named.
+inline std::string container_gpus(const std::string& value) {
+  if (value == "all") return "every GPU of the host";
+  if (value.empty() || value == "none" || value == "void") return "no GPU";
+  return "the host's GPUs it names (by the host's indices or UUIDs)";
+}
+
+}  // namespace detail
+
+GPUSEL_API std::string Allotment::describe() const {
+  std::string text;  // Slurm's line, then the container's
+  if (!scheduler.empty()) {
+    const std::string step_name = " (" + escape_for_terminal(step) + ")";
+    if (!refusal.empty())
+      text = refusal;
+    else if (!gpus_on_node)
+      text = "Slurm gave this step" + step_name + " no GPU" +
+             (said.empty() ? std::string() : " (" + escape_for_terminal(said) + ")") + "; choosing as outside Slurm";
+    else
+      text = "Slurm gave this step" + step_name + " " + std::to_string(*gpus_on_node) +
+             (*gpus_on_node == 1 ? " GPU" : " GPUs") + " on this node: " + escape_for_terminal(said) +
+             ", in Slurm's names (node-wide; under ConstrainDevices not the driver's, so gpusel maps no GPU by them)";
+    text += ".\n";
+  }
+  if (nvidia_visible_devices) {
+    text += escape_for_terminal("NVIDIA_VISIBLE_DEVICES=" + *nvidia_visible_devices) +
+            ": in a container the NVIDIA container runtime mounted " + detail::container_gpus(*nvidia_visible_devices) +
+            ", and NVML and CUDA_VISIBLE_DEVICES number the GPUs mounted from 0.\n";
+  }
+  return text;
+}
+
 GPUSEL_API Allotment find_allotment(const ReadVariable& read, int visible_gpus) {
   Allotment allotment;
-  if (!read("SLURM_JOB_ID")) return allotment;
+  allotment.nvidia_visible_devices = read("NVIDIA_VISIBLE_DEVICES");
+  const std::optional<std::string> job = read("SLURM_JOB_ID");
+  if (!job) return allotment;
   allotment.scheduler = "Slurm";
+  const std::optional<std::string> step = read("SLURM_STEP_ID");
+  allotment.step = step ? *job + "." + *step : "job " + *job;
   allotment.gpus_on_node = detail::slurm_gpus_on_node(read);
   if (allotment.gpus_on_node == 0) allotment.gpus_on_node.reset();
   for (const char* name : {"SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"}) {

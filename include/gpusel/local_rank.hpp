@@ -147,14 +147,26 @@ enum class Placement {
 struct Allotment {
   // "Slurm" inside a Slurm job (SLURM_JOB_ID is set); empty outside any scheduler.
   std::string scheduler;
+  // Slurm's name of this step, "12.0" (SLURM_JOB_ID.SLURM_STEP_ID), or "job 12" where no
+  // step is set (a batch script, salloc's shell); empty outside Slurm.
+  std::string step;
   // The step's GPUs on this node (SLURM_GPUS_ON_NODE); nullopt when Slurm gave it none.
   std::optional<int> gpus_on_node;
   // What Slurm said, in its own names: "SLURM_GPUS_ON_NODE=2, SLURM_STEP_GPUS=2,3".
   std::string said;
   // Why this process may choose no GPU at all; empty when it may choose among the visible ones.
   std::string refusal;
+  // NVIDIA_VISIBLE_DEVICES, which the NVIDIA container runtime reads when it starts a
+  // container to mount the host's GPUs it names; nullopt where it is unset.
+  std::optional<std::string> nvidia_visible_devices;
 
   [[nodiscard]] bool known() const noexcept { return refusal.empty(); }
+  // What the scheduler and the container runtime gave, in their own names, a line
+  // each: "Slurm gave this step (12.0) 2 GPUs on this node: SLURM_GPUS_ON_NODE=2,
+  // SLURM_STEP_GPUS=2,3, in Slurm's names (...).\n", the refusal, or "Slurm gave
+  // this step (12.0) no GPU; choosing as outside Slurm.\n"; empty outside both. What comes from the environment is
+  // escaped for a terminal (Note [Hostile text]).
+  [[nodiscard]] GPUSEL_API std::string describe() const;
   // Throws Error("<who>: <refusal>") when the allotment is not known.
   GPUSEL_API void require(std::string_view who) const;
 };

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "gpusel/detail/core/environment.hpp"
+#include "gpusel/local_rank.hpp"
 
 namespace gpusel {
 
@@ -121,14 +122,17 @@ GPUSEL_API bool DeviceMap::cuda_would_fail() const noexcept {
 
 namespace detail {
 
-// explain()'s first lines: the two variables, and whether changing them still matters.
+// explain()'s headline: the two variables.
 inline std::string explain_variables(const VisibleDevices& visible) {
-  std::string text = escape_for_terminal(describe_value("CUDA_VISIBLE_DEVICES", visible.variable())) + "  " +
-                     escape_for_terminal(describe_value("CUDA_DEVICE_ORDER", visible.device_order())) +
-                     (visible.device_order() ? "" : " (FASTEST_FIRST)") + "\n";
-  text += cuda_started() ? "CUDA has started in this process: changing these variables now has no effect here.\n"
-                         : "CUDA has not started in this process: the variables can still be changed.\n";
-  return text;
+  return escape_for_terminal(describe_value("CUDA_VISIBLE_DEVICES", visible.variable())) + "  " +
+         escape_for_terminal(describe_value("CUDA_DEVICE_ORDER", visible.device_order())) +
+         (visible.device_order() ? "" : " (FASTEST_FIRST)") + "\n";
+}
+
+// Whether changing the variables still matters.
+inline std::string explain_cuda_started() {
+  return cuda_started() ? "CUDA has started in this process: changing these variables now has no effect here.\n"
+                        : "CUDA has not started in this process: the variables can still be changed.\n";
 }
 
 // "NVML (libnvidia-ml.so.1) sees 4 GPUs, driver 550.54.15 (CUDA 12.4).\n"
@@ -182,6 +186,65 @@ inline std::string explain_mig_end(const VisibleDevices& visible, const MigEnd& 
          (visible.ok() ? visible_count_text(visible.count()) : std::string("nothing")) + ".\n";
 }
 
+// Where CUDA_VISIBLE_DEVICES's list ends: the token that ends it, and its position.
+struct ListEnd {
+  std::size_t position;
+  VisibleToken token;
+};
+
+// Where the list ends on every machine, whatever its GPUs, read as the driver reads it: at a
+// token with no digit, a negative one or a UUID in an index list, at an index in a UUID list
+// (Note [How the driver reads CUDA_VISIBLE_DEVICES]); nullopt when only the GPUs can tell.
+inline std::optional<ListEnd> list_end_on_every_machine(const VisibleDevices& visible) {
+  const std::vector<VisibleToken>& tokens = visible.tokens();
+  for (std::size_t position = 0; position < tokens.size(); ++position) {
+    VisibleToken token = tokens[position];
+    if (is_uuid_token(token.text) != is_uuid_token(tokens.front().text)) {
+      token.outcome = TokenOutcome::other_kind;
+      return ListEnd{position, token};
+    }
+    const std::optional<int> index = is_uuid_token(token.text) ? 0 : read_index_token(token.text);
+    if (index && *index >= 0) continue;
+    token.outcome = index ? TokenOutcome::negative : TokenOutcome::no_digits;
+    token.value = index.value_or(0);
+    return ListEnd{position, token};
+  }
+  return std::nullopt;
+}
+
+// Where the list ends on this machine, when devices are visible and the tokens from there on are
+// ignored: not after a GPU named twice (the value is an error) nor at a MIG instance (CUDA decides).
+inline std::optional<ListEnd> list_end_on_this_machine(const DeviceMap& map, const MigEnd& mig_end) {
+  const std::vector<VisibleToken>& tokens = map.visible.tokens();
+  if (!map.visible.ok()) return std::nullopt;
+  for (std::size_t position = 0; position < tokens.size(); ++position) {
+    const VisibleToken& token = tokens[position];
+    if (token.kept()) continue;
+    if (token.outcome == TokenOutcome::duplicate || &token == mig_end.token) return std::nullopt;
+    return ListEnd{position, token};
+  }
+  return std::nullopt;
+}
+
+// What CUDA ignores of CUDA_VISIBLE_DEVICES, said under the headline: the tokens from the one
+// that ends the list on, where one before it is kept ("" where none is: then no device is visible,
+// which is said below). Without NVML, only where the list ends on every machine.
+inline std::string explain_ignored(const DeviceMap& map, const MigEnd& mig_end) {
+  const std::optional<ListEnd> end =
+      map.known() ? list_end_on_this_machine(map, mig_end) : list_end_on_every_machine(map.visible);
+  if (!end || end->position == 0) return {};
+  const std::vector<VisibleToken>& tokens = map.visible.tokens();
+  std::string ignored;
+  for (std::size_t i = end->position; i < tokens.size(); ++i)
+    ignored += (i == end->position ? "" : ",") + tokens[i].text;
+  std::string why = end->token.why(map.visible.physical_count());  // "ignored: ends the list: it is ..."
+  why.erase(0, why.find(": ") + 2);
+  if (!map.known()) why.insert(why.find(':'), " on any machine");
+  return "CUDA ignores " + std::string(map.known() ? "" : "at least ") + escape_for_terminal(quote(ignored)) +
+         " of CUDA_VISIBLE_DEVICES: token " + std::to_string(end->position + 1) + ", " +
+         escape_for_terminal(quote(end->token.text)) + ", " + escape_for_terminal(why) + ".\n";
+}
+
 // The visible devices, one a line, for a map that is ok().
 inline std::string explain_visible_devices(const DeviceMap& map) {
   const VisibleDevices& visible = map.visible;
@@ -218,6 +281,35 @@ inline std::string explain_hidden(const DeviceMap& map, int mig_owner) {
   return hidden.empty() ? hidden : "Hidden from this process:\n" + hidden;
 }
 
+// What CUDA_VISIBLE_DEVICES gives this task of its step's `gpus_on_node` GPUs: whether they are
+// its own or shared, and their cuda:N and UUIDs, which only the driver's reading of it gives.
+inline std::string explain_task_gpus(const DeviceMap& map, int gpus_on_node) {
+  const VisibleDevices& visible = map.visible;
+  std::string text = "This task's CUDA_VISIBLE_DEVICES is unset";
+  if (visible.variable()) {
+    const int listed = static_cast<int>(visible.tokens().size());  // entries, as Slurm writes them
+    text = listed < gpus_on_node ? "This task has GPUs of its own, " + std::to_string(listed) + " of the step's " +
+                                       std::to_string(gpus_on_node)
+                                 : std::string("This task sees the step's GPUs");
+    text += " (CUDA_VISIBLE_DEVICES lists " + std::to_string(listed) + ")";
+  }
+  for (int logical = 0; map.known() && logical < visible.count(); ++logical)
+    text += (logical == 0 ? ": " : ", ") + std::string("cuda:") + std::to_string(logical) + " is " +
+            escape_for_terminal(map.device(logical)->uuid);
+  return text + ".\n";
+}
+
+// The scheduler's and the container runtime's part (Note [The GPUs this process may choose
+// among]): what they gave, in their own names, never mapped to GPUs, and beside it what
+// CUDA_VISIBLE_DEVICES gives this task. "" outside Slurm and containers.
+inline std::string explain_allotment(const DeviceMap& map) {
+  const Allotment allotment = gpusel::allotment(map.known() && map.visible.ok() ? map.visible.count() : 0);
+  std::string text = allotment.describe();          // escaped, a line each
+  if (allotment.known() && allotment.gpus_on_node)  // under Slurm's line, which comes first
+    text.insert(text.find('\n') + 1, explain_task_gpus(map, *allotment.gpus_on_node));
+  return text;
+}
+
 // How CUDA reads each token of CUDA_VISIBLE_DEVICES ("" when it is unset).
 inline std::string explain_tokens(const DeviceMap& map, const MigEnd& mig_end) {
   const VisibleDevices& visible = map.visible;
@@ -237,15 +329,16 @@ inline std::string explain_tokens(const DeviceMap& map, const MigEnd& mig_end) {
 
 GPUSEL_API std::string explain(const DeviceMap& map) {
   const VisibleDevices& visible = map.visible;
-  std::string text = detail::explain_variables(visible);
-  detail::MigEnd mig_end;
+  const detail::MigEnd mig_end = map.known() ? detail::find_mig_end(map) : detail::MigEnd{};
+  // What CUDA ignores comes right under the headline: the token list at the end is easily missed.
+  std::string text =
+      detail::explain_variables(visible) + detail::explain_ignored(map, mig_end) + detail::explain_cuda_started();
   if (!map.known()) {
     text += "The physical GPUs are unknown: " + escape_for_terminal(map.inventory.reason) +
             ".\nWithout NVML gpusel cannot list them without starting CUDA; gpusel::device_count() asks the CUDA "
             "runtime.\n";
   } else {
     text += detail::explain_nvml(map.inventory);
-    mig_end = detail::find_mig_end(map);
     if (mig_end.token != nullptr) text += detail::explain_mig_end(visible, mig_end);
     if (!visible.ok() && mig_end.token == nullptr) {
       text += "No CUDA device is visible: " + escape_for_terminal(visible.reason()) + "; the CUDA runtime fails with " +
@@ -256,7 +349,7 @@ GPUSEL_API std::string explain(const DeviceMap& map) {
     text += detail::explain_hidden(map, mig_end.owner);
     if (!map.order.exact) text += "Caution: " + map.order.caveat + ".\n";
   }
-  return text + detail::explain_tokens(map, mig_end);
+  return text + detail::explain_allotment(map) + detail::explain_tokens(map, mig_end);
 }
 
 GPUSEL_API std::string explain() { return explain(visible_devices()); }

@@ -24,7 +24,8 @@ import tempfile
 MARK = re.compile(r"^<!-- sample: (\S+) -->$")
 LAUNCHER_VARIABLES = ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
                       "MPI_LOCALRANKID", "SLURM_LOCALID", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
-                      "GPUSEL_LEASE_DIR", "GPUSEL_FAKE_NVML_CONFIG")
+                      "GPUSEL_LEASE_DIR", "GPUSEL_FAKE_NVML_CONFIG", "SLURM_JOB_ID", "SLURM_STEP_ID",
+                      "SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "NVIDIA_VISIBLE_DEVICES")
 
 
 def blocks(lines):

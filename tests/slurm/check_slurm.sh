@@ -14,7 +14,10 @@
 #     Slurm sets them in some shapes), and with torchrun's LOCAL_RANK inside a step;
 #   - where Slurm allocated GPUs without saying which (--gpu-bind=none with
 #     several tasks), every task refuses, naming Slurm and the option;
-#   - while another job holds GPUs 0 and 1, no task of a step on 2 and 3 touches them.
+#   - while another job holds GPUs 0 and 1, no task of a step on 2 and 3 touches them;
+#   - `gpusel explain` says what Slurm gave the step, in Slurm's names, and beside them the
+#     cuda:N and UUID that CUDA_VISIBLE_DEVICES gives; that Slurm gave GPUs without saying
+#     which; or that it gave the step none (pick's report says so too).
 # Exits 77 (ctest's skip) when Slurm is not installed, unless GPUSEL_REQUIRE_SLURM=1
 # (as .ci/run sets it): then that is a failure.
 set -uo pipefail
@@ -173,6 +176,28 @@ for options in "-n2 --gres=gpu:2:shared" "-n4 --gpus-per-task=1:own" "-n2 --gpus
   judge "$kind" "$(sed -n 's/^run //p' <<<"$lines")" "$tasks"
   judge "$kind" "$(sed -n 's/^program //p' <<<"$lines")" "$tasks"
 done
+
+echo "--- explain tells what Slurm gave, in Slurm's names beside CUDA's"
+output=$(srun --gpus=1 "$gpusel" explain 2>"$work/stderr") || fail "srun --gpus=1 gpusel explain"
+echo "$output"
+slurm_line=$(grep '^Slurm gave this step' <<<"$output") || fail "explain said nothing of Slurm"
+step_gpu=$(sed -n 's/^Slurm gave this step ([0-9]*\.0) 1 GPU on this node: SLURM_GPUS_ON_NODE=1, SLURM_STEP_GPUS=\([0-3]\), in Slurm.s names .*/\1/p' <<<"$slurm_line")
+[ -n "$step_gpu" ] || fail "explain did not say what Slurm gave the step: $slurm_line"
+# Without cgroups Slurm's GPU N is the fake NVML's N: the UUID beside cuda:0 is that GPU's.
+grep -qxF "This task sees the step's GPUs (CUDA_VISIBLE_DEVICES lists 1): cuda:0 is ${uuids[$step_gpu]}." <<<"$output" ||
+  fail "explain did not give cuda:0 as Slurm's GPU $step_gpu (${uuids[$step_gpu]})"
+output=$(srun -n2 --gpus-per-task=1 "$gpusel" explain 2>"$work/stderr") || fail "srun -n2 --gpus-per-task=1 gpusel explain"
+[ "$(grep -c "^This task has GPUs of its own, 1 of the step's 2 (CUDA_VISIBLE_DEVICES lists 1): cuda:0 is GPU-" <<<"$output")" = 2 ] ||
+  fail "explain did not say that each task has a GPU of its own: $output"
+output=$(srun -n2 --gpus-per-task=1 --gpu-bind=none "$gpusel" explain 2>"$work/stderr") || fail "explain under --gpu-bind=none"
+[ "$(grep -c '^Slurm gave this step 2 GPUs on this node (SLURM_GPUS_ON_NODE=2) without saying which.*--gpu-bind=none' <<<"$output")" = 2 ] ||
+  fail "explain did not say that Slurm gave GPUs without saying which: $output"
+output=$(srun -n1 "$gpusel" explain 2>"$work/stderr") || fail "srun -n1 gpusel explain"
+grep -qx 'Slurm gave this step ([0-9]*\.0) no GPU; choosing as outside Slurm\.' <<<"$output" || fail "explain did not say that the step has no GPU: $output"
+srun -n1 "$gpusel" pick >/dev/null 2>"$work/stderr" || fail "pick in a step given no GPU"
+grep -q '^gpusel: Slurm gave this step ([0-9]*\.0) no GPU; choosing as outside Slurm' "$work/stderr" ||
+  fail "pick did not say that the step has no GPU"
+echo "explain and pick said what Slurm gave"
 
 echo "--- while another job holds GPUs 0 and 1"
 holder=$(sbatch --parsable -o /dev/null --gpus=2 --wrap 'sleep 120') || fail "the holding job was not submitted"

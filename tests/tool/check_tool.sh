@@ -4,12 +4,13 @@
 #   check_tool.sh <gpusel program> <fake NVML library> <scenario>
 # Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, nvml_hangs, odd_uuids, json,
 # usage, run, run_leases, run_wait, run_wait_unfixable, run_job, run_signals, run_local_rank, exclude_numbering,
-# device_order, memory, impossible_readings, hostile_text, output, mig, topology, messages.
+# device_order, memory, impossible_readings, hostile_text, output, mig, topology, messages, scheduler.
 set -uo pipefail
 gpusel=$1
 export GPUSEL_NVML_LIBRARY=$2
 scenario=$3
-unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER
+unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER NVIDIA_VISIBLE_DEVICES SLURM_JOB_ID SLURM_STEP_ID SLURM_LOCALID SLURM_GPUS_ON_NODE \
+  SLURM_STEP_GPUS SLURM_JOB_GPUS  # this process's launcher and container are no part of a scenario
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -1065,6 +1066,63 @@ EOF
     [ "$out" = 2,3 ] || { echo "FAILED: run --connected should give the NVLink pair 2,3, got [$out]"; failures=$((failures + 1)); }
     expect stderr "gpusel: connected: GPUs 2 and 3 are joined by NVLink"
     unset GPUSEL_FAKE_NVML_CONFIG
+    ;;
+  scheduler)
+    # What CUDA ignores is said right under the headline, on examples/machines/h200x4.machine as in the docs.
+    export GPUSEL_FAKE_NVML_CONFIG=$(dirname "$0")/../../examples/machines/h200x4.machine
+    CUDA_VISIBLE_DEVICES=1,,2 run 0 explain
+    ignored='CUDA ignores ",2" of CUDA_VISIBLE_DEVICES: token 2, "", ends the list: it is not a number.'
+    [ "$(sed -n 2p <<<"$out")" = "$ignored" ] || { echo "FAILED: line 2 is not: $ignored"; failures=$((failures + 1)); }
+    # Without NVML, a token that ends the list on any machine is judged too.
+    GPUSEL_NVML_LIBRARY=none CUDA_VISIBLE_DEVICES=1,,2 run 3 explain
+    expect_line stdout 'CUDA ignores at least ",2" of CUDA_VISIBLE_DEVICES: token 2, "", ends the list on any machine: it is not a number.'
+    # A task of srun -n2 --gpus-per-task=1 while another job holds GPUs 0 and 1: Slurm's names beside CUDA's.
+    slurm=(env SLURM_JOB_ID=12 SLURM_STEP_ID=0 SLURM_LOCALID=1 SLURM_GPUS_ON_NODE=2 SLURM_STEP_GPUS=3 CUDA_VISIBLE_DEVICES=3)
+    launcher=("${slurm[@]}")
+    run 0 explain
+    expect_line stdout "Slurm gave this step (12.0) 2 GPUs on this node: SLURM_GPUS_ON_NODE=2, SLURM_STEP_GPUS=3, in Slurm's names (node-wide; under ConstrainDevices not the driver's, so gpusel maps no GPU by them)."
+    expect_line stdout "This task has GPUs of its own, 1 of the step's 2 (CUDA_VISIBLE_DEVICES lists 1): cuda:0 is GPU-c06a5e21-9f3b-a4d8-61e7-0b5d3c2f8e94."
+    run 0 explain --json
+    expect_json
+    expect_in_json 'd["allotment"]["scheduler"] == "Slurm" and d["allotment"]["step"] == "12.0" and d["allotment"]["gpus_on_node"] == 2'
+    expect_in_json 'd["allotment"]["slurm_step_gpus"] == "3" and d["allotment"]["slurm_job_gpus"] is None and d["allotment"]["known"]'
+    expect_in_json 'd["allotment"]["text"].startswith("Slurm gave this step (12.0) 2 GPUs")'
+    run 0 list
+    expect_line stdout "Slurm gave this step (12.0) 2 GPUs on this node: SLURM_GPUS_ON_NODE=2, SLURM_STEP_GPUS=3, in Slurm's names (node-wide; under ConstrainDevices not the driver's, so gpusel maps no GPU by them)."
+    expect stdout "cuda:0  3 "
+    run 0 list --json
+    expect_json
+    expect_in_json 'd["allotment"]["slurm_step_gpus"] == "3" and d["allotment"]["refusal"] == ""'
+    # Slurm gave GPUs without saying which (srun -n2 --gpu-bind=none): explain says so, and exits 0.
+    launcher=(env SLURM_JOB_ID=12 SLURM_STEP_ID=0 SLURM_LOCALID=1 SLURM_GPUS_ON_NODE=2)
+    run 0 explain
+    expect stdout "Slurm gave this step 2 GPUs on this node (SLURM_GPUS_ON_NODE=2) without saying which"
+    run 0 list --json
+    expect_in_json 'not d["allotment"]["known"] and "--gpu-bind=none" in d["allotment"]["refusal"]'
+    # A step given no GPU (srun -n2 without --gpus): explain, list and pick's report say so.
+    launcher=(env SLURM_JOB_ID=12 SLURM_STEP_ID=0 SLURM_LOCALID=1)
+    run 0 explain
+    expect_line stdout "Slurm gave this step (12.0) no GPU; choosing as outside Slurm."
+    run 0 list
+    expect_line stdout "Slurm gave this step (12.0) no GPU; choosing as outside Slurm."
+    run 0 pick
+    expect stderr "gpusel: Slurm gave this step (12.0) no GPU; choosing as outside Slurm"
+    run 0 pick --json
+    expect_in_json 'd["allotment"]["scheduler"] == "Slurm" and d["allotment"]["gpus_on_node"] is None'
+    expect stderr "gpusel: Slurm gave this step (12.0) no GPU; choosing as outside Slurm"
+    launcher=()
+    run 0 pick
+    expect_not stderr "Slurm"
+    # In a container: what NVIDIA_VISIBLE_DEVICES asked the container runtime for.
+    launcher=(env NVIDIA_VISIBLE_DEVICES=GPU-948e02bd,3)
+    run 0 explain
+    expect stdout "NVIDIA_VISIBLE_DEVICES=GPU-948e02bd,3: in a container the NVIDIA container runtime mounted"
+    run 0 list --json
+    expect_in_json 'd["allotment"]["nvidia_visible_devices"] == "GPU-948e02bd,3" and d["allotment"]["scheduler"] is None'
+    launcher=()
+    run 0 explain
+    expect_not stdout "Slurm"
+    expect_not stdout "NVIDIA_VISIBLE_DEVICES"
     ;;
   *)
     echo "unknown scenario $scenario"
