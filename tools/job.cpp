@@ -4,12 +4,14 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gpusel/text.hpp>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <optional>
@@ -179,7 +181,50 @@ std::optional<Ending> wait_for_command(pid_t child, int report, const ForwardedS
   return ending;
 }
 
+// Says that `command` cannot be run, and why (execvp's `error`); returns run's exit status for it.
+int cannot_run(const std::string& command, int error) {
+  std::cerr << "gpusel: cannot run \"" << gpusel::escape_for_terminal(command) << "\": " << std::strerror(error)
+            << "\n";
+  return error == ENOENT ? kExitNotFound : kExitCannotRun;
+}
+
+// Whether execve could start the file at `path`: 0, or the errno it would fail with first.
+int exec_error_of_file(const std::string& path) {
+  struct stat status {};
+  if (stat(path.c_str(), &status) != 0) return errno;
+  if (!S_ISREG(status.st_mode)) return EACCES;  // a directory, a device: execve says EACCES
+  return faccessat(AT_FDCWD, path.c_str(), X_OK, AT_EACCESS) == 0 ? 0 : errno;
+}
+
+// What execvp(command, ...) would fail with before running anything: 0 when it finds a
+// file it may run; ENOENT (not found), EACCES (not executable)...
+int exec_error(const std::string& command) {
+  if (command.empty()) return ENOENT;
+  if (command.find('/') != std::string::npos) return exec_error_of_file(command);
+  // As glibc's execvp searches: PATH, or /bin:/usr/bin when unset; an empty entry is the current
+  // directory; a file found but not executable is EACCES unless a later entry runs.
+  const char* path = std::getenv("PATH");
+  const std::string directories = path != nullptr ? path : "/bin:/usr/bin";
+  bool denied = false;
+  for (std::size_t start = 0; start <= directories.size();) {
+    std::size_t colon = directories.find(':', start);
+    if (colon == std::string::npos) colon = directories.size();
+    const std::string directory = directories.substr(start, colon - start);
+    const int error = exec_error_of_file(directory.empty() ? command : directory + "/" + command);
+    if (error == 0) return 0;
+    denied = denied || error == EACCES;
+    start = colon + 1;
+  }
+  return denied ? EACCES : ENOENT;
+}
+
 }  // namespace
+
+std::optional<int> refuse_unrunnable(const std::vector<std::string>& command_line) {
+  const int error = exec_error(command_line.at(0));
+  if (error == 0) return std::nullopt;
+  return cannot_run(command_line[0], error);
+}
 
 int start_and_wait(const std::vector<std::string>& command_line, const gpusel::GpuLease& lease) {
   const ForwardedSignals signals = catch_forwarded_signals();
@@ -210,9 +255,7 @@ int start_and_wait(const std::vector<std::string>& command_line, const gpusel::G
   if (!ending) return kExitRunFailed;
   if (ending->exec_failed) {
     sigprocmask(SIG_SETMASK, &signals.previous, nullptr);
-    std::cerr << "gpusel: cannot run \"" << gpusel::escape_for_terminal(command_line[0])
-              << "\": " << std::strerror(ending->exec_error) << "\n";
-    return ending->exec_error == ENOENT ? kExitNotFound : kExitCannotRun;
+    return cannot_run(command_line[0], ending->exec_error);
   }
   if (WIFEXITED(ending->status)) return WEXITSTATUS(ending->status);
   if (WIFSIGNALED(ending->status)) return die_of(WTERMSIG(ending->status));

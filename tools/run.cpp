@@ -192,6 +192,7 @@ int run_on(const Arguments& arguments, const gpusel::DeviceMap& map, const Attem
 }  // namespace
 
 int run_run(const Arguments& arguments) {
+  if (const std::optional<int> cannot = refuse_unrunnable(arguments.command_line)) return *cannot;
   gpusel::DeviceMap map;
   Attempt attempt;
   // Only jobs that wait for a lease keep to the line: a job that does not wait takes what is free.

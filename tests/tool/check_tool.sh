@@ -442,9 +442,20 @@ EOF
       { echo "FAILED: expected the two GPUs with the most free memory, best first, as UUIDs"; failures=$((failures + 1)); }
     run 7 run -- sh -c 'exit 7'
     run 143 run -- sh -c 'kill -TERM $$'
+    # A command that cannot be run is said before any GPU is chosen or leased: as execvp finds it, by path or
+    # through PATH, 127 when it is not there and 126 when it is not executable.
     run 127 run -- /nonexistent/command
-    expect stderr "gpusel: cannot run \"/nonexistent/command\""
+    expect_line stderr "gpusel: cannot run \"/nonexistent/command\": No such file or directory"
+    expect_not stderr "running"
+    expect_not stderr "leased"
+    launcher=(env "PATH=$work")
+    run 127 run -n 3 --wait -- gpusel-no-such-command
+    launcher=()
+    expect_line stderr "gpusel: cannot run \"gpusel-no-such-command\": No such file or directory"
+    expect_not stderr "leased"
     run 126 run -- "$work"
+    expect_line stderr "gpusel: cannot run \"$work\": Permission denied"
+    expect_not stderr "leased"
     # nothing fits: 125, the command is not started, and each GPU and why is on stderr
     run 125 run -n 4 -- touch "$work/started"
     [ ! -e "$work/started" ] || { echo "FAILED: the command was started though nothing fit"; failures=$((failures + 1)); }
