@@ -6,6 +6,7 @@
 #include <charconv>
 #include <climits>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -207,22 +208,41 @@ void settle_counts(Arguments& arguments) {
                      std::to_string(criteria.at_least));
 }
 
-// The value of `option`, spelled `name`, in words[at]: attached after `equals` (its
-// place in the word; npos when none), or the next word (`at` then moves on to it).
-std::string option_value(const Option& option, const std::string& name, const std::vector<std::string>& words,
-                         std::size_t equals, std::size_t& at) {
+// An option as written in one word: its name, and the value attached to it, if any:
+// --count=2 (after '='), or -n2 (a short option that takes a value, as getopt reads it).
+struct Spelled {
+  std::string name;
+  std::optional<std::string> attached;
+};
+
+Spelled spelled_option(const std::string& word) {
+  if (word.rfind("--", 0) == 0) {
+    const std::size_t equals = word.find('=');
+    if (equals == std::string::npos) return {word, std::nullopt};
+    return {word.substr(0, equals), word.substr(equals + 1)};
+  }
+  const Option* short_option = option_named(word.substr(0, 2));
+  if (word.size() > 2 && short_option != nullptr && short_option->takes == Takes::value)
+    return {word.substr(0, 2), word.substr(2)};
+  return {word, std::nullopt};
+}
+
+// The value of `option`, spelled `name`, in words[at]: `attached` to it, or the next word
+// (`at` then moves on to it).
+std::string option_value(const Option& option, const std::string& name, const std::optional<std::string>& attached,
+                         const std::vector<std::string>& words, std::size_t& at) {
   const std::string& word = words[at];
   std::string value;
   if (option.takes == Takes::nothing) {
-    if (equals != std::string::npos)
+    if (attached)
       throw UsageError(name + " takes no value, got \"" + word + "\" (give " + name + " alone to turn it on)");
   } else if (option.takes == Takes::optional_value) {
-    if (equals != std::string::npos) {
-      value = word.substr(equals + 1);
+    if (attached) {
+      value = *attached;
       if (value.empty()) throw UsageError(name + "= expects a value (or give " + name + " alone)");
     }
-  } else if (equals != std::string::npos) {
-    value = word.substr(equals + 1);
+  } else if (attached) {
+    value = *attached;
   } else if (at + 1 < words.size()) {
     value = words[++at];
   } else {
@@ -262,13 +282,12 @@ Arguments parse_arguments(const std::vector<std::string>& words) {
       arguments.command = &command_named(word);
       continue;
     }
-    const std::size_t equals = word.rfind("--", 0) == 0 ? word.find('=') : std::string::npos;
-    const std::string name = word.substr(0, equals);
+    const auto [name, attached] = spelled_option(word);
     const Option* option = option_named(name);
     if (option == nullptr)
       throw UsageError("unknown option \"" + name + "\"" +
                        (arguments.command == nullptr ? " (give a command first: list, explain, pick)" : ""));
-    option->apply(arguments, name, option_value(*option, name, words, equals, i));
+    option->apply(arguments, name, option_value(*option, name, attached, words, i));
     given.emplace_back(option, name);
     // What a rank may still say of its one GPU: how to name it, and whose processes may share it.
     if ((option->commands & kPick) != 0 && option->name != "--format" && option->name != "--help" &&

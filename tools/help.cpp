@@ -77,8 +77,8 @@ Options of run only:
                          --share-own and --allow-other-users.
   -- COMMAND [ARGS...]   the command (the first word that is no option starts it too)
 
-An option's value follows it (--count 2) or is attached (--count=2); an option
-that takes no value takes none (--json=false is a usage error).
+An option's value follows it (--count 2, -n 2) or is attached (--count=2, -n2);
+an option that takes no value takes none (--json=false is a usage error).
 
 Environment: CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, GPUSEL_NVML_LIBRARY (the
 NVML library to load; default libnvidia-ml.so.1), GPUSEL_NVML_TIMEOUT (how long

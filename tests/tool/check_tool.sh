@@ -428,6 +428,15 @@ case $scenario in
     expect stderr "-n expects a whole number of at most 2147483647"
     run 2 pick -n 2 --at-most 3
     expect stderr "-n cannot be combined with --at-least, --at-most or --all"
+    # a short option's value may be attached, as getopt takes it: -n2 is -n 2
+    run 0 pick -n1 --format=uuid --share-own
+    [ "$out" = GPU-1b2c3d4e-0000-4000-8000-000000000001 ] || { echo "FAILED: -n1"; failures=$((failures + 1)); }
+    run 1 pick -n2
+    expect stderr "0 of 4 GPUs fit, 2 are needed"
+    run 2 pick -nx
+    expect stderr "-n expects a whole number of at least 1, got \"x\""
+    run 2 pick -hx
+    expect stderr "unknown option \"-hx\""
     ;;
   run)
     # The command sees exactly the GPUs chosen, in order, as UUIDs; its status is gpusel's.
