@@ -126,8 +126,11 @@ const Option kOptions[] = {
      [](Arguments& a, std::string_view spelled, const std::string& value) {
        try {
          a.criteria.min_free_memory = value;
-       } catch (const gpusel::Error& error) {
-         throw UsageError(std::string(spelled) + ": " + error.what());
+       } catch (const gpusel::Error& error) {  // said as the option, not as the library's function
+         const std::string function = "gpusel::parse_memory_size(\"" + value + "\"): ";
+         std::string_view why = error.what();
+         if (why.substr(0, function.size()) == function) why.remove_prefix(function.size());
+         throw UsageError(std::string(spelled) + " \"" + value + "\": " + std::string(why));
        }
      }},
     {"--max-util", "", Takes::value, kChoosing,

@@ -4,6 +4,7 @@
 #include <gpusel/text.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <iostream>
 
@@ -27,7 +28,15 @@ std::string error_text(const gpusel::Error& error) { return error_text(std::stri
 
 std::string error_text(std::string_view message) {
   constexpr std::string_view kPrefix = "gpusel: ";
-  if (message.substr(0, kPrefix.size()) == kPrefix) message.remove_prefix(kPrefix.size());
+  constexpr std::string_view kFunction = "gpusel::";  // "gpusel::pick: ": the function that threw
+  if (message.substr(0, kPrefix.size()) == kPrefix) {
+    message.remove_prefix(kPrefix.size());
+  } else if (message.substr(0, kFunction.size()) == kFunction) {
+    std::size_t end = kFunction.size();
+    while (end < message.size() && (std::isalnum(static_cast<unsigned char>(message[end])) || message[end] == '_'))
+      ++end;
+    if (end > kFunction.size() && message.substr(end, 2) == ": ") message.remove_prefix(end + 2);
+  }
   return std::string(message);
 }
 

@@ -19,8 +19,9 @@
 namespace gpusel_tool {
 
 // What an Error says, for a line the command begins with "gpusel: " itself: without the
-// library's own "gpusel: " where a message begins with it (the leases' do), so that no
-// line reads "gpusel: gpusel: ...".
+// library's own "gpusel: " where a message begins with it (the leases' do), nor the name of
+// the function that threw ("gpusel::pick: "), so that the command speaks as itself and no
+// line reads "gpusel: gpusel: ..." or "gpusel: gpusel::pick: ...".
 // A message of several lines (pick's verdicts, one GPU a line) escaped line by line
 // (Note [Hostile text]): control bytes within a line are shown, the line breaks stay.
 std::string escape_lines(std::string_view text);

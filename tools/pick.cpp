@@ -109,8 +109,8 @@ bool may_choose(const Arguments& arguments, const gpusel::DeviceMap& map) {
     }
     return true;
   } catch (const gpusel::Error& error) {
-    std::cerr << "gpusel: " << escape_lines(error.what()) << "\n";
-    if (arguments.json) print_error_json("allotment", error.what(), kExitNothingFits);
+    std::cerr << "gpusel: " << escape_lines(error_text(error)) << "\n";
+    if (arguments.json) print_error_json("allotment", error_text(error), kExitNothingFits);
     return false;
   }
 }
@@ -128,8 +128,8 @@ int run_pick(const Arguments& arguments) {
   try {
     assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
   } catch (const gpusel::Error& error) {  // criteria that make no sense here, e.g. an --exclude naming no GPU
-    std::cerr << "gpusel: " << gpusel::escape_for_terminal(error.what()) << "\nTry 'gpusel help'.\n";
-    if (arguments.json) print_error_json("usage", error.what(), kExitUsage);
+    std::cerr << "gpusel: " << gpusel::escape_for_terminal(error_text(error)) << "\nTry 'gpusel help'.\n";
+    if (arguments.json) print_error_json("usage", error_text(error), kExitUsage);
     return kExitUsage;
   }
   try {

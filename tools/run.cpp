@@ -73,8 +73,8 @@ void say_waiting(const Arguments& arguments, const std::string& failure) {
   const std::string what = arguments.local_rank ? std::string("this rank's GPU to be free of other leases")
                                                 : gpusel::describe(arguments.criteria);
   std::string first_line = failure.substr(0, failure.find('\n'));
-  for (const std::string& said : {std::string("gpusel::pick: "), " (" + what + ")"})
-    if (const auto at = first_line.find(said); at != std::string::npos) first_line.erase(at, said.size());
+  if (const auto at = first_line.find(" (" + what + ")"); at != std::string::npos)
+    first_line.erase(at, what.size() + 3);
   if (!first_line.empty() && first_line.back() == ':') first_line.pop_back();
   std::cerr << "gpusel: waiting for " << what
             << (arguments.wait_at_most ? " (at most " + std::to_string(arguments.wait_at_most->count() / 1000) + "s)"

@@ -156,7 +156,8 @@ case $scenario in
     # The messages people read every day, word for word.
     printf 'gpu\ngpu\n' >"$work/two.txt"
     export GPUSEL_FAKE_NVML_CONFIG="$work/two.txt"
-    # One "gpusel: " per line, also before an Error of the library's leases.
+    # One "gpusel: " per line, also before an Error of the library's leases; the command speaks as itself, not as
+    # the library's function (gpusel::pick).
     touch "$work/not-a-directory"
     GPUSEL_LEASE_DIR="$work/not-a-directory" run 125 run -n 1 -- true
     expect stderr "gpusel: the lease directory $work/not-a-directory cannot be opened"
@@ -165,9 +166,10 @@ case $scenario in
     run 125 run -n 3 --wait=1s -- true
     expect_line stderr "gpusel: waiting for at least 3 GPUs (at most 3); no compute process (this user's own included); most free memory first (at most 1s): 2 of 2 GPUs fit, 3 are needed"
     expect stderr "gpusel: gave up waiting"
+    expect_not stderr "gpusel::"
     # An invalid CUDA_DEVICE_ORDER is said once, not once for every GPU.
     CUDA_DEVICE_ORDER=pci_bus_id run 1 pick
-    expect_line stderr "gpusel: gpusel::pick: 0 of 2 GPUs fit, 1 is needed (at least 1 GPU (at most 1); no compute process (this user's own included); most free memory first):"
+    expect_line stderr "gpusel: 0 of 2 GPUs fit, 1 is needed (at least 1 GPU (at most 1); no compute process (this user's own included); most free memory first):"
     expect_line stderr "  every GPU: CUDA_DEVICE_ORDER=pci_bus_id is neither FASTEST_FIRST nor PCI_BUS_ID, so the CUDA runtime fails with cudaErrorInvalidDevice"
     expect_line stderr "  GPU 0 (nvidia-smi 0, NVIDIA H200, GPU-fa4e0000-0000-0000-0000-000000000000), 140.4 GiB free, 0% utilized"
     if [ "$(grep -o 'neither FASTEST_FIRST' <<<"$err" | wc -l)" != 1 ]; then
@@ -177,7 +179,7 @@ case $scenario in
     # MIG instances are counted as such, and their caution comes only with a picked instance.
     export GPUSEL_FAKE_NVML_CONFIG="$work/mig.txt"
     run 1 pick -n 5
-    expect stderr "gpusel: gpusel::pick: 3 of 4 GPUs and MIG instances fit, 5 are needed"
+    expect stderr "gpusel: 3 of 4 GPUs and MIG instances fit, 5 are needed"
     run 0 pick -n 1 --order index
     expect stdout "0"
     expect_not stderr "MIG"
@@ -247,13 +249,13 @@ case $scenario in
   pick_fails)
     run 1 pick -n 2 --min-free 8GiB --max-util 10 --share-own
     [ -z "$out" ] || { echo "FAILED: nothing may be printed on stdout when nothing fits"; failures=$((failures + 1)); }
-    expect stderr "gpusel: gpusel::pick: 1 of 4 GPUs fit, 2 are needed (at least 2 GPUs (at most 2); at least 8.0 GiB free; at most 10% utilized; no other user's compute process; most free memory first):"
+    expect stderr "gpusel: 1 of 4 GPUs fit, 2 are needed (at least 2 GPUs (at most 2); at least 8.0 GiB free; at most 10% utilized; no other user's compute process; most free memory first):"
     expect stderr "GPU 0 (nvidia-smi 0, NVIDIA H200, GPU-0a1b2c3d-0000-4000-8000-000000000000), 23.2 GiB free, 97% utilized: 97% utilized, at most 10% allowed; another user's compute process runs on it (pid 4000000001, owner unknown: not visible from this PID namespace, 116.2 GiB)"
     expect stderr "GPU-1b2c3d4e-0000-4000-8000-000000000001), 138.4 GiB free, 3% utilized: fits"
     expect stderr "its compute processes are unknown (NVML could not list them)"
     expect stderr "MIG mode is enabled"
     run 2 pick --exclude 9
-    expect stderr "cannot exclude \"9\": there is no GPU with that number (4 GPUs)"
+    expect stderr "gpusel: cannot exclude \"9\": there is no GPU with that number (4 GPUs)"
     # a GPU CUDA_VISIBLE_DEVICES hides is no candidate: excluding it is a mistake too, said as such
     CUDA_VISIBLE_DEVICES=2,3 run 2 pick --exclude 1
     expect stderr "cannot exclude \"1\": it names GPU 1 (nvidia-smi 1, GPU-1b2c3d4e-0000-4000-8000-000000000001), which CUDA_VISIBLE_DEVICES=2,3 hides, so it is no candidate anyway"
@@ -386,7 +388,8 @@ case $scenario in
     run 2 frobnicate
     expect stderr "unknown command \"frobnicate\""
     run 2 pick --min-free 8G
-    expect stderr "the unit \"G\" is ambiguous"
+    expect stderr "gpusel: --min-free \"8G\": the unit \"G\" is ambiguous"
+    expect_not stderr "gpusel::"
     run 2 pick --max-util 101
     expect stderr "--max-util expects a percentage from 0 to 100"
     run 2 pick -n 0
@@ -742,7 +745,7 @@ sys.exit(0 if loop.returncode == -signal.SIGINT and open(log).read().split() == 
     GPUSEL_FAKE_NVML_CONFIG="$work/no_uuid.txt" run 125 run --wait -- true
     expect stderr "NVML reports no UUID for it"
     run 125 run --wait --exclude 9 -- true
-    expect stderr "cannot exclude \"9\""
+    expect stderr "gpusel: cannot exclude \"9\""
     # What a wait can end, it waits for: a GPU another job holds.
     "$gpusel" run --exclude 1 -- sh -c 'echo $$ >"$1"; exec sleep 2' sh "$work/holder" 2>/dev/null &
     holder=$!
