@@ -7,12 +7,17 @@
 #pragma once
 
 // What gpusel needs, said in one sentence each rather than in a page of errors
-// from the code below: every header includes this one.
+// from the code below: every header includes this one. After the sentence, an
+// include of a file that cannot exist ends the compilation at once (g++, clang++
+// and nvcc stop at a missing include), so the sentence is the only error but that
+// include's own line.
 #if !defined(__cpp_exceptions) && !defined(__EXCEPTIONS)
 #error "gpusel needs C++ exceptions (every failure is a thrown gpusel::Error): compile without -fno-exceptions"
+#include "gpusel stops here: the #error above says why"
 #endif
 #if !defined(__linux__)
 #error "gpusel supports Linux only: it loads NVML with dlopen, leases GPUs with flock and needs POSIX threads"
+#include "gpusel stops here: the #error above says why"
 #endif
 
 #include <stdexcept>
