@@ -115,6 +115,29 @@ TEST(Lease, MigInstancesOfOneGpuCoexistAndExcludeTheirWholeGpu) {
   EXPECT_TRUE(gpusel::lease_holder(kInstanceA, kGpu).has_value());
 }
 
+// A lease names its GPU by the whole UUID as NVML reports it: an upper-case UUID, a prefix
+// or another spelling would be a lock file of its own, excluding no job that names the GPU
+// as NVML does.
+TEST(Lease, NamesItsGpuOnlyByTheCanonicalUuidElseAnErrorSaysWhatWasGiven) {
+  ScopedLeaseDirectory directory;
+  const std::string upper = "GPU-1B2C3D4E-0000-4000-8000-000000000001";
+  for (const std::string& odd :
+       {upper, std::string("GPU-1b2c3d4e"), std::string("GPU-1b2c3d4e-0000-4000-8000-00000000000"),
+        std::string("GPU-1b2c3d4e-0000-4000-8000-0000000000011"), std::string("GPU-1b2c3d4e00004000800000000000001"),
+        std::string("1b2c3d4e-0000-4000-8000-000000000001"), std::string("gpu-1b2c3d4e-0000-4000-8000-000000000001"),
+        std::string("MIG-1b2c3d4e-0000-4000-8000-00000000000g"),
+        std::string("GPU-1b2c3d4e-0000-4000-8000-00000000-001")}) {
+    const std::string refused = error_from([&odd] { (void)gpusel::try_lease_gpu(odd); });
+    EXPECT_TRUE(contains(refused, "cannot lease \"" + odd + "\": not a GPU or MIG UUID")) << odd << ": " << refused;
+    EXPECT_TRUE(contains(refused, "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")) << refused;
+    EXPECT_TRUE(contains(error_from([&odd] { (void)gpusel::lease_gpu(odd); }), "\"" + odd + "\"")) << odd;
+    EXPECT_TRUE(contains(error_from([&odd] { (void)gpusel::lease_gpus({kGpu, odd}); }), "\"" + odd + "\"")) << odd;
+  }
+  EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value()) << "the failed lease_gpus kept nothing";
+  EXPECT_TRUE(contains(error_from([&upper] { (void)gpusel::try_lease_gpu(kInstanceA, upper); }), upper))
+      << "a MIG instance's GPU is named canonically too";
+}
+
 // What `gpusel run` hands its command (Note [The job holds the lease]): a copy of the
 // descriptors holds the lease on its own once the lease itself has ended.
 TEST(Lease, ACopyOfItsDescriptorsHoldsTheLeaseAfterTheLeaseEnds) {

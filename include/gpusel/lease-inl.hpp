@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -30,13 +31,28 @@ namespace gpusel {
 
 namespace detail {
 
-// `uuid` checked as a file name: the characters UUIDs have only, so it cannot leave the directory.
+// Whether `uuid` is written as NVML reports a UUID: "GPU-" or "MIG-", then 8-4-4-4-12
+// lower-case hexadecimal digits.
+inline bool canonical_uuid(std::string_view uuid) {
+  constexpr std::string_view kShape = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+  if (uuid.size() != 4 + kShape.size() || (uuid.substr(0, 4) != "GPU-" && uuid.substr(0, 4) != "MIG-")) return false;
+  for (std::size_t i = 0; i < kShape.size(); ++i) {
+    const char c = uuid[4 + i];
+    const bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+    if (kShape[i] == '-' ? c != '-' : !hex) return false;
+  }
+  return true;
+}
+
+// `uuid` checked as a lease's name. A lock file is named by the UUID, so only NVML's own
+// spelling may name one: an upper-case UUID or a prefix would lock a file of its own,
+// excluding no job that names the GPU as NVML does (and none of it leaves the directory).
 inline void check_lease_name(std::string_view uuid) {
   if (uuid.empty()) throw Error("gpusel: cannot lease a GPU without a UUID (NVML reported none)");
-  for (const char c : uuid) {
-    const bool allowed = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-';
-    if (!allowed) throw Error("gpusel: cannot lease \"" + std::string(uuid) + "\": not a GPU or MIG UUID");
-  }
+  if (!canonical_uuid(uuid))
+    throw Error("gpusel: cannot lease \"" + std::string(uuid) +
+                "\": not a GPU or MIG UUID as NVML reports it (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx or "
+                "MIG-..., lower-case hexadecimal digits, whole: as nvidia-smi -L prints it)");
 }
 
 // The lock file of `uuid` for user `uid`: "<UUID>.<uid>.lock" (Note [Who can break a lease]).
@@ -377,6 +393,7 @@ GPUSEL_API std::vector<std::optional<std::string>> lease_holders(
 
 GPUSEL_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::string_view parent_gpu_uuid) {
   detail::check_lease_name(uuid);  // its own words, as always
+  if (!parent_gpu_uuid.empty()) detail::check_lease_name(parent_gpu_uuid);
   detail::LeaseTry attempt = detail::lease_one(uuid, parent_gpu_uuid);
   if (!attempt.unusable.empty()) throw Error("gpusel: cannot lease " + std::string(uuid) + ": " + attempt.unusable);
   return std::move(attempt.lease);

@@ -82,8 +82,9 @@ GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu
 class GpuLease;
 // Leases `uuid` (a GPU's UUID, or a MIG instance's, which also holds its GPU
 // shared: `parent_gpu_uuid`, or looked up through NVML when not given; Note
-// [MIG leases]); nullopt when another process holds it. Throws Error when the lease
-// directory or the GPU's lease files cannot be used, saying why and whose.
+// [MIG leases]); nullopt when another process holds it. Throws Error for a UUID not
+// written whole as NVML writes it (GPU-/MIG- and 8-4-4-4-12 lower-case hex digits),
+// and when the lease directory or the GPU's lease files cannot be used, saying why and whose.
 [[nodiscard]] GPUSEL_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid,
                                                                std::string_view parent_gpu_uuid = {});
 
