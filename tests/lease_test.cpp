@@ -115,6 +115,20 @@ TEST(Lease, MigInstancesOfOneGpuCoexistAndExcludeTheirWholeGpu) {
   EXPECT_TRUE(gpusel::lease_holder(kInstanceA, kGpu).has_value());
 }
 
+// Only taking a lease makes the lease directory: a look at who holds a GPU (pick's) finds
+// none where there is no directory, and leaves none behind, so a user's read-only pick
+// does not make the shared directory theirs.
+TEST(Lease, LookingWhereNoLeaseDirectoryIsFindsNoHolderAndMakesNone) {
+  ScopedLeaseDirectory directory;
+  EXPECT_FALSE(gpusel::lease_holder(kGpu).has_value());
+  EXPECT_FALSE(gpusel::lease_holder(kInstanceA, kGpu).has_value());
+  struct stat status {};
+  EXPECT_NE(stat(directory.leases().c_str(), &status), 0) << "a look made the lease directory";
+  const gpusel::GpuLease lease = gpusel::lease_gpu(kGpu);
+  EXPECT_EQ(stat(directory.leases().c_str(), &status), 0) << "a lease makes it";
+  EXPECT_TRUE(gpusel::lease_holder(kGpu).has_value());
+}
+
 // A lease names its GPU by the whole UUID as NVML reports it: an upper-case UUID, a prefix
 // or another spelling would be a lock file of its own, excluding no job that names the GPU
 // as NVML does.

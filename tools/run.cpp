@@ -128,7 +128,7 @@ std::optional<int> attempt_until_chosen(const Arguments& arguments, gpusel::Devi
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
   bool said_waiting = false, said_rank = false;
-  if (arguments.lease || !arguments.local_rank) {  // a lease directory no wait can fix: say so now
+  if (arguments.lease) {  // a lease directory no wait can fix: say so now (only a lease may make it)
     try {
       gpusel::check_lease_directory();
     } catch (const gpusel::Error& error) {

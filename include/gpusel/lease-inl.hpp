@@ -376,13 +376,25 @@ inline std::optional<std::string> holder_in(const FileDescriptor& directory, con
 GPUSEL_API std::vector<std::optional<std::string>> lease_holders(
     const std::vector<std::pair<std::string, std::string>>& wanted) {
   const std::string path = lease_directory();
-  const FileDescriptor directory = open_lease_directory(path);
-  const LeaseListing listing = list_other_users_files(directory, path);
+  // Only a lease makes the directory: where there is none, no lease holds anything, and a
+  // look that made it would make it its caller's (the shared default one included).
+  struct stat status {};
+  const bool none = ::lstat(path.c_str(), &status) != 0 && errno == ENOENT;
+  FileDescriptor directory;
+  LeaseListing listing;
+  if (!none) {
+    directory = open_lease_directory(path);
+    listing = list_other_users_files(directory, path);
+  }
   std::vector<std::optional<std::string>> holders;
   holders.reserve(wanted.size());
   for (const auto& [uuid, parent] : wanted) {
     if (std::string why = uuid.empty() ? std::string() : unusable_name(uuid); !why.empty())
       holders.emplace_back("cannot be leased: " + why);
+    else if (none)  // nobody holds it; a GPU named so that no lease could hold it is said still
+      holders.push_back(parent.empty() || unusable_name(parent).empty()
+                            ? std::nullopt
+                            : std::optional<std::string>("cannot be leased: " + unusable_name(parent)));
     else
       holders.push_back(holder_in(directory, path, listing, uuid, parent_for(uuid, parent)));
   }

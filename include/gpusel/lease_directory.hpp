@@ -92,9 +92,10 @@ GPUSEL_API bool still_named(const FileDescriptor& directory, const std::string& 
 // a relative path.
 GPUSEL_API std::string lease_directory();
 
-// Opens the lease directory as every lease and look does (making it when missing)
-// and checks it (Note [Who can break a lease]); throws Error saying what is wrong
-// and how to fix it. For a command that would otherwise wait on what no wait fixes.
+// Opens the lease directory as every lease does (making it when missing; a look at
+// who holds a GPU makes none) and checks it (Note [Who can break a lease]); throws
+// Error saying what is wrong and how to fix it. For a command that would otherwise
+// wait on what no wait fixes.
 GPUSEL_API void check_lease_directory();
 
 }  // namespace gpusel

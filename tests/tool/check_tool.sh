@@ -589,6 +589,16 @@ EOF
       else
         echo "skipped: staging another local user needs root and setpriv"
       fi
+      # Only taking a lease makes the lease directory: pick, list, explain and run --no-lease never do (the
+      # first to make /tmp/gpusel-leases would own it, and other users' leases would fail).
+      never_made="$work/never-made"
+      for command in "pick" "pick --json" "list" "list --json" "explain" "run --no-lease -- true"; do
+        # shellcheck disable=SC2086 # the command's words
+        GPUSEL_LEASE_DIR="$never_made" "$gpusel" $command >/dev/null 2>&1
+        [ ! -e "$never_made" ] || { echo "FAILED: gpusel $command made the lease directory"; failures=$((failures + 1)); rmdir "$never_made"; }
+      done
+      GPUSEL_LEASE_DIR="$never_made" run 0 run -- true
+      [ -d "$never_made" ] || { echo "FAILED: run (a lease) did not make the lease directory"; failures=$((failures + 1)); }
       # --no-lease takes none: while such a job runs, its GPU can still be picked
       "$gpusel" run --no-lease --exclude 1,2,3 -- sleep 30 &
       holder=$!
