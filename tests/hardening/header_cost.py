@@ -47,7 +47,9 @@ BUDGETS = [
     ("T + compile-once + gpusel/buffer.hpp", "T", 1.30),
     # 1.40 until the lease trust rule, the wait line and the pick and guard work of issue 20 took clang to 1.412
     # (g++ 1.377): docs/benchmarks.md.
-    ("T + compile-once + gpusel/gpusel.hpp", "T", 1.45),
+    # 1.45 until waiting for GPUs, the Slurm allotment and compute modes joined the umbrella and took clang to
+    # 1.452 (docs/benchmarks.md).
+    ("T + compile-once + gpusel/gpusel.hpp", "T", 1.47),
 ]
 # Reported, never judged: what a header-only file pays.
 REPORTED = [("T + gpusel/buffer.hpp", "T"), ("T + gpusel/gpusel.hpp", "T")]
