@@ -6,18 +6,22 @@
 // in a private mount namespace for /tmp itself: those tests need root.
 #include "gpusel/lease_directory.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "gpusel/lease.hpp"
 #include "lease_directory.hpp"
@@ -65,6 +69,38 @@ TEST(LeaseDirectory, ALeaseDirectoryOnANetworkFilesystemIsRefused) {
   for (const std::uint32_t local : {0x01021994u /* tmpfs */, 0xEF53u /* ext4 */, 0x58465342u /* xfs */,
                                     0x9123683Eu /* btrfs */, 0x794C7630u /* overlayfs */})
     EXPECT_EQ(gpusel::detail::network_filesystem(local), nullptr) << std::hex << local;
+}
+
+// What systemd-tmpfiles does to a directory below the one it cleans (Note [Leases against cleaners]).
+bool cleaner_may_enter(const std::string& path) {
+  const int directory = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const bool may = directory >= 0 && flock(directory, LOCK_EX | LOCK_NB) == 0;
+  if (directory >= 0) close(directory);
+  return may;
+}
+
+TEST(LeaseDirectory, ALeaseKeepsCleanersOutOfItsDirectoryAndWaitsForOneAtWorkThere) {
+  ScopedLeaseDirectory directory;
+  std::optional<gpusel::GpuLease> lease = gpusel::try_lease_gpu(kGpu);
+  ASSERT_TRUE(lease.has_value());
+  EXPECT_FALSE(cleaner_may_enter(directory.leases())) << "a held lease locks its directory shared";
+  std::optional<gpusel::GpuLease> other = gpusel::try_lease_gpu(kOtherGpu);
+  EXPECT_TRUE(other.has_value()) << "leases share the directory's lock";
+  lease->release();
+  EXPECT_FALSE(cleaner_may_enter(directory.leases())) << "while any lease holds it";
+  other->release();
+  EXPECT_TRUE(cleaner_may_enter(directory.leases())) << "and no longer";
+
+  const int cleaner = open(directory.leases().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_EQ(flock(cleaner, LOCK_EX | LOCK_NB), 0);
+  const auto start = std::chrono::steady_clock::now();
+  std::thread done([cleaner] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    close(cleaner);  // the cleaner is through
+  });
+  EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value()) << "taken once the cleaner has gone";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(150)) << "not while it was at work";
+  done.join();
 }
 
 TEST(LeaseDirectoryAgainstAnotherUser, TheDefaultDirectoryMadeByAnotherUserIsRefusedNamingItsOwner) {

@@ -7,12 +7,15 @@
 #include "gpusel/lease_directory.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "gpusel/detail/core/environment.hpp"
@@ -156,6 +159,22 @@ GPUSEL_API FileDescriptor open_lease_directory(const std::string& path) {
                   ", a network filesystem, where flock may become a lock of each process that a second open "
                   "silently drops; set GPUSEL_LEASE_DIR to a directory on a local filesystem (such as /tmp)");
   return directory;
+}
+
+GPUSEL_API void hold_against_cleaners(const FileDescriptor& directory, const std::string& path) {
+  // A cleaner holds it only while it looks through it: milliseconds for a lease directory.
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    if (::flock(directory.get(), LOCK_SH | LOCK_NB) == 0) return;
+    if (errno != EWOULDBLOCK && errno != EINTR)
+      throw Error("gpusel: the lease directory " + path + " cannot be locked: " + errno_text(errno));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  struct stat status {};
+  (void)::fstat(directory.get(), &status);
+  throw Error("gpusel: the lease directory " + path +
+              " has been locked exclusively for 5 s by another process (a /tmp cleaner, or a process that stops every "
+              "lease: its lock on inode " +
+              std::to_string(status.st_ino) + " is in /proc/locks)");
 }
 
 // Whether `file` is still what `name` in `directory` names (lock-then-verify).

@@ -43,6 +43,22 @@ namespace gpusel {
 // holds no lock. What remains: a file squatting under the caller's name, or
 // unreadable, makes that one GPU unusable, saying why; root can do anything.
 
+// Note [Leases against cleaners]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// gpusel makes a lock file once and a flock changes no timestamp, so a cleaner that
+// ages /tmp (systemd's tmp.conf: 10 days, on Fedora, RHEL, Arch) would delete a file
+// a running job holds, and the next job would get its GPU. systemd-tmpfiles skips a
+// directory below the one it cleans when it cannot flock(LOCK_EX|LOCK_NB) it, with
+// everything in it (checked on systemd 252: tests/tmpfiles). So a lease also holds
+// LOCK_SH on the lease directory, taken before its lock files (waiting out a cleaner
+// that is at work in it), and the lease directory's descriptor is one of the lease's
+// file_descriptors(): `gpusel run` hands it to the command, so it outlives a killed run
+// as the lock files do. A lease also refreshes its lock files' timestamps when taken.
+// Cleaners that ignore locks (tmpreaper, tmpwatch) see only those: a lease is safe from
+// them for their age (tmpreaper's default 7 days) from when it was taken, no longer.
+// A directory named in a cleaning rule of its own ages its files whatever the locks:
+// keep it out of every rule with an age, or under /run (docs/choosing-gpus.md).
+
 namespace detail {
 
 // A descriptor, closed when destroyed.
@@ -80,6 +96,12 @@ GPUSEL_API const char* network_filesystem(std::uint32_t f_type) noexcept;
 // lease directory], Note [Who can break a lease]); throws Error saying what is
 // wrong and how to fix it.
 GPUSEL_API FileDescriptor open_lease_directory(const std::string& path);
+
+// Takes a shared flock on `directory` (the lease directory at `path`), so that
+// systemd-tmpfiles leaves it and every file in it alone while a lease holds it (Note
+// [Leases against cleaners]); waits a few seconds for a cleaner that holds it
+// exclusively, then throws Error saying so.
+GPUSEL_API void hold_against_cleaners(const FileDescriptor& directory, const std::string& path);
 
 // Whether `file` is still what `name` in `directory` names (lock-then-verify:
 // fstat and fstatat agree on device and inode).

@@ -56,6 +56,9 @@ end_job() {
   kill "$(cat "$work/command")" 2>/dev/null
   wait "$runner" 2>/dev/null
   rm -f "$work/command"
+  # the command's last sleep may hold the lease a moment longer
+  for _ in $(seq 50); do "$gpusel" pick >/dev/null 2>&1 && return; sleep 0.1; done
+  fail "the GPU stayed leased after the job ended"
 }
 
 echo "== a job holds the only GPU while systemd-tmpfiles cleans"
