@@ -103,6 +103,33 @@ TEST(LeaseDirectory, ALeaseKeepsCleanersOutOfItsDirectoryAndWaitsForOneAtWorkThe
   done.join();
 }
 
+TEST(LeaseDirectoryAgainstAnotherUser, ASymlinkAnotherUserOwnsOnTheWayToTheLeasesIsRefusedNamingItsOwner) {
+  SKIP_UNLESS_ROOT();
+  ScopedLeaseDirectory directory;
+  const std::string parent = directory.parent();
+  ASSERT_EQ(chmod(parent.c_str(), 01777), 0);                                                    // as /tmp is
+  for (const char* each : {"/one", "/two"}) ASSERT_EQ(mkdir((parent + each).c_str(), 0755), 0);  // root's
+  const std::string link = parent + "/link";
+  as_user(kMallory, [&] { EXPECT_EQ(symlink("one", link.c_str()), 0); });  // Mallory may point it at /two later
+  const ScopedEnvironment through("GPUSEL_LEASE_DIR", link + "/leases");
+  const std::string refused = error_from([] { (void)gpusel::try_lease_gpu(kGpu); });
+  EXPECT_TRUE(contains(refused, "cannot be trusted: " + link + " is a symlink that belongs to uid 4101")) << refused;
+  EXPECT_TRUE(contains(error_from([] { (void)gpusel::check_lease_directory(); }), "symlink that belongs to uid 4101"));
+  // Mallory's symlink further on, reached through a trusted one, is refused as well.
+  ASSERT_EQ(unlink(link.c_str()), 0);
+  ASSERT_EQ(symlink((parent + "/two/on").c_str(), link.c_str()), 0);
+  as_user(kMallory, [&] { EXPECT_EQ(symlink("../one", (parent + "/two/on").c_str()), -1) << "two is root's"; });
+  ASSERT_EQ(symlink("../one", (parent + "/two/on").c_str()), 0);
+  ASSERT_EQ(lchown((parent + "/two/on").c_str(), kMallory, kMallory), 0);
+  EXPECT_TRUE(contains(error_from([] { (void)gpusel::try_lease_gpu(kGpu); }),
+                       parent + "/two/on is a symlink that belongs to uid 4101"));
+  // Symlinks of root's or the caller's lead to the leases: only they could change them.
+  ASSERT_EQ(lchown((parent + "/two/on").c_str(), 0, 0), 0);
+  EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value());
+  struct stat status {};
+  EXPECT_EQ(stat((parent + "/one/leases").c_str(), &status), 0) << "made where the symlinks lead";
+}
+
 TEST(LeaseDirectoryAgainstAnotherUser, TheDefaultDirectoryMadeByAnotherUserIsRefusedNamingItsOwner) {
   SKIP_UNLESS_ROOT();
   std::fflush(stdout);
