@@ -130,6 +130,44 @@ TEST(LeaseDirectoryAgainstAnotherUser, ASymlinkAnotherUserOwnsOnTheWayToTheLease
   EXPECT_EQ(stat((parent + "/one/leases").c_str(), &status), 0) << "made where the symlinks lead";
 }
 
+TEST(LeaseDirectoryAgainstAnotherUser, RootsRunGpuselLeasesIsFoundWithoutAVariableAfterGpuselLeaseDir) {
+  SKIP_UNLESS_ROOT();
+  std::fflush(stdout);
+  const pid_t child = fork();  // a private mount namespace with a /run and a /tmp of its own
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount("tmpfs", "/tmp", "tmpfs", 0, "mode=1777") != 0 || mount("tmpfs", "/run", "tmpfs", 0, "mode=755") != 0)
+      _exit(77);
+    const ScopedEnvironment unset("GPUSEL_LEASE_DIR", std::nullopt);
+    EXPECT_EQ(gpusel::lease_directory(), "/tmp/gpusel-leases") << "where root made none";
+    EXPECT_EQ(symlink("/tmp/gpusel-leases", "/run/gpusel-leases"), 0);
+    EXPECT_EQ(gpusel::lease_directory(), "/tmp/gpusel-leases") << "a symlink is not one";
+    EXPECT_EQ(unlink("/run/gpusel-leases"), 0);
+    EXPECT_EQ(mkdir("/run/gpusel-leases", 0755), 0);
+    EXPECT_EQ(chmod("/run/gpusel-leases", 01777), 0);  // as the tmpfiles.d line of docs/choosing-gpus.md makes it
+    EXPECT_EQ(gpusel::lease_directory(), "/run/gpusel-leases");
+    {
+      const LeaseHeldBy alice(kAlice, kGpu);
+      EXPECT_TRUE(alice.held());
+      as_user(kBob, [] { EXPECT_FALSE(gpusel::try_lease_gpu(kGpu).has_value()) << "Alice's, in /run"; });
+    }
+    struct stat status {};
+    EXPECT_EQ(stat(("/run/gpusel-leases/" + kGpu + ".4102.lock").c_str(), &status), 0);
+    EXPECT_NE(stat("/tmp/gpusel-leases", &status), 0) << "none made in /tmp";
+    {
+      const ScopedEnvironment named("GPUSEL_LEASE_DIR", std::string("/tmp/mine"));
+      EXPECT_EQ(gpusel::lease_directory(), "/tmp/mine") << "GPUSEL_LEASE_DIR comes first";
+    }
+    std::fflush(stdout);
+    _exit(testing::Test::HasFailure() ? 1 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) GTEST_SKIP() << "no private mount namespace here (unshare -m)";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
 TEST(LeaseDirectoryAgainstAnotherUser, TheDefaultDirectoryMadeByAnotherUserIsRefusedNamingItsOwner) {
   SKIP_UNLESS_ROOT();
   std::fflush(stdout);

@@ -26,7 +26,11 @@ namespace gpusel {
 
 GPUSEL_API std::string lease_directory() {
   const char* named = detail::read_environment("GPUSEL_LEASE_DIR", detail::Trust::secure);
-  if (named == nullptr || *named == '\0') return "/tmp/gpusel-leases";
+  if (named == nullptr || *named == '\0') {
+    struct stat status {};  // only root can make it: one made at boot (Note [The lease directory])
+    const bool provisioned = ::lstat(detail::kRunLeaseDirectory, &status) == 0 && S_ISDIR(status.st_mode);
+    return provisioned ? detail::kRunLeaseDirectory : detail::kTmpLeaseDirectory;
+  }
   if (*named != '/')
     throw Error("gpusel: GPUSEL_LEASE_DIR=\"" + std::string(named) +
                 "\" is a relative path, so jobs started in different directories would not see each other's "
@@ -170,8 +174,9 @@ inline void check_directories_above(const std::string& path) {
 }
 
 GPUSEL_API FileDescriptor open_lease_directory(const std::string& path) {
-  const bool shared_default =
-      path == "/tmp/gpusel-leases" && detail::read_environment("GPUSEL_LEASE_DIR", detail::Trust::secure) == nullptr;
+  const char* named = detail::read_environment("GPUSEL_LEASE_DIR", detail::Trust::secure);
+  const bool shared_default = (named == nullptr || *named == '\0') &&
+                              (path == detail::kTmpLeaseDirectory || path == detail::kRunLeaseDirectory);
   const std::string what = "gpusel: the lease directory " + path;
   check_directories_above(path);
   if (::mkdir(path.c_str(), shared_default ? 01777 : 0700) != 0 && errno != EEXIST)

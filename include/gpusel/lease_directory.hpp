@@ -1,7 +1,7 @@
 // The lease directory: where this machine's leases (gpusel/lease.hpp) live, and
 // whom gpusel trusts with it.
 //
-//   gpusel::lease_directory();        // "/tmp/gpusel-leases", or GPUSEL_LEASE_DIR
+//   gpusel::lease_directory();        // GPUSEL_LEASE_DIR, "/run/gpusel-leases" or "/tmp/gpusel-leases"
 //   gpusel::check_lease_directory();  // an Error saying what is wrong with it, and how to fix it
 //
 // This header includes no CUDA header and makes no CUDA call.
@@ -22,12 +22,15 @@ namespace gpusel {
 // Note [The lease directory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // secure_getenv("GPUSEL_LEASE_DIR") when set and not empty (an absolute path: a relative one is an Error, since jobs in
-// different working directories would not see each other), else /tmp/gpusel-leases, made on first use with mode 1777; a
-// GPUSEL_LEASE_DIR gpusel makes is 0700, the caller's own, since another user's directory is trusted by nobody else
-// anyway. /tmp because it is the one directory every Linux machine has, local and writable by every user. It is opened
-// with O_DIRECTORY|O_NOFOLLOW, must pass Note [Who can break a lease], and must not be on a network filesystem (statfs:
-// NFS, SMB, Lustre, GPFS, ...), where flock can become a POSIX lock that any close drops. Whatever is wrong is an Error
-// that says so and how to fix it, never a silent fallback.
+// different working directories would not see each other); else /run/gpusel-leases when it is a directory, which only
+// root can make (a tmpfiles.d line makes it at boot: docs/choosing-gpus.md), where no cleaner ages files and whose
+// place root chose; else /tmp/gpusel-leases, made on first lease with mode 1777, because /tmp is the one directory
+// every Linux machine has, local and writable by every user. A GPUSEL_LEASE_DIR gpusel makes is 0700, the caller's
+// own, since another user's directory is trusted by nobody else anyway. It is opened with O_DIRECTORY|O_NOFOLLOW, must
+// pass Note [Who can break a lease], and must not be on a network filesystem (statfs: NFS, SMB, Lustre, GPFS, ...),
+// where flock can become a POSIX lock that any close drops. Whatever is wrong is an Error that says so and how to fix
+// it, never a silent fallback. Every job of a machine must find the same one: a container that sees /tmp but not
+// /run (apptainer's default binds) needs /run/gpusel-leases bound in too.
 
 // Note [Who can break a lease]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -60,6 +63,10 @@ namespace gpusel {
 // keep it out of every rule with an age, or under /run (docs/choosing-gpus.md).
 
 namespace detail {
+
+// The lease directories gpusel finds without GPUSEL_LEASE_DIR (Note [The lease directory]).
+inline constexpr const char* kRunLeaseDirectory = "/run/gpusel-leases";
+inline constexpr const char* kTmpLeaseDirectory = "/tmp/gpusel-leases";
 
 // A descriptor, closed when destroyed.
 class FileDescriptor {
@@ -110,8 +117,8 @@ GPUSEL_API bool still_named(const FileDescriptor& directory, const std::string& 
 }  // namespace detail
 
 // The lease directory of this machine (Note [The lease directory]): GPUSEL_LEASE_DIR, read with
-// secure_getenv, else "/tmp/gpusel-leases". Throws Error when GPUSEL_LEASE_DIR is
-// a relative path.
+// secure_getenv, else "/run/gpusel-leases" when that is a directory, else "/tmp/gpusel-leases".
+// Throws Error when GPUSEL_LEASE_DIR is a relative path.
 GPUSEL_API std::string lease_directory();
 
 // Opens the lease directory as every lease does (making it when missing; a look at

@@ -10,7 +10,26 @@ gpusel=$1
 export GPUSEL_NVML_LIBRARY=$2
 unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER NVIDIA_VISIBLE_DEVICES SLURM_JOB_ID SLURM_STEP_ID SLURM_LOCALID \
   SLURM_GPUS_ON_NODE SLURM_STEP_GPUS SLURM_JOB_GPUS
+here=$(cd "$(dirname "$0")" && pwd)
 tmpfiles=$(command -v systemd-tmpfiles || true)
+
+# In a private mount namespace with a /run of its own (the second part, below): the line
+# docs/choosing-gpus.md gives, as written, makes /run/gpusel-leases, and gpusel leases there
+# without GPUSEL_LEASE_DIR.
+if [ "${3:-}" = --in-private-run ]; then
+  mount -t tmpfs -o mode=755 tmpfs /run || exit 1
+  unset GPUSEL_LEASE_DIR
+  line=$(grep -m1 '^d /run/gpusel-leases ' "$here/../../docs/choosing-gpus.md")
+  echo "the tmpfiles.d line of docs/choosing-gpus.md: $line"
+  printf '%s\n' "$line" >"$4/gpusel.conf"
+  "$tmpfiles" --create "$4/gpusel.conf" || exit 1
+  made=$(stat -c '%a %U' /run/gpusel-leases)
+  [ "$made" = "1777 root" ] || { echo "FAILED: /run/gpusel-leases is \"$made\", not \"1777 root\""; exit 1; }
+  held=$("$gpusel" run -- sh -c 'ls /run/gpusel-leases' 2>/dev/null)
+  echo "a lease without GPUSEL_LEASE_DIR holds: $held"
+  [ -n "$held" ] || { echo "FAILED: the lease was not taken in /run/gpusel-leases"; exit 1; }
+  exit 0
+fi
 if [ -z "$tmpfiles" ]; then
   echo "systemd-tmpfiles is not installed (Debian package systemd): the cleaning cannot be tried"
   [ "${GPUSEL_REQUIRE_TMPFILES:-0}" = 1 ] && exit 1
@@ -81,6 +100,15 @@ echo "== once the job ended, cleaning removes what no lease holds, and leasing w
 clean
 [ ! -e "$GPUSEL_LEASE_DIR" ] || fail "the cleaner kept $GPUSEL_LEASE_DIR though no lease held it"
 "$gpusel" run -- true || fail "no lease after the cleaning"
+
+echo "== the tmpfiles.d line of docs/choosing-gpus.md makes /run/gpusel-leases, where gpusel finds it"
+if [ "$(id -u)" = 0 ] && unshare -m --propagation private true 2>/dev/null; then
+  unshare -m --propagation private "$0" "$gpusel" "$GPUSEL_NVML_LIBRARY" --in-private-run "$work" ||
+    fail "in a private /run"
+else
+  echo "skipped: a private /run needs root and unshare -m"
+  [ "${GPUSEL_REQUIRE_TMPFILES:-0}" = 1 ] && fail "GPUSEL_REQUIRE_TMPFILES=1 and the /run part was skipped"
+fi
 
 [ $failures = 0 ] && echo "all passed" || echo "$failures failed"
 [ $failures = 0 ]
