@@ -34,17 +34,22 @@ namespace gpusel {
 
 // Note [Who can break a lease]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Whoever can unlink a held lock file lets the next job make a new one and
-// share the GPU; in a sticky directory that is the file's owner, the
-// directory's owner and root. So the lease directory, and every directory above
-// it, must belong to root or the caller (and be sticky where others may write),
-// else an Error names the owner and the fix; and each user locks a file of its
-// own, <UUID>.<uid>.lock, which only that user and root can remove. A lease
-// locks its own file, checks that the name still names it, then tries every
-// other user's file of the GPU (lock_for_every_user): two jobs cannot both win,
-// since each holds its own before it looks at the other's. A crashed job's file
-// holds no lock. What remains: a file squatting under the caller's name, or
-// unreadable, makes that one GPU unusable, saying why; root can do anything.
+// Whoever can unlink a held lock file lets the next job make a new one and share the
+// GPU; in a sticky directory that is the file's owner, the directory's owner and root.
+// So the lease directory, every directory above it as the path is written, and every
+// symlink on the way (and what it leads through) must belong to root or the caller
+// (directories sticky where others may write), else an Error names the owner and the
+// fix; and each user locks a file of its own, <UUID>.<uid>.lock, which only that user
+// and root can remove. A lease locks its own file, checks that the name still names it,
+// then tries every other user's file of the GPU (lock_for_every_user): two jobs cannot
+// both win, since each holds its own before it looks at the other's. A crashed job's
+// file holds no lock. What remains: a file squatting under the caller's name, or
+// unreadable, makes that one GPU unusable, saying why; root can do anything; a user's
+// own clean-up (rm /tmp/gpusel-leases/* removes only their files) ends the leases of
+// their running jobs and hands those GPUs to other users' jobs, since an unlinked file
+// has no name left to find it by, and no rule keeps a user from removing their own
+// files; a cleaner that ignores locks does the same once a lease is older than its age
+// (Note [Leases against cleaners]).
 
 // Note [Leases against cleaners]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
