@@ -4,6 +4,8 @@
 # (upstream tmp.conf: 'q /tmp 1777 root root 10d'), here with an age of 1 s on a
 # stand-in for /tmp of this test's own (never the machine's /tmp/gpusel-leases).
 #   check_tmpfiles.sh <gpusel program> <fake NVML library>
+# A directory with a tmpfiles.d line of its own is skipped too; and the /run line the docs
+# give makes a directory gpusel finds (below).
 # Skips (77) without systemd-tmpfiles, unless GPUSEL_REQUIRE_TMPFILES=1 (.ci/run).
 set -uo pipefail
 gpusel=$1
@@ -100,6 +102,13 @@ echo "== once the job ended, cleaning removes what no lease holds, and leasing w
 clean
 [ ! -e "$GPUSEL_LEASE_DIR" ] || fail "the cleaner kept $GPUSEL_LEASE_DIR though no lease held it"
 "$gpusel" run -- true || fail "no lease after the cleaning"
+
+echo "== a tmpfiles.d line of its own keeps the lease directory, idle, out of the cleaning"
+"$gpusel" run -- true 2>/dev/null || fail "no lease"
+printf 'd %s - - - 1s\nd %s 1777 root root -\n' "$work/tmp" "$GPUSEL_LEASE_DIR" >"$work/own-line.conf"
+sleep 1.5
+"$tmpfiles" --clean "$work/own-line.conf" || fail "systemd-tmpfiles --clean failed"
+[ -n "$(ls "$GPUSEL_LEASE_DIR"/*.lock 2>/dev/null)" ] || fail "the cleaning removed a directory with a line of its own"
 
 echo "== the tmpfiles.d line of docs/choosing-gpus.md makes /run/gpusel-leases, where gpusel finds it"
 if [ "$(id -u)" = 0 ] && unshare -m --propagation private true 2>/dev/null; then
