@@ -6,18 +6,22 @@
 // in a private mount namespace for /tmp itself: those tests need root.
 #include "gpusel/lease_directory.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "gpusel/lease.hpp"
 #include "lease_directory.hpp"
@@ -65,6 +69,103 @@ TEST(LeaseDirectory, ALeaseDirectoryOnANetworkFilesystemIsRefused) {
   for (const std::uint32_t local : {0x01021994u /* tmpfs */, 0xEF53u /* ext4 */, 0x58465342u /* xfs */,
                                     0x9123683Eu /* btrfs */, 0x794C7630u /* overlayfs */})
     EXPECT_EQ(gpusel::detail::network_filesystem(local), nullptr) << std::hex << local;
+}
+
+// What systemd-tmpfiles does to a directory below the one it cleans (Note [Leases against cleaners]).
+bool cleaner_may_enter(const std::string& path) {
+  const int directory = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const bool may = directory >= 0 && flock(directory, LOCK_EX | LOCK_NB) == 0;
+  if (directory >= 0) close(directory);
+  return may;
+}
+
+TEST(LeaseDirectory, ALeaseKeepsCleanersOutOfItsDirectoryAndWaitsForOneAtWorkThere) {
+  ScopedLeaseDirectory directory;
+  std::optional<gpusel::GpuLease> lease = gpusel::try_lease_gpu(kGpu);
+  ASSERT_TRUE(lease.has_value());
+  EXPECT_FALSE(cleaner_may_enter(directory.leases())) << "a held lease locks its directory shared";
+  std::optional<gpusel::GpuLease> other = gpusel::try_lease_gpu(kOtherGpu);
+  EXPECT_TRUE(other.has_value()) << "leases share the directory's lock";
+  lease->release();
+  EXPECT_FALSE(cleaner_may_enter(directory.leases())) << "while any lease holds it";
+  other->release();
+  EXPECT_TRUE(cleaner_may_enter(directory.leases())) << "and no longer";
+
+  const int cleaner = open(directory.leases().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_EQ(flock(cleaner, LOCK_EX | LOCK_NB), 0);
+  const auto start = std::chrono::steady_clock::now();
+  std::thread done([cleaner] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    close(cleaner);  // the cleaner is through
+  });
+  EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value()) << "taken once the cleaner has gone";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(150)) << "not while it was at work";
+  done.join();
+}
+
+TEST(LeaseDirectoryAgainstAnotherUser, ASymlinkAnotherUserOwnsOnTheWayToTheLeasesIsRefusedNamingItsOwner) {
+  SKIP_UNLESS_ROOT();
+  ScopedLeaseDirectory directory;
+  const std::string parent = directory.parent();
+  ASSERT_EQ(chmod(parent.c_str(), 01777), 0);                                                    // as /tmp is
+  for (const char* each : {"/one", "/two"}) ASSERT_EQ(mkdir((parent + each).c_str(), 0755), 0);  // root's
+  const std::string link = parent + "/link";
+  as_user(kMallory, [&] { EXPECT_EQ(symlink("one", link.c_str()), 0); });  // Mallory may point it at /two later
+  const ScopedEnvironment through("GPUSEL_LEASE_DIR", link + "/leases");
+  const std::string refused = error_from([] { (void)gpusel::try_lease_gpu(kGpu); });
+  EXPECT_TRUE(contains(refused, "cannot be trusted: " + link + " is a symlink that belongs to uid 4101")) << refused;
+  EXPECT_TRUE(contains(error_from([] { (void)gpusel::check_lease_directory(); }), "symlink that belongs to uid 4101"));
+  // Mallory's symlink further on, reached through a trusted one, is refused as well.
+  ASSERT_EQ(unlink(link.c_str()), 0);
+  ASSERT_EQ(symlink((parent + "/two/on").c_str(), link.c_str()), 0);
+  as_user(kMallory, [&] { EXPECT_EQ(symlink("../one", (parent + "/two/on").c_str()), -1) << "two is root's"; });
+  ASSERT_EQ(symlink("../one", (parent + "/two/on").c_str()), 0);
+  ASSERT_EQ(lchown((parent + "/two/on").c_str(), kMallory, kMallory), 0);
+  EXPECT_TRUE(contains(error_from([] { (void)gpusel::try_lease_gpu(kGpu); }),
+                       parent + "/two/on is a symlink that belongs to uid 4101"));
+  // Symlinks of root's or the caller's lead to the leases: only they could change them.
+  ASSERT_EQ(lchown((parent + "/two/on").c_str(), 0, 0), 0);
+  EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value());
+  struct stat status {};
+  EXPECT_EQ(stat((parent + "/one/leases").c_str(), &status), 0) << "made where the symlinks lead";
+}
+
+TEST(LeaseDirectoryAgainstAnotherUser, RootsRunGpuselLeasesIsFoundWithoutAVariableAfterGpuselLeaseDir) {
+  SKIP_UNLESS_ROOT();
+  std::fflush(stdout);
+  const pid_t child = fork();  // a private mount namespace with a /run and a /tmp of its own
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount("tmpfs", "/tmp", "tmpfs", 0, "mode=1777") != 0 || mount("tmpfs", "/run", "tmpfs", 0, "mode=755") != 0)
+      _exit(77);
+    const ScopedEnvironment unset("GPUSEL_LEASE_DIR", std::nullopt);
+    EXPECT_EQ(gpusel::lease_directory(), "/tmp/gpusel-leases") << "where root made none";
+    EXPECT_EQ(symlink("/tmp/gpusel-leases", "/run/gpusel-leases"), 0);
+    EXPECT_EQ(gpusel::lease_directory(), "/tmp/gpusel-leases") << "a symlink is not one";
+    EXPECT_EQ(unlink("/run/gpusel-leases"), 0);
+    EXPECT_EQ(mkdir("/run/gpusel-leases", 0755), 0);
+    EXPECT_EQ(chmod("/run/gpusel-leases", 01777), 0);  // as the tmpfiles.d line of docs/choosing-gpus.md makes it
+    EXPECT_EQ(gpusel::lease_directory(), "/run/gpusel-leases");
+    {
+      const LeaseHeldBy alice(kAlice, kGpu);
+      EXPECT_TRUE(alice.held());
+      as_user(kBob, [] { EXPECT_FALSE(gpusel::try_lease_gpu(kGpu).has_value()) << "Alice's, in /run"; });
+    }
+    struct stat status {};
+    EXPECT_EQ(stat(("/run/gpusel-leases/" + kGpu + ".4102.lock").c_str(), &status), 0);
+    EXPECT_NE(stat("/tmp/gpusel-leases", &status), 0) << "none made in /tmp";
+    {
+      const ScopedEnvironment named("GPUSEL_LEASE_DIR", std::string("/tmp/mine"));
+      EXPECT_EQ(gpusel::lease_directory(), "/tmp/mine") << "GPUSEL_LEASE_DIR comes first";
+    }
+    std::fflush(stdout);
+    _exit(testing::Test::HasFailure() ? 1 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) GTEST_SKIP() << "no private mount namespace here (unshare -m)";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 TEST(LeaseDirectoryAgainstAnotherUser, TheDefaultDirectoryMadeByAnotherUserIsRefusedNamingItsOwner) {

@@ -159,7 +159,7 @@ TEST(Lease, ACopyOfItsDescriptorsHoldsTheLeaseAfterTheLeaseEnds) {
   std::optional<gpusel::GpuLease> lease = gpusel::try_lease_gpu(kInstanceA, kGpu);
   ASSERT_TRUE(lease.has_value());
   const std::vector<int> descriptors = lease->file_descriptors();
-  ASSERT_EQ(descriptors.size(), 2u) << "the instance's file and its GPU's";
+  ASSERT_EQ(descriptors.size(), 3u) << "the instance's file, its GPU's and the lease directory";
   std::vector<int> copies;
   for (const int descriptor : descriptors) {
     EXPECT_NE(fcntl(descriptor, F_GETFD) & FD_CLOEXEC, 0) << "a started command inherits none by accident";

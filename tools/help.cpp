@@ -83,8 +83,9 @@ an option that takes no value takes none (--json=false is a usage error).
 Environment: CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, GPUSEL_NVML_LIBRARY (the
 NVML library to load; default libnvidia-ml.so.1), GPUSEL_NVML_TIMEOUT (how long
 NVML may take to answer: 30s by default, as --wait takes it; 0: no limit) and
-GPUSEL_LEASE_DIR (where leases are kept; default /tmp/gpusel-leases, shared by
-every user once root makes it: install -d -m 1777 -o root /tmp/gpusel-leases).
+GPUSEL_LEASE_DIR (where leases are kept; default /run/gpusel-leases where root
+made it, with the tmpfiles.d line 'd /run/gpusel-leases 1777 root root -', else
+/tmp/gpusel-leases, shared by every user once root makes it).
 
 Exit status:
   0  success

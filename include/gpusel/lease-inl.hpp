@@ -318,7 +318,8 @@ GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu
   if (!parent.empty()) result.unusable = unusable_name(parent);
   if (!result.unusable.empty()) return result;
   const std::string path = lease_directory();
-  const FileDescriptor directory = open_lease_directory(path);
+  FileDescriptor directory = open_lease_directory(path);
+  hold_against_cleaners(directory, path);  // before the lock files: Note [Leases against cleaners]
   LockAttempt own = lock_for_every_user(directory, path, uuid, LOCK_EX);
   if (own.outcome != LockAttempt::Outcome::taken) {
     result.unusable = std::move(own.reason);
@@ -331,9 +332,12 @@ GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu
       result.unusable = std::move(shared.reason);
       return result;
     }
+    (void)::futimens(shared.own.file.get(), nullptr);  // a fresh age for cleaners that ignore locks
     lease.descriptors_.push_back(std::move(shared.own.file));
   }
+  (void)::futimens(own.own.file.get(), nullptr);
   lease.descriptors_.push_back(std::move(own.own.file));
+  lease.descriptors_.push_back(std::move(directory));  // its shared lock lasts as long as the lease
   lease.uuids_.emplace_back(uuid);
   result.lease = std::move(lease);
   return result;

@@ -110,8 +110,9 @@ class [[nodiscard]] GpuLease {
     descriptors_.clear();
     uuids_.clear();
   }
-  // The lock files' descriptors (O_CLOEXEC), for a process that lends the lease to a
-  // command it starts: a copy the command inherits holds the lease too (Note [Lease files]).
+  // The lease's descriptors (O_CLOEXEC): its lock files and the lease directory, for a
+  // process that lends the lease to a command it starts: a copy the command inherits
+  // holds the lease too (Note [Lease files], Note [Leases against cleaners]).
   std::vector<int> file_descriptors() const {
     std::vector<int> numbers;
     for (const auto& descriptor : descriptors_) numbers.push_back(descriptor.get());

@@ -7,12 +7,16 @@
 #include "gpusel/lease_directory.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "gpusel/detail/core/environment.hpp"
@@ -22,7 +26,11 @@ namespace gpusel {
 
 GPUSEL_API std::string lease_directory() {
   const char* named = detail::read_environment("GPUSEL_LEASE_DIR", detail::Trust::secure);
-  if (named == nullptr || *named == '\0') return "/tmp/gpusel-leases";
+  if (named == nullptr || *named == '\0') {
+    struct stat status {};  // only root can make it: one made at boot (Note [The lease directory])
+    const bool provisioned = ::lstat(detail::kRunLeaseDirectory, &status) == 0 && S_ISDIR(status.st_mode);
+    return provisioned ? detail::kRunLeaseDirectory : detail::kTmpLeaseDirectory;
+  }
   if (*named != '/')
     throw Error("gpusel: GPUSEL_LEASE_DIR=\"" + std::string(named) +
                 "\" is a relative path, so jobs started in different directories would not see each other's "
@@ -89,39 +97,86 @@ inline std::string untrusted_directory(const struct stat& status, const std::str
   return {};
 }
 
-// Every directory above `path` (absolute), resolved, must be one only root or this
-// user can change, or another user could swap the lease directory for another.
+// Why component `path` (lstat `status`) on the way to the lease directory lets another
+// user change where that way leads, or "": a symlink can only be replaced, by its owner
+// (in a sticky directory) or whoever may write the directory it is in, checked before it.
+inline std::string untrusted_component(const struct stat& status, const std::string& path) {
+  if (!S_ISLNK(status.st_mode)) return untrusted_directory(status, path);
+  if (trusted_owner(status.st_uid)) return {};
+  return path + " is a symlink that belongs to " + user_text(status.st_uid) + ", who could point it elsewhere";
+}
+
+// The components of `path`, last first (a stack to walk).
+inline std::vector<std::string> components_last_first(const std::string& path) {
+  std::vector<std::string> names;
+  for (std::size_t start = 0; start < path.size();) {
+    std::size_t slash = path.find('/', start);
+    if (slash == std::string::npos) slash = path.size();
+    if (slash > start) names.push_back(path.substr(start, slash - start));
+    start = slash + 1;
+  }
+  return {names.rbegin(), names.rend()};
+}
+
+// Every directory above `path` (absolute), as written, and every symlink on the way
+// with what it leads through, must be one only root or this user can change, or
+// another user could swap the lease directory for another (Note [Who can break a lease]).
 inline void check_directories_above(const std::string& path) {
-  std::string above = path.substr(0, path.find_last_of('/'));
-  if (above.empty()) above = "/";
-  char resolved[PATH_MAX];
-  if (::realpath(above.c_str(), resolved) == nullptr)
-    throw Error("gpusel: the lease directory " + path + " cannot be made: " + above + ": " + errno_text(errno));
-  const std::string real = resolved;
-  std::vector<std::string> prefixes{"/"};
-  for (std::size_t end = 1; end <= real.size(); ++end)
-    if (end == real.size() || real[end] == '/') prefixes.push_back(real.substr(0, end));
-  for (const std::string& prefix : prefixes) {
-    struct stat status {};
+  // "gpusel: the lease directory <path> <verdict><component>: <why>"
+  const auto refusal = [&path](const char* verdict, const std::string& component, const std::string& why) {
     std::string message = "gpusel: the lease directory " + path;
-    if (::lstat(prefix.c_str(), &status) != 0) {
-      const int error = errno;
-      message += " cannot be used: ";
-      message += prefix + ": " + errno_text(error);
-      throw Error(message);
+    message += verdict;
+    message += component;
+    message += ": ";
+    message += why;
+    return Error(message);
+  };
+  std::vector<std::string> pending = components_last_first(path.substr(0, path.find_last_of('/')));
+  std::string current = "/";  // where the walk is: symlinks resolved, each component checked
+  int links = 0;
+  for (bool root = true; root || !pending.empty(); root = false) {
+    std::string next = current;
+    if (!root) {
+      const std::string name = std::move(pending.back());
+      pending.pop_back();
+      if (name == ".") continue;
+      if (name == "..") {  // the directory above one already checked: checked too
+        current = current.substr(0, std::max<std::size_t>(current.find_last_of('/'), 1));
+        continue;
+      }
+      if (current != "/") next += '/';
+      next += name;
     }
-    const std::string why = untrusted_directory(status, prefix);
-    if (!why.empty()) {
+    struct stat status {};
+    if (::lstat(next.c_str(), &status) != 0) {
+      const int error = errno;
+      throw refusal(error == ENOENT ? " cannot be made: " : " cannot be used: ", next, errno_text(error));
+    }
+    if (const std::string why = untrusted_component(status, next); !why.empty()) {
+      std::string message = "gpusel: the lease directory " + path;
       message += " cannot be trusted: ";
       message += why;
       throw Error(message);
     }
+    if (!S_ISLNK(status.st_mode)) {
+      current = next;
+      continue;
+    }
+    char target[PATH_MAX];
+    const ssize_t length = ::readlink(next.c_str(), target, sizeof target - 1);
+    const int error = errno;
+    if (length <= 0 || ++links > 40)
+      throw refusal(" cannot be used: ", next, length <= 0 ? errno_text(error) : std::string("too many symlinks"));
+    const std::string leads_to(target, static_cast<std::size_t>(length));
+    if (leads_to.front() == '/') current = "/";
+    for (std::string& name : components_last_first(leads_to)) pending.push_back(std::move(name));
   }
 }
 
 GPUSEL_API FileDescriptor open_lease_directory(const std::string& path) {
-  const bool shared_default =
-      path == "/tmp/gpusel-leases" && detail::read_environment("GPUSEL_LEASE_DIR", detail::Trust::secure) == nullptr;
+  const char* named = detail::read_environment("GPUSEL_LEASE_DIR", detail::Trust::secure);
+  const bool shared_default = (named == nullptr || *named == '\0') &&
+                              (path == detail::kTmpLeaseDirectory || path == detail::kRunLeaseDirectory);
   const std::string what = "gpusel: the lease directory " + path;
   check_directories_above(path);
   if (::mkdir(path.c_str(), shared_default ? 01777 : 0700) != 0 && errno != EEXIST)
@@ -156,6 +211,22 @@ GPUSEL_API FileDescriptor open_lease_directory(const std::string& path) {
                   ", a network filesystem, where flock may become a lock of each process that a second open "
                   "silently drops; set GPUSEL_LEASE_DIR to a directory on a local filesystem (such as /tmp)");
   return directory;
+}
+
+GPUSEL_API void hold_against_cleaners(const FileDescriptor& directory, const std::string& path) {
+  // A cleaner holds it only while it looks through it: milliseconds for a lease directory.
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    if (::flock(directory.get(), LOCK_SH | LOCK_NB) == 0) return;
+    if (errno != EWOULDBLOCK && errno != EINTR)
+      throw Error("gpusel: the lease directory " + path + " cannot be locked: " + errno_text(errno));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  struct stat status {};
+  (void)::fstat(directory.get(), &status);
+  throw Error("gpusel: the lease directory " + path +
+              " has been locked exclusively for 5 s by another process (a /tmp cleaner, or a process that stops every "
+              "lease: its lock on inode " +
+              std::to_string(status.st_ino) + " is in /proc/locks)");
 }
 
 // Whether `file` is still what `name` in `directory` names (lock-then-verify).

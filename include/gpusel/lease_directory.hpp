@@ -1,7 +1,7 @@
 // The lease directory: where this machine's leases (gpusel/lease.hpp) live, and
 // whom gpusel trusts with it.
 //
-//   gpusel::lease_directory();        // "/tmp/gpusel-leases", or GPUSEL_LEASE_DIR
+//   gpusel::lease_directory();        // GPUSEL_LEASE_DIR, "/run/gpusel-leases" or "/tmp/gpusel-leases"
 //   gpusel::check_lease_directory();  // an Error saying what is wrong with it, and how to fix it
 //
 // This header includes no CUDA header and makes no CUDA call.
@@ -22,28 +22,56 @@ namespace gpusel {
 // Note [The lease directory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // secure_getenv("GPUSEL_LEASE_DIR") when set and not empty (an absolute path: a relative one is an Error, since jobs in
-// different working directories would not see each other), else /tmp/gpusel-leases, made on first use with mode 1777; a
-// GPUSEL_LEASE_DIR gpusel makes is 0700, the caller's own, since another user's directory is trusted by nobody else
-// anyway. /tmp because it is the one directory every Linux machine has, local and writable by every user. It is opened
-// with O_DIRECTORY|O_NOFOLLOW, must pass Note [Who can break a lease], and must not be on a network filesystem (statfs:
-// NFS, SMB, Lustre, GPFS, ...), where flock can become a POSIX lock that any close drops. Whatever is wrong is an Error
-// that says so and how to fix it, never a silent fallback.
+// different working directories would not see each other); else /run/gpusel-leases when it is a directory, which only
+// root can make (a tmpfiles.d line makes it at boot: docs/choosing-gpus.md), where no cleaner ages files and whose
+// place root chose; else /tmp/gpusel-leases, made on first lease with mode 1777, because /tmp is the one directory
+// every Linux machine has, local and writable by every user. A GPUSEL_LEASE_DIR gpusel makes is 0700, the caller's
+// own, since another user's directory is trusted by nobody else anyway. It is opened with O_DIRECTORY|O_NOFOLLOW, must
+// pass Note [Who can break a lease], and must not be on a network filesystem (statfs: NFS, SMB, Lustre, GPFS, ...),
+// where flock can become a POSIX lock that any close drops. Whatever is wrong is an Error that says so and how to fix
+// it, never a silent fallback. Every job of a machine must find the same one: a container that sees /tmp but not
+// /run (apptainer's default binds) needs /run/gpusel-leases bound in too.
 
 // Note [Who can break a lease]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Whoever can unlink a held lock file lets the next job make a new one and
-// share the GPU; in a sticky directory that is the file's owner, the
-// directory's owner and root. So the lease directory, and every directory above
-// it, must belong to root or the caller (and be sticky where others may write),
-// else an Error names the owner and the fix; and each user locks a file of its
-// own, <UUID>.<uid>.lock, which only that user and root can remove. A lease
-// locks its own file, checks that the name still names it, then tries every
-// other user's file of the GPU (lock_for_every_user): two jobs cannot both win,
-// since each holds its own before it looks at the other's. A crashed job's file
-// holds no lock. What remains: a file squatting under the caller's name, or
-// unreadable, makes that one GPU unusable, saying why; root can do anything.
+// Whoever can unlink a held lock file lets the next job make a new one and share the
+// GPU; in a sticky directory that is the file's owner, the directory's owner and root.
+// So the lease directory, every directory above it as the path is written, and every
+// symlink on the way (and what it leads through) must belong to root or the caller
+// (directories sticky where others may write), else an Error names the owner and the
+// fix; and each user locks a file of its own, <UUID>.<uid>.lock, which only that user
+// and root can remove. A lease locks its own file, checks that the name still names it,
+// then tries every other user's file of the GPU (lock_for_every_user): two jobs cannot
+// both win, since each holds its own before it looks at the other's. A crashed job's
+// file holds no lock. What remains: a file squatting under the caller's name, or
+// unreadable, makes that one GPU unusable, saying why; root can do anything; a user's
+// own clean-up (rm /tmp/gpusel-leases/* removes only their files) ends the leases of
+// their running jobs and hands those GPUs to other users' jobs, since an unlinked file
+// has no name left to find it by, and no rule keeps a user from removing their own
+// files; a cleaner that ignores locks does the same once a lease is older than its age
+// (Note [Leases against cleaners]).
+
+// Note [Leases against cleaners]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// gpusel makes a lock file once and a flock changes no timestamp, so a cleaner that
+// ages /tmp (systemd's tmp.conf: 10 days, on Fedora, RHEL, Arch) would delete a file
+// a running job holds, and the next job would get its GPU. systemd-tmpfiles skips a
+// directory below the one it cleans when it cannot flock(LOCK_EX|LOCK_NB) it, with
+// everything in it (checked on systemd 252: tests/tmpfiles). So a lease also holds
+// LOCK_SH on the lease directory, taken before its lock files (waiting out a cleaner
+// that is at work in it), and the lease directory's descriptor is one of the lease's
+// file_descriptors(): `gpusel run` hands it to the command, so it outlives a killed run
+// as the lock files do. A lease also refreshes its lock files' timestamps when taken.
+// Cleaners that ignore locks (tmpreaper, tmpwatch) see only those: a lease is safe from
+// them for their age (tmpreaper's default 7 days) from when it was taken, no longer.
+// A directory named in a cleaning rule of its own ages its files whatever the locks:
+// keep it out of every rule with an age, or under /run (docs/choosing-gpus.md).
 
 namespace detail {
+
+// The lease directories gpusel finds without GPUSEL_LEASE_DIR (Note [The lease directory]).
+inline constexpr const char* kRunLeaseDirectory = "/run/gpusel-leases";
+inline constexpr const char* kTmpLeaseDirectory = "/tmp/gpusel-leases";
 
 // A descriptor, closed when destroyed.
 class FileDescriptor {
@@ -81,6 +109,12 @@ GPUSEL_API const char* network_filesystem(std::uint32_t f_type) noexcept;
 // wrong and how to fix it.
 GPUSEL_API FileDescriptor open_lease_directory(const std::string& path);
 
+// Takes a shared flock on `directory` (the lease directory at `path`), so that
+// systemd-tmpfiles leaves it and every file in it alone while a lease holds it (Note
+// [Leases against cleaners]); waits a few seconds for a cleaner that holds it
+// exclusively, then throws Error saying so.
+GPUSEL_API void hold_against_cleaners(const FileDescriptor& directory, const std::string& path);
+
 // Whether `file` is still what `name` in `directory` names (lock-then-verify:
 // fstat and fstatat agree on device and inode).
 GPUSEL_API bool still_named(const FileDescriptor& directory, const std::string& name, const FileDescriptor& file);
@@ -88,8 +122,8 @@ GPUSEL_API bool still_named(const FileDescriptor& directory, const std::string& 
 }  // namespace detail
 
 // The lease directory of this machine (Note [The lease directory]): GPUSEL_LEASE_DIR, read with
-// secure_getenv, else "/tmp/gpusel-leases". Throws Error when GPUSEL_LEASE_DIR is
-// a relative path.
+// secure_getenv, else "/run/gpusel-leases" when that is a directory, else "/tmp/gpusel-leases".
+// Throws Error when GPUSEL_LEASE_DIR is a relative path.
 GPUSEL_API std::string lease_directory();
 
 // Opens the lease directory as every lease does (making it when missing; a look at
