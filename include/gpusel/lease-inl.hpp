@@ -25,7 +25,7 @@
 #include <sstream>
 #include <thread>
 
-#include "gpusel/detail/machine/system_text.hpp"
+#include "gpusel/detail/machine/system/system_text.hpp"
 
 namespace gpusel {
 

@@ -14,8 +14,8 @@
 
 #include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/detail/core/environment.hpp"
-#include "gpusel/detail/machine/connected_sets.hpp"
-#include "gpusel/detail/machine/criteria_checks.hpp"
+#include "gpusel/detail/machine/picking/connected_sets.hpp"
+#include "gpusel/detail/machine/picking/criteria_checks.hpp"
 
 namespace gpusel {
 
