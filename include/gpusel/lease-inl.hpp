@@ -25,6 +25,7 @@
 #include <sstream>
 #include <thread>
 
+#include "gpusel/detail/machine/leases/job_lease.hpp"
 #include "gpusel/detail/machine/system/system_text.hpp"
 
 namespace gpusel {
@@ -319,8 +320,11 @@ GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu
   if (!result.unusable.empty()) return result;
   const std::string path = lease_directory();
   const FileDescriptor directory = open_lease_directory(path);
-  LockAttempt own = lock_for_every_user(directory, path, uuid, LOCK_EX);
-  if (own.outcome != LockAttempt::Outcome::taken) {
+  LockAttempt own;
+  own.own.file = FileDescriptor(job_lease_descriptor(uuid));  // the job's lock, no second one: Note [The job's lease]
+  const bool job = own.own.file.get() >= 0;
+  if (!job) own = lock_for_every_user(directory, path, uuid, LOCK_EX);
+  if (!job && own.outcome != LockAttempt::Outcome::taken) {
     result.unusable = std::move(own.reason);
     return result;
   }
@@ -333,8 +337,10 @@ GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu
     }
     lease.descriptors_.push_back(std::move(shared.own.file));
   }
+  lease.exclusive_.push_back(lease.descriptors_.size());
   lease.descriptors_.push_back(std::move(own.own.file));
   lease.uuids_.emplace_back(uuid);
+  if (job) lease.job_uuids_.emplace_back(uuid);
   result.lease = std::move(lease);
   return result;
 }

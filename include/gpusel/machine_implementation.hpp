@@ -24,6 +24,7 @@
 
 #include "gpusel/detail/core/pci_address-inl.hpp"
 #include "gpusel/detail/core/visible_tokens-inl.hpp"
+#include "gpusel/detail/machine/leases/job_lease-inl.hpp"
 #include "gpusel/detail/machine/picking/connected_sets-inl.hpp"
 #include "gpusel/detail/machine/picking/criteria_checks-inl.hpp"
 #include "gpusel/detail/machine/picking/wait_line-inl.hpp"

@@ -59,7 +59,7 @@ IMPLEMENTATION_LISTS = {
 # The rooms of a layer's detail folder (gpusel/detail/<layer>/<room>/), bottom
 # to top; a layer not named here keeps its detail headers in its folder itself.
 ROOMS = {
-    "machine": ["system", "picking"],
+    "machine": ["system", "leases", "picking"],
     "data": ["memory", "engine", "buffer"],
 }
 
