@@ -861,6 +861,10 @@ EOF
     run 0 run -n 2 -- "$gpusel" pick -n 2 --format uuid
     expect_line stdout "$g0,$g1"
     expect stderr "gpusel: gpusel run leased this job 2 GPUs"
+    run 0 run -n 2 -- "$gpusel" explain --json
+    expect_in_json 'd["allotment"]["job_gpus"] == ["'"$g0"'", "'"$g1"'"] and d["allotment"]["job_lease"].startswith("'"$g0"':")'
+    run 0 explain --json
+    expect_in_json 'd["allotment"]["job_gpus"] == [] and d["allotment"]["job_lease"] is None'
     # The variable is not the lease: named outside a job, with a descriptor that holds no lock, or another job's
     # lock, it counts for nothing, and says why.
     "$gpusel" run --format uuid -n 1 -- sh -c 'echo ready >"$1"; exec sleep 30' sh "$work/holding" 2>/dev/null &
