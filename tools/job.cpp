@@ -225,7 +225,10 @@ int exec_error(const std::string& command) {
 
 LentLease::LentLease(const gpusel::GpuLease& lease) {
   const std::vector<int> descriptors = lease.file_descriptors();
-  for (const int descriptor : descriptors) copies_.push_back(fcntl(descriptor, F_DUPFD_CLOEXEC, 10));
+  for (const int descriptor : descriptors) {
+    copies_.push_back(fcntl(descriptor, F_DUPFD_CLOEXEC, 10));
+    if (copies_.back() < 0 && failure_.empty()) failure_ = std::string("fcntl: ") + std::strerror(errno);
+  }
   std::vector<std::pair<std::string, int>> named;  // each GPU and the copy that holds it exclusively
   const std::vector<int> exclusive = lease.exclusive_descriptors();
   for (std::size_t i = 0; i < exclusive.size(); ++i)

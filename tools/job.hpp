@@ -26,10 +26,14 @@ class LentLease {
   LentLease& operator=(const LentLease&) = delete;
   const std::vector<int>& copies() const noexcept { return copies_; }
   const std::string& variable() const noexcept { return variable_; }
+  // Why a copy could not be made ("fcntl: Too many open files"), or "": the command would
+  // start without the lease, which would then end with run.
+  const std::string& failure() const noexcept { return failure_; }
 
  private:
   std::vector<int> copies_;
   std::string variable_;
+  std::string failure_;
 };
 
 // Starts `command_line` with `lent`'s copies of the lease (Note [The job holds the lease]),

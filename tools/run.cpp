@@ -185,6 +185,10 @@ int run_on(const Arguments& arguments, const gpusel::DeviceMap& map, const Attem
               << "\n";
   say_what_was_chosen(arguments, attempt.chosen);
   const LentLease lent(attempt.lease);  // held until the whole job has ended
+  if (!lent.failure().empty()) {
+    std::cerr << "gpusel: cannot lend the lease to the command: " << lent.failure() << "\n";
+    return kExitRunFailed;
+  }
   std::cerr << "gpusel: running " << gpusel::escape_for_terminal(arguments.command_line[0])
             << " with CUDA_VISIBLE_DEVICES=" << gpusel::escape_for_terminal(value)
             << (arguments.print_uuids ? "" : " CUDA_DEVICE_ORDER=PCI_BUS_ID")

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstdint>
 
 #include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/detail/core/environment.hpp"
@@ -42,7 +44,7 @@ GPUSEL_API JobLease parse_job_lease(std::string_view value) {
     const DecimalRead number = colon == std::string_view::npos
                                    ? DecimalRead{}
                                    : read_decimal(entry.substr(colon + 1), DecimalGrammar::whole_text);
-    if (colon == 0 || !number.ok || number.overflow || number.value > 1000000) {
+    if (colon == 0 || !number.ok || number.overflow || number.value > static_cast<std::uint64_t>(INT_MAX)) {
       job.malformed = "\"" + std::string(entry) + "\" is not UUID:descriptor";
       job.gpus.clear();
       return job;
