@@ -147,10 +147,8 @@ GPUSEL_API std::string Allotment::describe_job() const {
   if (!job_gpus.empty())
     text = "gpusel run leased this job " + std::to_string(job_gpus.size()) + (job_gpus.size() == 1 ? " GPU" : " GPUs") +
            " (" + variable + "); choosing among them.\n";
-  std::size_t start = 0;
-  for (std::size_t end; start < job_lease_problems.size(); start = end + 1) {
-    end = job_lease_problems.find('\n', start);
-    if (end == std::string::npos) end = job_lease_problems.size();
+  for (std::size_t start = 0, end = 0; start < job_lease_problems.size(); start = end + 1) {
+    end = std::min(job_lease_problems.find('\n', start), job_lease_problems.size());
     text += variable + " does not count for " + escape_for_terminal(job_lease_problems.substr(start, end - start)) +
             (job_gpus.empty() ? "; choosing as outside a job.\n" : ".\n");
   }
