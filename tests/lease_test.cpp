@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "gpusel/local_rank.hpp"
 #include "lease_directory.hpp"
 #include "staged_users.hpp"
 #include "text_checks.hpp"
@@ -173,6 +174,61 @@ TEST(Lease, ACopyOfItsDescriptorsHoldsTheLeaseAfterTheLeaseEnds) {
   EXPECT_TRUE(gpusel::try_lease_gpu(kInstanceB, kGpu).has_value()) << "shared: another instance is free";
   for (const int copy : copies) close(copy);
   EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value()) << "the last copy closed ends the lease";
+}
+
+// Inside `gpusel run` (Note [The job's lease]): the command inherits a copy of run's
+// descriptor and GPUSEL_JOB_LEASE names it.
+TEST(JobLease, AGpuTheJobHoldsIsLeasedAsTheJobsWithNoLockOfItsOwn) {
+  ScopedLeaseDirectory directory;
+  std::optional<gpusel::GpuLease> run = gpusel::try_lease_gpu(kInstanceA, kGpu);  // what gpusel run holds
+  ASSERT_TRUE(run.has_value());
+  ASSERT_EQ(run->exclusive_descriptors().size(), 1u);
+  EXPECT_EQ(run->exclusive_descriptors().front(), run->file_descriptors().back()) << "the instance's, not its GPU's";
+  const int inherited = fcntl(run->exclusive_descriptors().front(), F_DUPFD_CLOEXEC, 0);
+  const ScopedEnvironment job("GPUSEL_JOB_LEASE", kInstanceA + ":" + std::to_string(inherited));
+  EXPECT_EQ(gpusel::allotment(0).job_gpus, std::vector<std::string>{kInstanceA});
+  EXPECT_TRUE(
+      contains(gpusel::allotment(0).describe(), "gpusel run leased this job 1 GPU (GPUSEL_JOB_LEASE=" + kInstanceA +
+                                                    ":" + std::to_string(inherited) + "); choosing among them.\n"));
+  std::optional<gpusel::GpuLease> inside = gpusel::try_lease_gpu(kInstanceA, kGpu);
+  ASSERT_TRUE(inside.has_value()) << "the job's own lock is no other job's";
+  EXPECT_NE(inside->exclusive_descriptors().front(), inherited) << "a copy of the job's descriptor";
+  EXPECT_EQ(inside->job_uuids(), std::vector<std::string>{kInstanceA});
+  EXPECT_EQ(inside->exclusive_descriptors().size(), 1u);
+  run.reset();
+  close(inherited);
+  EXPECT_FALSE(gpusel::try_lease_gpu(kInstanceA, kGpu).has_value()) << "the lease inside holds while it lives";
+  EXPECT_FALSE(gpusel::try_lease_gpu(kGpu).has_value()) << "the instance's GPU too, shared";
+  inside->release();
+  EXPECT_TRUE(gpusel::try_lease_gpu(kInstanceA, kGpu).has_value()) << "and the GPU is free once the job's is gone";
+}
+
+TEST(JobLease, TheVariableAloneLeasesNothingAndSaysWhy) {
+  ScopedLeaseDirectory directory;
+  gpusel::GpuLease other = gpusel::lease_gpu(kGpu);  // another job's
+  const int unlocked = open(own_file(directory.leases(), kGpu).c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(unlocked, 0);
+  const auto problems = [](const std::string& value) {
+    const ScopedEnvironment job("GPUSEL_JOB_LEASE", value);
+    const gpusel::Allotment allotment = gpusel::allotment(0);
+    EXPECT_TRUE(allotment.job_gpus.empty()) << value;
+    EXPECT_FALSE(gpusel::try_lease_gpu(kGpu).has_value()) << value;
+    return allotment.job_lease_problems;
+  };
+  EXPECT_TRUE(contains(
+      problems(kGpu + ":" + std::to_string(unlocked)),
+      "another process holds " + own_file(directory.leases(), kGpu) + ", not descriptor " + std::to_string(unlocked)));
+  EXPECT_TRUE(contains(problems(kGpu + ":1000"), "descriptor 1000 is not open in this process"));
+  EXPECT_TRUE(contains(problems(kGpu + ":" + std::to_string(unlocked) + "x"), "is not UUID:descriptor"));
+  const int elsewhere = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  EXPECT_TRUE(contains(problems(kGpu + ":" + std::to_string(elsewhere)), "is not a lock file of " + kGpu));
+  close(elsewhere);
+  const int free_file = open(own_file(directory.leases(), kGpu).c_str(), O_RDONLY | O_CLOEXEC);
+  close(unlocked);
+  other.release();
+  const ScopedEnvironment job("GPUSEL_JOB_LEASE", kGpu + ":" + std::to_string(free_file));
+  EXPECT_TRUE(contains(gpusel::allotment(0).job_lease_problems, "holds no lock on"));
+  close(free_file);
 }
 
 TEST(Lease, OneUnusableLockFileRejectsThatGpuAloneWithTheReason) {

@@ -37,8 +37,15 @@ TEST(RuntimeWithoutDriver, SetDeviceThrowsAnErrorThatSaysThereIsNoDriver) {
   } catch (const gpusel::Error& e) {
     EXPECT_EQ(e.code(), cudaErrorInsufficientDriver);
     EXPECT_EQ(e.code_name(), "cudaErrorInsufficientDriver");
-    EXPECT_TRUE(contains(e.what(), "cudaSetDevice(cuda:0): ")) << e.what();
-    EXPECT_TRUE(contains(e.what(), "no NVIDIA driver was found")) << e.what();
+    // gpusel's sentence first (no usable GPU, and why), the runtime's words after it.
+    EXPECT_EQ(
+        std::string(e.what()).rfind("cudaSetDevice(cuda:0): no CUDA device is usable: no NVIDIA driver was found", 0),
+        0u)
+        << e.what();
+    EXPECT_TRUE(contains(e.what(),
+                         "; the CUDA runtime says: CUDA driver version is insufficient for CUDA runtime "
+                         "version (cudaErrorInsufficientDriver)"))
+        << e.what();
   }
 }
 
@@ -166,7 +173,12 @@ TEST(RuntimeEmulated, NoDeviceBecauseTheVariableHidesThemAllSaysSo) {
     FAIL();
   } catch (const gpusel::Error& e) {
     EXPECT_EQ(e.code(), cudaErrorNoDevice);
-    EXPECT_TRUE(contains(e.what(), "CUDA_VISIBLE_DEVICES=NoDevFiles hides every GPU")) << e.what();
+    EXPECT_EQ(
+        std::string(e.what()).rfind(
+            "cudaSetDevice(cuda:0): no CUDA device is usable: CUDA_VISIBLE_DEVICES=NoDevFiles hides every GPU", 0),
+        0u)
+        << e.what();
+    EXPECT_TRUE(contains(e.what(), "; the CUDA runtime says: ")) << e.what();
   }
   ::unsetenv("CUDA_VISIBLE_DEVICES");
   EXPECT_EQ(gpusel::device_count(), 0);

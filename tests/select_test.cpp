@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "fake_nvml_machine.hpp"
-#include "gpusel/detail/machine/connected_sets.hpp"
+#include "gpusel/detail/machine/picking/connected_sets.hpp"
 #include "gpusel/physical_order.hpp"
 #include "gpusel_test.hpp"
 #include "lease_directory.hpp"
@@ -438,7 +438,7 @@ TEST(PickConnected, CountsMigInstancesAsJoinedByNothing) {
 }
 
 // The search beneath PickPlacement::connected, which knows the GPUs by rank only
-// (gpusel/detail/machine/connected_sets.hpp).
+// (gpusel/detail/machine/picking/connected_sets.hpp).
 TEST(ConnectedSet, TakesTheNearestSetByRankAndEveryGpuWhenThereAreTooFew) {
   using gpusel::GpuLink;
   // Ranked 0 (best) to 3: 1 and 3 joined by NVLink, every other pair across NUMA nodes.

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gpusel/detail/machine/leases/job_lease.hpp>
 #include <gpusel/text.hpp>
 
 #include <cerrno>
@@ -15,6 +16,9 @@
 #include <cstring>
 #include <iostream>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "commands.hpp"
 
@@ -24,7 +28,9 @@ namespace {
 // Note [The job holds the lease]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A lease lasts as long as the job, whatever happens to `gpusel run`. The command
-// starts with a copy of each lock file's descriptor, and a flock lock ends only when
+// starts with a copy of each lock file's descriptor, named in GPUSEL_JOB_LEASE so that
+// picks and leases inside the job reuse it (Note [The job's lease] in
+// gpusel/detail/machine/leases/job_lease.hpp), and a flock lock ends only when
 // the last descriptor on its open file description closes (Note [Lease files]). So
 // `kill -9` of run (the OOM killer, a scheduler's cleanup) leaves the GPU leased while
 // the command lives, and a command that puts its work in the background
@@ -135,13 +141,10 @@ ForwardedSignals catch_forwarded_signals() {
 // The command-to-be, in the forked child: async-signal-safe calls only, until execvp;
 // execvp's errno goes to `report` when it fails.
 [[noreturn]] void exec_command(const ForwardedSignals& signals, const struct sigaction& by_default,
-                               const std::vector<int>& lease_descriptors, char* const* argv, int report) {
+                               const std::vector<int>& lease_copies, char* const* argv, int report) {
   for (const int signal_number : signals.caught) (void)sigaction(signal_number, &by_default, nullptr);
   if (signals.child_ended_ignored) (void)sigaction(SIGCHLD, &signals.child_ended, nullptr);
-  // The command's copies of the lease: numbered 10 or above, clear of a shell's
-  // redirections 3-9.
-  for (const int descriptor : lease_descriptors)
-    if (fcntl(descriptor, F_DUPFD, 10) < 0) (void)fcntl(descriptor, F_SETFD, 0);  // the copy is not O_CLOEXEC
+  for (const int descriptor : lease_copies) (void)fcntl(descriptor, F_SETFD, 0);  // the command keeps them
   (void)sigprocmask(SIG_SETMASK, &signals.previous, nullptr);
   execvp(argv[0], argv);
   const int error = errno;
@@ -220,19 +223,37 @@ int exec_error(const std::string& command) {
 
 }  // namespace
 
+LentLease::LentLease(const gpusel::GpuLease& lease) {
+  const std::vector<int> descriptors = lease.file_descriptors();
+  for (const int descriptor : descriptors) {
+    copies_.push_back(fcntl(descriptor, F_DUPFD_CLOEXEC, 10));
+    if (copies_.back() < 0 && failure_.empty()) failure_ = std::string("fcntl: ") + std::strerror(errno);
+  }
+  std::vector<std::pair<std::string, int>> named;  // each GPU and the copy that holds it exclusively
+  const std::vector<int> exclusive = lease.exclusive_descriptors();
+  for (std::size_t i = 0; i < exclusive.size(); ++i)
+    for (std::size_t copy = 0; copy < descriptors.size(); ++copy)
+      if (descriptors[copy] == exclusive[i] && copies_[copy] >= 0) named.emplace_back(lease.uuids()[i], copies_[copy]);
+  variable_ = gpusel::detail::job_lease_value(named);
+}
+
+LentLease::~LentLease() {
+  for (const int copy : copies_)
+    if (copy >= 0) close(copy);
+}
+
 std::optional<int> refuse_unrunnable(const std::vector<std::string>& command_line) {
   const int error = exec_error(command_line.at(0));
   if (error == 0) return std::nullopt;
   return cannot_run(command_line[0], error);
 }
 
-int start_and_wait(const std::vector<std::string>& command_line, const gpusel::GpuLease& lease) {
+int start_and_wait(const std::vector<std::string>& command_line, const LentLease& lent) {
   const ForwardedSignals signals = catch_forwarded_signals();
   const struct sigaction by_default = default_action();
   std::vector<char*> argv;
   for (const std::string& word : command_line) argv.push_back(const_cast<char*>(word.c_str()));
   argv.push_back(nullptr);
-  const std::vector<int> lease_descriptors = lease.file_descriptors();
   int report[2];  // the child writes execvp's errno here; exec closes it
   if (pipe2(report, O_CLOEXEC) != 0) {
     sigprocmask(SIG_SETMASK, &signals.previous, nullptr);
@@ -242,7 +263,7 @@ int start_and_wait(const std::vector<std::string>& command_line, const gpusel::G
   // fork and execvp, not posix_spawnp: a file without #! then runs through /bin/sh,
   // as execvp runs it (posix_spawnp fails with ENOEXEC).
   const pid_t child = fork();
-  if (child == 0) exec_command(signals, by_default, lease_descriptors, argv.data(), report[1]);
+  if (child == 0) exec_command(signals, by_default, lent.copies(), argv.data(), report[1]);
   const int fork_error = errno;
   close(report[1]);
   if (child < 0) {

@@ -14,9 +14,31 @@ namespace gpusel_tool {
 // nullopt when it can. run checks before it chooses GPUs, so a typo leases nothing.
 [[nodiscard]] std::optional<int> refuse_unrunnable(const std::vector<std::string>& command_line);
 
-// Starts `command_line`, holding `lease` with it (Note [The job holds the lease]),
+// The lease as the command gets it (Note [The job holds the lease]): a copy of each of its
+// descriptors, numbered 10 or above (clear of a shell's redirections 3-9) and close-on-exec
+// until start_and_wait clears that in the command, and GPUSEL_JOB_LEASE's value naming the
+// copies (Note [The job's lease]); "" for an empty lease. The copies close with it.
+class LentLease {
+ public:
+  explicit LentLease(const gpusel::GpuLease& lease);
+  ~LentLease();
+  LentLease(const LentLease&) = delete;
+  LentLease& operator=(const LentLease&) = delete;
+  const std::vector<int>& copies() const noexcept { return copies_; }
+  const std::string& variable() const noexcept { return variable_; }
+  // Why a copy could not be made ("fcntl: Too many open files"), or "": the command would
+  // start without the lease, which would then end with run.
+  const std::string& failure() const noexcept { return failure_; }
+
+ private:
+  std::vector<int> copies_;
+  std::string variable_;
+  std::string failure_;
+};
+
+// Starts `command_line` with `lent`'s copies of the lease (Note [The job holds the lease]),
 // waits for it, and ends as it ended: its exit status, or death by its signal (as
 // env: so a shell loop stops at Ctrl-C).
-int start_and_wait(const std::vector<std::string>& command_line, const gpusel::GpuLease& lease);
+int start_and_wait(const std::vector<std::string>& command_line, const LentLease& lent);
 
 }  // namespace gpusel_tool

@@ -196,6 +196,10 @@ void allotment_member(JsonWriter& json, const gpusel::DeviceMap& map) {
   json.key("known").value(allotment.known());
   json.key("refusal").value(allotment.refusal);
   optional_value(json, "nvidia_visible_devices", allotment.nvidia_visible_devices);
+  optional_value(json, "job_lease", allotment.job_lease);
+  json.key("job_gpus").begin_array();
+  for (const std::string& uuid : allotment.job_gpus) json.value(uuid);
+  json.end_array();
   json.key("text").value(allotment.describe());
   json.end_object();
 }

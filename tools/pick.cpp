@@ -107,6 +107,9 @@ bool may_choose(const Arguments& arguments, const gpusel::DeviceMap& map) {
       const std::string text = allotment.describe();  // escaped; Slurm's line comes first
       std::cerr << "gpusel: " << text.substr(0, text.find('\n')) << "\n";
     }
+    const std::string job = allotment.describe_job();  // inside gpusel run: the job's GPUs (escaped)
+    for (std::size_t start = 0; start < job.size(); start = job.find('\n', start) + 1)
+      std::cerr << "gpusel: " << job.substr(start, job.find('\n', start) + 1 - start);
     return true;
   } catch (const gpusel::Error& error) {
     std::cerr << "gpusel: " << escape_lines(error_text(error)) << "\n";

@@ -8,6 +8,7 @@
 #include <gpusel/text.hpp>
 #include <gpusel/wait_for_gpus.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <iostream>
@@ -174,19 +175,31 @@ int run_on(const Arguments& arguments, const gpusel::DeviceMap& map, const Attem
     value += (value.empty() ? "" : ",") + (arguments.print_uuids || candidate.mig_instance
                                                ? candidate.uuid()
                                                : std::to_string(pci_bus_index(map, candidate.physical_index)));
+  const std::vector<std::string>& jobs = attempt.lease.job_uuids();
   for (const gpusel::Candidate& candidate : attempt.chosen)
     std::cerr << "gpusel: " << (attempt.lease.empty() ? "using " : "leased ")
-              << gpusel::escape_for_terminal(gpusel::describe(candidate)) << "\n";
+              << gpusel::escape_for_terminal(gpusel::describe(candidate))
+              << (std::find(jobs.begin(), jobs.end(), candidate.uuid()) != jobs.end()
+                      ? ": the job's lease (GPUSEL_JOB_LEASE), no lock of its own"
+                      : "")
+              << "\n";
   say_what_was_chosen(arguments, attempt.chosen);
+  const LentLease lent(attempt.lease);  // held until the whole job has ended
+  if (!lent.failure().empty()) {
+    std::cerr << "gpusel: cannot lend the lease to the command: " << lent.failure() << "\n";
+    return kExitRunFailed;
+  }
   std::cerr << "gpusel: running " << gpusel::escape_for_terminal(arguments.command_line[0])
             << " with CUDA_VISIBLE_DEVICES=" << gpusel::escape_for_terminal(value)
-            << (arguments.print_uuids ? "" : " CUDA_DEVICE_ORDER=PCI_BUS_ID") << "\n";
+            << (arguments.print_uuids ? "" : " CUDA_DEVICE_ORDER=PCI_BUS_ID")
+            << (lent.variable().empty() ? "" : " GPUSEL_JOB_LEASE=" + lent.variable()) << "\n";
   if (setenv("CUDA_VISIBLE_DEVICES", value.c_str(), 1) != 0 ||
-      (!arguments.print_uuids && setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1) != 0)) {
+      (!arguments.print_uuids && setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1) != 0) ||
+      (!lent.variable().empty() && setenv("GPUSEL_JOB_LEASE", lent.variable().c_str(), 1) != 0)) {
     std::cerr << "gpusel: setenv failed\n";
     return kExitRunFailed;
   }
-  return start_and_wait(arguments.command_line, attempt.lease);  // held until the whole job has ended
+  return start_and_wait(arguments.command_line, lent);
 }
 
 }  // namespace

@@ -18,8 +18,8 @@
 
 #include "gpusel/detail/core/environment.hpp"
 #include "gpusel/detail/core/pci_address.hpp"
-#include "gpusel/detail/machine/nvml.hpp"
-#include "gpusel/detail/machine/nvml_topology.hpp"
+#include "gpusel/detail/machine/system/nvml.hpp"
+#include "gpusel/detail/machine/system/nvml_topology.hpp"
 
 namespace gpusel {
 

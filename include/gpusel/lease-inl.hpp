@@ -25,7 +25,8 @@
 #include <sstream>
 #include <thread>
 
-#include "gpusel/detail/machine/system_text.hpp"
+#include "gpusel/detail/machine/leases/job_lease.hpp"
+#include "gpusel/detail/machine/system/system_text.hpp"
 
 namespace gpusel {
 
@@ -320,8 +321,11 @@ GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu
   const std::string path = lease_directory();
   FileDescriptor directory = open_lease_directory(path);
   hold_against_cleaners(directory, path);  // before the lock files: Note [Leases against cleaners]
-  LockAttempt own = lock_for_every_user(directory, path, uuid, LOCK_EX);
-  if (own.outcome != LockAttempt::Outcome::taken) {
+  LockAttempt own;
+  own.own.file = FileDescriptor(job_lease_descriptor(uuid));  // the job's lock, no second one: Note [The job's lease]
+  const bool job = own.own.file.get() >= 0;
+  if (!job) own = lock_for_every_user(directory, path, uuid, LOCK_EX);
+  if (!job && own.outcome != LockAttempt::Outcome::taken) {
     result.unusable = std::move(own.reason);
     return result;
   }
@@ -336,9 +340,11 @@ GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu
     lease.descriptors_.push_back(std::move(shared.own.file));
   }
   (void)::futimens(own.own.file.get(), nullptr);
+  lease.exclusive_.push_back(lease.descriptors_.size());
   lease.descriptors_.push_back(std::move(own.own.file));
   lease.descriptors_.push_back(std::move(directory));  // its shared lock lasts as long as the lease
   lease.uuids_.emplace_back(uuid);
+  if (job) lease.job_uuids_.emplace_back(uuid);
   result.lease = std::move(lease);
   return result;
 }

@@ -13,6 +13,7 @@
 // Layer: machine (docs/layers.md).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -104,11 +105,18 @@ class [[nodiscard]] GpuLease {
 
   // The UUIDs leased, in the order they were leased.
   const std::vector<std::string>& uuids() const noexcept { return uuids_; }
+  // Those of uuids() that the job this process belongs to held already: `gpusel run`
+  // leased them for it (GPUSEL_JOB_LEASE). Leased with no lock of their own, they stay
+  // held while the job or this lease lives (Note [The job's lease] in
+  // gpusel/detail/machine/leases/job_lease.hpp).
+  const std::vector<std::string>& job_uuids() const noexcept { return job_uuids_; }
   bool empty() const noexcept { return uuids_.empty(); }
-  // Releases every GPU now.
+  // Releases every GPU now (but those the job holds, which stay the job's).
   void release() noexcept {
     descriptors_.clear();
     uuids_.clear();
+    exclusive_.clear();
+    job_uuids_.clear();
   }
   // The lease's descriptors (O_CLOEXEC): its lock files and the lease directory, for a
   // process that lends the lease to a command it starts: a copy the command inherits
@@ -118,10 +126,19 @@ class [[nodiscard]] GpuLease {
     for (const auto& descriptor : descriptors_) numbers.push_back(descriptor.get());
     return numbers;
   }
+  // For each of uuids(), in order, the descriptor that holds its lock exclusively (one
+  // of file_descriptors(); a MIG instance's GPU is held shared by another of them).
+  std::vector<int> exclusive_descriptors() const {
+    std::vector<int> numbers;
+    for (const std::size_t position : exclusive_) numbers.push_back(descriptors_[position].get());
+    return numbers;
+  }
   // Takes over `other`'s GPUs too.
   void merge(GpuLease&& other) {
+    for (const std::size_t position : other.exclusive_) exclusive_.push_back(descriptors_.size() + position);
     for (auto& descriptor : other.descriptors_) descriptors_.push_back(std::move(descriptor));
     for (auto& uuid : other.uuids_) uuids_.push_back(std::move(uuid));
+    for (auto& uuid : other.job_uuids_) job_uuids_.push_back(std::move(uuid));
     other.release();
   }
 
@@ -129,6 +146,8 @@ class [[nodiscard]] GpuLease {
   friend detail::LeaseTry detail::lease_one(std::string_view uuid, std::string_view parent_gpu_uuid);
   std::vector<detail::FileDescriptor> descriptors_;
   std::vector<std::string> uuids_;
+  std::vector<std::size_t> exclusive_;  // for each of uuids_, its exclusive lock's place in descriptors_
+  std::vector<std::string> job_uuids_;
 };
 
 namespace detail {

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "gpusel/detail/core/environment.hpp"
-#include "gpusel/detail/machine/system_text.hpp"
+#include "gpusel/detail/machine/system/system_text.hpp"
 
 namespace gpusel {
 

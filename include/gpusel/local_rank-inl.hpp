@@ -10,6 +10,7 @@
 
 #include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/detail/core/environment.hpp"
+#include "gpusel/detail/machine/leases/job_lease.hpp"
 #include "gpusel/text.hpp"
 
 namespace gpusel {
@@ -136,12 +137,28 @@ GPUSEL_API std::string Allotment::describe() const {
             ": in a container the NVIDIA container runtime mounted " + detail::container_gpus(*nvidia_visible_devices) +
             ", and NVML and CUDA_VISIBLE_DEVICES number the GPUs mounted from 0.\n";
   }
+  return text + describe_job();
+}
+
+GPUSEL_API std::string Allotment::describe_job() const {
+  if (!job_lease) return {};
+  const std::string variable = escape_for_terminal(std::string(detail::kJobLeaseVariable) + "=" + *job_lease);
+  std::string text;
+  if (!job_gpus.empty())
+    text = "gpusel run leased this job " + std::to_string(job_gpus.size()) + (job_gpus.size() == 1 ? " GPU" : " GPUs") +
+           " (" + variable + "); choosing among them.\n";
+  for (std::size_t start = 0, end = 0; start < job_lease_problems.size(); start = end + 1) {
+    end = std::min(job_lease_problems.find('\n', start), job_lease_problems.size());
+    text += variable + " does not count for " + escape_for_terminal(job_lease_problems.substr(start, end - start)) +
+            (job_gpus.empty() ? "; choosing as outside a job.\n" : ".\n");
+  }
   return text;
 }
 
 GPUSEL_API Allotment find_allotment(const ReadVariable& read, int visible_gpus) {
   Allotment allotment;
   allotment.nvidia_visible_devices = read("NVIDIA_VISIBLE_DEVICES");
+  allotment.job_lease = read(detail::kJobLeaseVariable);
   const std::optional<std::string> job = read("SLURM_JOB_ID");
   if (!job) return allotment;
   allotment.scheduler = "Slurm";
@@ -167,7 +184,15 @@ GPUSEL_API Allotment find_allotment(const ReadVariable& read, int visible_gpus) 
 }
 
 GPUSEL_API Allotment allotment(int visible_gpus) {
-  return find_allotment([](const char* name) { return detail::environment_variable(name); }, visible_gpus);
+  Allotment found = find_allotment([](const char* name) { return detail::environment_variable(name); }, visible_gpus);
+  if (!found.job_lease) return found;
+  const detail::JobLease job = detail::job_lease();  // Note [The job's lease]
+  found.job_gpus = job.held_uuids();
+  if (!job.malformed.empty()) found.job_lease_problems = job.malformed;
+  for (const detail::JobGpu& gpu : job.gpus)
+    if (!gpu.problem.empty())
+      found.job_lease_problems += (found.job_lease_problems.empty() ? "" : "\n") + gpu.uuid + ": " + gpu.problem;
+  return found;
 }
 
 namespace detail {

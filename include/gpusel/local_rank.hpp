@@ -141,7 +141,11 @@ enum class Placement {
 // pick` refuse rather than guess (gpusel runs no Slurm command to find out). A
 // step given no GPU chooses as outside Slurm. SLURM_STEP_GPUS and
 // SLURM_JOB_GPUS are Slurm's names (under ConstrainDevices not the driver's):
-// shown as they are, never mapped to devices.
+// shown as they are, never mapped to devices. Inside `gpusel run` (srun's step
+// included) the job's GPUs are those run leased (GPUSEL_JOB_LEASE), each counted
+// only once its descriptor is seen to hold its lock (Note [The job's lease] in
+// gpusel/detail/machine/leases/job_lease.hpp): picking chooses among them, and
+// leasing one is the job's lease.
 
 // The GPUs this process may choose among (Note [The GPUs this process may choose among]).
 struct Allotment {
@@ -159,14 +163,27 @@ struct Allotment {
   // NVIDIA_VISIBLE_DEVICES, which the NVIDIA container runtime reads when it starts a
   // container to mount the host's GPUs it names; nullopt where it is unset.
   std::optional<std::string> nvidia_visible_devices;
+  // GPUSEL_JOB_LEASE, as `gpusel run` set it for the job this process belongs to; nullopt
+  // outside gpusel run.
+  std::optional<std::string> job_lease;
+  // The GPUs the job holds, by UUID, each checked against the lock its descriptor holds
+  // (allotment() checks; find_allotment, which reads nothing but its variables, leaves it empty).
+  std::vector<std::string> job_gpus;
+  // Why the GPUs of job_lease that are not among job_gpus are not, a line each ("GPU-...:
+  // descriptor 10 holds no lock on ..."), or why job_lease cannot be read; "" otherwise.
+  std::string job_lease_problems;
 
   [[nodiscard]] bool known() const noexcept { return refusal.empty(); }
   // What the scheduler and the container runtime gave, in their own names, a line
   // each: "Slurm gave this step (12.0) 2 GPUs on this node: SLURM_GPUS_ON_NODE=2,
   // SLURM_STEP_GPUS=2,3, in Slurm's names (...).\n", the refusal, or "Slurm gave
   // this step (12.0) no GPU; choosing as outside Slurm.\n"; empty outside both. What comes from the environment is
-  // escaped for a terminal (Note [Hostile text]).
+  // escaped for a terminal (Note [Hostile text]). Then describe_job().
   [[nodiscard]] GPUSEL_API std::string describe() const;
+  // What `gpusel run` leased the job, a line: "gpusel run leased this job 2 GPUs
+  // (GPUSEL_JOB_LEASE=GPU-...:10,GPU-...:11); choosing among them.\n", and a line for each GPU
+  // it names that does not count, with why; "" outside gpusel run. Escaped for a terminal.
+  [[nodiscard]] GPUSEL_API std::string describe_job() const;
   // Throws Error("<who>: <refusal>") when the allotment is not known.
   GPUSEL_API void require(std::string_view who) const;
 };
@@ -175,7 +192,8 @@ struct Allotment {
 // GPUs are visible. Pure: reads nothing but `read`.
 GPUSEL_API Allotment find_allotment(const ReadVariable& read, int visible_gpus);
 
-// The allotment from this process's environment; see find_allotment.
+// The allotment from this process's environment; see find_allotment. Also checks each GPU
+// of GPUSEL_JOB_LEASE against the lock its descriptor holds (job_gpus).
 GPUSEL_API Allotment allotment(int visible_gpus);
 
 // The device for `rank` (nullopt: a process started alone, rank 0 of 1) when

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "gpusel/detail/machine/criteria_checks.hpp"
+#include "gpusel/detail/machine/picking/criteria_checks.hpp"
 #include "gpusel/text.hpp"
 
 namespace gpusel {

@@ -31,7 +31,7 @@ enum class PickOrder {
 };
 
 // Whether the GPUs picked should be near each other (Note [Connected GPUs] in
-// gpusel/detail/machine/connected_sets.hpp).
+// gpusel/detail/machine/picking/connected_sets.hpp).
 enum class PickPlacement {
   any,        // wherever they are
   connected,  // prefer GPUs joined by NVLink, else under one PCIe switch, else one host bridge, else one

@@ -14,8 +14,9 @@
 
 #include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/detail/core/environment.hpp"
-#include "gpusel/detail/machine/connected_sets.hpp"
-#include "gpusel/detail/machine/criteria_checks.hpp"
+#include "gpusel/detail/machine/leases/job_lease.hpp"
+#include "gpusel/detail/machine/picking/connected_sets.hpp"
+#include "gpusel/detail/machine/picking/criteria_checks.hpp"
 
 namespace gpusel {
 
@@ -393,8 +394,14 @@ GPUSEL_API void reject_leased_gpus(std::vector<Candidate>& assessed) {
   for (const Candidate& candidate : assessed)
     wanted.emplace_back(candidate.uuid(), candidate.mig_instance ? candidate.gpu.uuid : std::string());
   std::vector<std::optional<std::string>> holders = detail::lease_holders(wanted);
-  for (std::size_t i = 0; i < assessed.size(); ++i)
-    if (holders[i]) assessed[i].rejected_because.push_back(std::move(*holders[i]));
+  const detail::JobLease job = detail::job_lease();  // inside gpusel run: its GPUs (Note [The job's lease])
+  for (std::size_t i = 0; i < assessed.size(); ++i) {
+    if (job.held(assessed[i].uuid()) != nullptr) continue;  // the job's own lease, not another job's
+    if (std::optional<std::string> outside = detail::outside_job(job, assessed[i].uuid()))
+      assessed[i].rejected_because.push_back(std::move(*outside));
+    else if (holders[i])
+      assessed[i].rejected_because.push_back(*holders[i] + detail::job_lease_not_counted(job, assessed[i].uuid()));
+  }
 }
 
 GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria) {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "gpusel/detail/core/environment.hpp"
-#include "gpusel/detail/machine/criteria_checks.hpp"
-#include "gpusel/detail/machine/wait_line.hpp"
+#include "gpusel/detail/machine/picking/criteria_checks.hpp"
+#include "gpusel/detail/machine/picking/wait_line.hpp"
 
 namespace gpusel {
 

@@ -59,6 +59,7 @@ IMPLEMENTATION_LISTS = {
 # The rooms of a layer's detail folder (gpusel/detail/<layer>/<room>/), bottom
 # to top; a layer not named here keeps its detail headers in its folder itself.
 ROOMS = {
+    "machine": ["system", "leases", "picking"],
     "data": ["memory", "engine", "buffer"],
 }
 
@@ -166,7 +167,7 @@ def problems_of(header, headers):
                                 f"detail/ lies beneath what it serves (forward-declare, or move what it needs "
                                 f"into {folder_of(header)}/)")
         elif included == "nvml.h":
-            problems.append(f"{where} includes <nvml.h>: NVML is loaded with dlopen, through detail/machine/nvml.hpp")
+            problems.append(f"{where} includes <nvml.h>: NVML is loaded with dlopen, through detail/machine/system/nvml.hpp")
         elif CUDA_HEADER_RE.match(included) and header.cuda_free:
             why = f"the {header.layer} layer has no CUDA" if header.layer in CUDA_FREE_LAYERS else "it says so"
             problems.append(f"{where} includes <{included}>, but it includes no CUDA header ({why})")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ctest slurm_shapes: `gpusel run --local-rank` and gpusel::local_rank_device()
 # under a real srun and sbatch, judged by Slurm's own record.
-#   check_slurm.sh <gpusel> <fake NVML library> <task device program> <machine file>
+#   check_slurm.sh <gpusel> <fake NVML library> <task device program> <machine file> <job picks program>
 # Starts a single-node cluster of 4 GPUs (cluster.sh) and, for every allocation
 # shape srun and sbatch offer on a node, runs both in every task. Each task says
 # which GPU it ran on, and SLURM_STEP_GPUS, which Slurm set for it; the judge:
@@ -15,6 +15,8 @@
 #   - where Slurm allocated GPUs without saying which (--gpu-bind=none with
 #     several tasks), every task refuses, naming Slurm and the option;
 #   - while another job holds GPUs 0 and 1, no task of a step on 2 and 3 touches them;
+#   - a program that picks and leases through the library, run by `gpusel run` in a step
+#     (srun ... gpusel run ...), chooses among the job's GPUs, within the step's, as the job's lease;
 #   - `gpusel explain` says what Slurm gave the step, in Slurm's names, and beside them the
 #     cuda:N and UUID that CUDA_VISIBLE_DEVICES gives; that Slurm gave GPUs without saying
 #     which; or that it gave the step none (pick's report says so too).
@@ -25,6 +27,7 @@ gpusel=$1
 library=$2
 task_device=$3
 machine=$4
+job_picks=$5  # tests/tool/job_picks.cpp: picks and leases through the library
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 fail() {  # with what the last step said on stderr
@@ -198,6 +201,27 @@ srun -n1 "$gpusel" pick >/dev/null 2>"$work/stderr" || fail "pick in a step give
 grep -q '^gpusel: Slurm gave this step ([0-9]*\.0) no GPU; choosing as outside Slurm' "$work/stderr" ||
   fail "pick did not say that the step has no GPU"
 echo "explain and pick said what Slurm gave"
+
+echo "--- gpusel run in a step: a program that picks chooses among the job's GPUs, the step's own"
+for options in "-n1 --gpus=2" "-n2 --gpus=2" "-n2 --gpus-per-task=1"; do
+  # shellcheck disable=SC2016,SC2086
+  # Each task holds its GPU a while (sleep), so that the tasks of a step lease at once.
+  lines=$(srun $options bash -c '"$1" run -n 1 --format uuid -- sh -c "\"\$0\" use 1 && sleep 2" "$2" |
+    sed "s/^/step $SLURM_STEP_GPUS gpu /"' \
+    _ "$gpusel" "$job_picks" 2>"$work/stderr") || fail "srun $options gpusel run -- job_picks use 1: $(cat "$work/stderr")"
+  echo "$lines"
+  tasks=${options:2:1}
+  [ "$(grep -c ' job$' <<<"$lines")" = "$tasks" ] || fail "srun $options: a task's lease inside gpusel run was not the job's"
+  gpus=""
+  while read -r line; do
+    uuid=$(sed -n 's/^step [^ ]* gpu \(GPU-[^ ]*\) job$/\1/p' <<<"$line")
+    step=$(sed -n 's/^step \([^ ]*\) .*/\1/p' <<<"$line")
+    for index in 0 1 2 3; do [ "$uuid" = "${uuids[$index]}" ] && gpus+="$index " && { [[ ",$step," == *",$index,"* ]] ||
+      fail "srun $options: a task chose GPU $index outside its step's $step"; }; done
+  done < <(grep ' job$' <<<"$lines")
+  [ "$(wc -w <<<"$gpus")" = "$tasks" ] || fail "srun $options: a task's GPU is not one of the machine's: $lines"
+  [ -z "$(tr ' ' '\n' <<<"$gpus" | sed '/^$/d' | sort | uniq -d)" ] || fail "srun $options: two tasks chose one GPU"
+done
 
 echo "--- while another job holds GPUs 0 and 1"
 holder=$(sbatch --parsable -o /dev/null --gpus=2 --wrap 'sleep 120') || fail "the holding job was not submitted"

@@ -11,7 +11,7 @@
 #include "gpusel/detail/cuda/primary_context.hpp"
 #include "gpusel/detail/data/engine/peer_access.hpp"
 #include "gpusel/detail/data/engine/staging_pool.hpp"
-#include "gpusel/detail/machine/nvml.hpp"
+#include "gpusel/detail/machine/system/nvml.hpp"
 #include "gpusel/guard.hpp"
 
 #define GPUSEL_STATE_CAT2(a, b) a##_##b

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # ctest tool_*: the gpusel command, end to end, on machines described to the
 # fake NVML (tests/fake_nvml), checking its output and exit statuses.
-#   check_tool.sh <gpusel program> <fake NVML library> <scenario>
+#   check_tool.sh <gpusel program> <fake NVML library> <scenario> [<job picks program>]
 # Scenarios: list, explain, pick, pick_fails, mixed_models, no_driver, nvml_fails, nvml_hangs, odd_uuids, json,
-# usage, run, run_leases, run_wait, run_wait_unfixable, run_job, run_signals, run_local_rank, exclude_numbering,
-# device_order, memory, impossible_readings, hostile_text, output, mig, topology, messages, scheduler.
+# usage, run, run_leases, run_wait, run_wait_unfixable, run_job, run_signals, run_local_rank, run_compose,
+# exclude_numbering, device_order, memory, impossible_readings, hostile_text, output, mig, topology, messages,
+# scheduler. <job picks program>, tests/tool/job_picks.cpp, picks through the library (run_compose).
 set -uo pipefail
 gpusel=$1
 export GPUSEL_NVML_LIBRARY=$2
 scenario=$3
+job_picks=${4:-}
 unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER NVIDIA_VISIBLE_DEVICES SLURM_JOB_ID SLURM_STEP_ID SLURM_LOCALID SLURM_GPUS_ON_NODE \
-  SLURM_STEP_GPUS SLURM_JOB_GPUS  # this process's launcher and container are no part of a scenario
+  SLURM_STEP_GPUS SLURM_JOB_GPUS GPUSEL_JOB_LEASE  # this process's launcher, container and job are no part of a scenario
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -812,6 +814,79 @@ sys.exit(0 if loop.returncode == -signal.SIGINT and open(log).read().split() == 
       [ ! -e "$work/mig_started" ] || { echo "FAILED: the rank ran on a GPU in MIG mode"; failures=$((failures + 1)); }
     done
     LOCAL_RANK=0 run 0 run --local-rank -- true
+    ;;
+  run_compose)
+    # A program that picks at start-up (an inference server), run as `gpusel run -n 2 -- ./server`: inside the
+    # job it chooses among the job's GPUs, and leasing one is the job's lease (Note [The job's lease]).
+    cat >"$work/idle4.txt" <<EOF
+gpu uuid=GPU-c0000000-0000-4000-8000-000000000000 pci=00000000:17:00.0
+gpu uuid=GPU-c1000000-0000-4000-8000-000000000001 pci=00000000:18:00.0
+gpu uuid=GPU-c2000000-0000-4000-8000-000000000002 pci=00000000:3A:00.0
+gpu uuid=GPU-c3000000-0000-4000-8000-000000000003 pci=00000000:3B:00.0
+EOF
+    export GPUSEL_FAKE_NVML_CONFIG="$work/idle4.txt"
+    g0=GPU-c0000000-0000-4000-8000-000000000000 g1=GPU-c1000000-0000-4000-8000-000000000001
+    g2=GPU-c2000000-0000-4000-8000-000000000002
+    run 0 run -n 2 --format uuid -- "$job_picks" pick 2
+    expect_line stdout "$g0"
+    expect_line stdout "$g1"
+    expect stderr " GPUSEL_JOB_LEASE=$g0:"
+    run 0 run -n 2 --format uuid -- "$job_picks" use 2
+    expect_line stdout "$g0 job"
+    expect_line stdout "$g1 job"
+    expect_line stdout "CUDA_VISIBLE_DEVICES=$g0,$g1"
+    # More than the job holds: the rest are not the job's, whatever else hides them.
+    run 1 run -n 2 -- "$job_picks" pick 3
+    expect stderr "$g0), 140.4 GiB free, 0% utilized: fits"
+    expect stderr "$g2), 140.4 GiB free, 0% utilized: hidden by CUDA_VISIBLE_DEVICES"
+    expect stderr "not one of this job's GPUs (GPUSEL_JOB_LEASE names 2 GPUs that gpusel run leased it)"
+    expect_not stderr "leased by another job"
+    run 1 run -n 1 --whole-machine -- "$job_picks" use 2
+    expect stderr "not one of this job's GPUs"
+    # lease_gpu of the job's GPU is the job's; of another free GPU, a lease of its own.
+    run 0 run -n 1 -- "$job_picks" lease "$g0"
+    expect_line stdout "$g0 job"
+    run 0 run -n 1 -- "$job_picks" lease "$g2"
+    expect_line stdout "$g2 own"
+    # The job's lease ends with the job: a job started after it gets the GPUs.
+    run 0 run -n 2 -- true
+    # gpusel run inside gpusel run chooses among the outer job's GPUs, and its command's lease is the job's.
+    run 0 run -n 2 --format uuid -- "$gpusel" run -n 1 --format uuid -- "$job_picks" use 1
+    expect_line stdout "$g0 job"
+    expect stderr "$g0), 140.4 GiB free, 0% utilized: the job's lease (GPUSEL_JOB_LEASE), no lock of its own"
+    # explain and pick say that they choose among the job's GPUs.
+    run 0 run -n 2 -- "$gpusel" explain
+    expect stdout "gpusel run leased this job 2 GPUs (GPUSEL_JOB_LEASE=$g0:"
+    expect stdout "); choosing among them."
+    run 0 run -n 2 -- "$gpusel" pick -n 2 --format uuid
+    expect_line stdout "$g0,$g1"
+    expect stderr "gpusel: gpusel run leased this job 2 GPUs"
+    run 0 run -n 2 -- "$gpusel" explain --json
+    expect_in_json 'd["allotment"]["job_gpus"] == ["'"$g0"'", "'"$g1"'"] and d["allotment"]["job_lease"].startswith("'"$g0"':")'
+    run 0 explain --json
+    expect_in_json 'd["allotment"]["job_gpus"] == [] and d["allotment"]["job_lease"] is None'
+    # The variable is not the lease: named outside a job, with a descriptor that holds no lock, or another job's
+    # lock, it counts for nothing, and says why.
+    "$gpusel" run --format uuid -n 1 -- sh -c 'echo ready >"$1"; exec sleep 30' sh "$work/holding" 2>/dev/null &
+    holder=$!
+    until_file "$work/holding"
+    lock=$(ls "$GPUSEL_LEASE_DIR/$g0".*.lock)
+    GPUSEL_JOB_LEASE="$g0:10" "$job_picks" lease "$g0" >"$work/out" 2>"$work/err" 10<"$lock"
+    echo "\$ GPUSEL_JOB_LEASE=$g0:10 job_picks lease $g0 10<(another job's lock) -> exit $?: $(cat "$work/out" "$work/err")"
+    grep -qF "$g0 is leased by another job" "$work/err" ||
+      { echo "FAILED: a faked GPUSEL_JOB_LEASE got $g0"; failures=$((failures + 1)); }
+    GPUSEL_JOB_LEASE="$g0:10" "$job_picks" pick 4 >"$work/out" 2>"$work/err" 10<"$lock"
+    grep -qF "GPUSEL_JOB_LEASE names it as this job's, but another process holds $lock, not descriptor 10" "$work/err" ||
+      { echo "FAILED: pick did not say why GPUSEL_JOB_LEASE did not count: $(cat "$work/err")"; failures=$((failures + 1)); }
+    GPUSEL_JOB_LEASE="$g0:250" "$job_picks" pick 4 >"$work/out" 2>"$work/err"
+    grep -qF "but descriptor 250 is not open in this process" "$work/err" ||
+      { echo "FAILED: a closed descriptor was not said: $(cat "$work/err")"; failures=$((failures + 1)); }
+    kill "$holder"
+    wait "$holder" 2>/dev/null
+    until_free -n 4
+    GPUSEL_JOB_LEASE="$g0:10" "$job_picks" lease "$g0" >"$work/out" 2>"$work/err" 10<"$lock"
+    grep -qxF "$g0 own" "$work/out" ||
+      { echo "FAILED: a descriptor without the lock counted as the job's: $(cat "$work/out")"; failures=$((failures + 1)); }
     ;;
   exclude_numbering)
     # What pick prints, --exclude takes: on mixed models CUDA's physical 0 is the H200, nvidia-smi's 0 the A100.

@@ -17,8 +17,13 @@ GPUSEL_API std::string describe_status(cudaError_t status) {
 GPUSEL_API Error cuda_error(cudaError_t status, std::string_view call, const std::string& target,
                             const std::string& context) {
   (void)cudaGetLastError();
-  std::string message = std::string(call) + "(" + target + "): " + describe_status(status);
-  if (!context.empty()) message += "; " + context;
+  std::string message = std::string(call) + "(" + target + "): ";
+  // Where no GPU is usable at all, gpusel's sentence comes first ("no CUDA device is usable:
+  // no NVIDIA driver was found, ..."), the runtime's words after it: they name versions, not the cause.
+  if (!context.empty() && (status == cudaErrorInsufficientDriver || status == cudaErrorNoDevice))
+    message += context + "; the CUDA runtime says: " + describe_status(status);
+  else
+    message += describe_status(status) + (context.empty() ? "" : "; " + context);
   const char* name = cudaGetErrorName(status);
   return Error(static_cast<int>(status), name != nullptr ? name : "", message);
 }

@@ -20,7 +20,9 @@ namespace gpusel::detail {
 // "invalid device ordinal (cudaErrorInvalidDevice)"
 GPUSEL_API std::string describe_status(cudaError_t status);
 
-// Builds "call(device): description (name); context".
+// Builds "call(device): description (name); context", or, where the status says no GPU is
+// usable at all (no driver, no device), "call(device): context; the CUDA runtime says:
+// description (name)": the context then says why, in gpusel's words.
 //
 // It also clears the runtime's per-thread last error, which every failing call
 // sets: the failure is reported through the exception, and a later unrelated

@@ -39,5 +39,5 @@ GPUSEL_API std::vector<std::size_t> connected_set(const std::vector<std::vector<
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/machine/connected_sets-inl.hpp"
+#include "gpusel/detail/machine/picking/connected_sets-inl.hpp"
 #endif

@@ -1,9 +1,9 @@
-// The definitions of gpusel/detail/machine/wait_line.hpp's out-of-line functions (Note
+// The definitions of gpusel/detail/machine/picking/wait_line.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
 #pragma once
 
-#include "gpusel/detail/machine/wait_line.hpp"
+#include "gpusel/detail/machine/picking/wait_line.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 #include <optional>
 #include <string_view>
 
-#include "gpusel/detail/machine/system_text.hpp"
+#include "gpusel/detail/machine/system/system_text.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel::detail {

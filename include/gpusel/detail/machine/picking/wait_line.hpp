@@ -47,5 +47,5 @@ class WaitLine {
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/machine/wait_line-inl.hpp"
+#include "gpusel/detail/machine/picking/wait_line-inl.hpp"
 #endif

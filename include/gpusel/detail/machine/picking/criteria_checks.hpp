@@ -52,5 +52,5 @@ GPUSEL_API void check_criteria(const PickCriteria& criteria);
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/machine/criteria_checks-inl.hpp"
+#include "gpusel/detail/machine/picking/criteria_checks-inl.hpp"
 #endif

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "gpusel/detail/core/compile_once.hpp"
-#include "gpusel/detail/machine/nvml.hpp"
+#include "gpusel/detail/machine/system/nvml.hpp"
 #include "gpusel/topology.hpp"
 
 namespace gpusel::detail {
@@ -25,5 +25,5 @@ GPUSEL_API GpuLink read_link(const nvml::Library& library, nvml::Device a, nvml:
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/machine/nvml_topology-inl.hpp"
+#include "gpusel/detail/machine/system/nvml_topology-inl.hpp"
 #endif
