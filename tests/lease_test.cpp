@@ -183,7 +183,8 @@ TEST(JobLease, AGpuTheJobHoldsIsLeasedAsTheJobsWithNoLockOfItsOwn) {
   std::optional<gpusel::GpuLease> run = gpusel::try_lease_gpu(kInstanceA, kGpu);  // what gpusel run holds
   ASSERT_TRUE(run.has_value());
   ASSERT_EQ(run->exclusive_descriptors().size(), 1u);
-  EXPECT_EQ(run->exclusive_descriptors().front(), run->file_descriptors().back()) << "the instance's, not its GPU's";
+  ASSERT_EQ(run->file_descriptors().size(), 3u) << "its GPU's shared lock, the instance's, the directory's";
+  EXPECT_EQ(run->exclusive_descriptors().front(), run->file_descriptors()[1]) << "the instance's, not its GPU's";
   const int inherited = fcntl(run->exclusive_descriptors().front(), F_DUPFD_CLOEXEC, 0);
   const ScopedEnvironment job("GPUSEL_JOB_LEASE", kInstanceA + ":" + std::to_string(inherited));
   EXPECT_EQ(gpusel::allotment(0).job_gpus, std::vector<std::string>{kInstanceA});
