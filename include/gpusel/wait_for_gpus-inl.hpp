@@ -74,16 +74,9 @@ GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const WaitFo
 }
 
 GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait) {
-  if (cuda_started())
-    throw Error(
-        "gpusel::use_free_gpus: CUDA has already started in this process, so choosing its GPUs now would have "
-        "no effect (" +
-        detail::variable_in_force("CUDA_VISIBLE_DEVICES") + "); call it before the first CUDA call");
+  detail::require_cuda_not_started("gpusel::use_free_gpus");
   LeasedGpus picked = lease_free_gpus(criteria, wait);
-  std::vector<std::string> uuids;
-  uuids.reserve(picked.gpus.size());
-  for (const Candidate& candidate : picked.gpus) uuids.push_back(candidate.uuid());
-  set_visible_devices(uuids, criteria.only_visible ? VisibleScope::within_visible : VisibleScope::whole_machine);
+  detail::make_visible(picked, criteria);
   return picked;
 }
 
