@@ -7,19 +7,26 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "fake_nvml_machine.hpp"
+#include "gpusel/detail/machine/wait_line.hpp"
 #include "gpusel_test.hpp"
 #include "lease_directory.hpp"
 #include "pick_criteria_builders.hpp"
+#include "staged_users.hpp"
 #include "text_checks.hpp"
 
 namespace {
@@ -31,6 +38,8 @@ using gpusel_test::ScopedLeaseDirectory;
 using gpusel_test::contains;
 using gpusel_test::count;
 using gpusel_test::error_from;
+namespace staged = gpusel_test::staged;
+using staged::can_become_another_user;
 
 // Four H200s: 0 is busy, 1 runs a process of this very test (its own user), 2 a
 // process nobody here can see, 3 is idle with the most free memory.
@@ -139,18 +148,207 @@ TEST(WaitForGpus, AnEarlierWaiterGoesFirstButHoldsUpNoOneWhoDoesNotWait) {
   ScopedLeaseDirectory leases;
   FakeNvmlMachine nvml(four_gpus());
   ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
-  gpusel::check_lease_directory();  // makes the directory
-  // A ticket of a job that arrived first and waits still (locked: Note [Waiting in line]).
-  const std::string ticket = leases.leases() + "/wait-1-1." + std::to_string(geteuid()) + ".ticket";
-  const int earlier = open(ticket.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
-  ASSERT_GE(earlier, 0);
-  ASSERT_EQ(flock(earlier, LOCK_EX | LOCK_NB), 0);
+  std::optional<gpusel::detail::WaitLine> earlier(std::in_place);  // a job that arrived first and waits still
+  earlier->join();
   const std::string message =
       error_from([] { (void)gpusel::lease_free_gpus(idle_gpu(), quick_wait(std::chrono::milliseconds(100))); });
-  EXPECT_TRUE(contains(message, "another job waits for GPUs first (pid 1, waiting for ")) << message;
+  EXPECT_TRUE(
+      contains(message, "another job waits for GPUs first (pid " + std::to_string(getpid()) + ", waiting for 0 s)"))
+      << message;
   EXPECT_EQ(gpusel::lease_free_gpus(idle_gpu()).gpus.size(), 1u) << "a job that does not wait takes what is free";
-  close(earlier);  // that job ended
+  earlier.reset();  // that job ended
   EXPECT_EQ(gpusel::lease_free_gpus(idle_gpu(), quick_wait(std::chrono::seconds(10))).gpus.size(), 1u);
+}
+
+// --- nobody holds up the line (Note [Waiting in line]) ------------------------------
+
+// A process that joined the line and waits, until killed: what the test does to it is a signal.
+class WaiterProcess {
+ public:
+  WaiterProcess() {
+    int ready[2];
+    if (pipe(ready) != 0) throw std::runtime_error("pipe failed");
+    std::fflush(stdout);
+    pid_ = fork();
+    if (pid_ == 0) {
+      gpusel::detail::WaitLine line;
+      line.join();
+      (void)!write(ready[1], "y", 1);
+      while (true) pause();
+    }
+    close(ready[1]);
+    char answer = 'n';
+    joined_ = read(ready[0], &answer, 1) == 1;
+    close(ready[0]);
+  }
+  ~WaiterProcess() { end(); }
+  WaiterProcess(const WaiterProcess&) = delete;
+  WaiterProcess& operator=(const WaiterProcess&) = delete;
+  bool joined() const { return joined_; }
+  void signal(int number) const { kill(pid_, number); }
+  void end() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool joined_ = false;
+};
+
+using Seconds = std::chrono::duration<double>;
+
+TEST(WaitLine, AStoppedWaiterHoldsUpNoOne) {
+  ScopedLeaseDirectory leases;
+  FakeNvmlMachine nvml(four_gpus());
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  WaiterProcess stopped;
+  ASSERT_TRUE(stopped.joined());
+  stopped.signal(SIGSTOP);  // Ctrl-Z
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(error_from([] { (void)gpusel::lease_free_gpus(idle_gpu(), quick_wait(std::chrono::seconds(20))); }), "");
+  EXPECT_LT(Seconds(std::chrono::steady_clock::now() - started).count(), 10.0) << "GPUs sat free behind it";
+}
+
+TEST(WaitLine, WhoeverFindsADeadWaitersTicketRemovesIt) {
+  ScopedLeaseDirectory leases;
+  FakeNvmlMachine nvml(four_gpus());
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  WaiterProcess killed;
+  ASSERT_TRUE(killed.joined());
+  killed.end();  // kill -9: its ticket stays, unlocked
+  ASSERT_EQ(files_named(leases.leases(), "wait-").size(), 1u);
+  EXPECT_EQ(gpusel::lease_free_gpus(idle_gpu(), quick_wait(std::chrono::seconds(10))).gpus.size(), 1u);
+  EXPECT_TRUE(files_named(leases.leases(), "wait-").empty()) << "the dead ticket stays";
+}
+
+TEST(WaitLine, AWaiterNoLeaseCanServeHoldsUpNoOne) {
+  ScopedLeaseDirectory leases;
+  // GPU 1 runs another user's process, which no lease ends: a job that needs both waits for it.
+  FakeNvmlMachine nvml("gpu\ngpu\nprocess gpu=1 pid=4000000000 used_mib=1000\n");
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  int said[2];
+  ASSERT_EQ(pipe(said), 0);
+  std::fflush(stdout);
+  const pid_t both = fork();
+  if (both == 0) {
+    gpusel::WaitForGpus wait = quick_wait(std::chrono::seconds(60));
+    wait.on_wait = [&said](const std::string&) { (void)!write(said[1], "y", 1); };
+    try {
+      (void)gpusel::lease_free_gpus(count(2), wait);
+    } catch (...) {
+    }
+    _exit(0);
+  }
+  close(said[1]);
+  char answer = 'n';
+  ASSERT_EQ(read(said[0], &answer, 1), 1) << "the job that needs both GPUs does not wait";
+  close(said[0]);
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(error_from([] { (void)gpusel::lease_free_gpus(count(1), quick_wait(std::chrono::seconds(20))); }), "");
+  EXPECT_LT(Seconds(std::chrono::steady_clock::now() - started).count(), 10.0) << "GPU 0 sat free behind it";
+  kill(both, SIGKILL);
+  waitpid(both, nullptr, 0);
+}
+
+TEST(WaitLine, AnotherUsersForgedTicketHoldsUpNoOneBeyondTheBound) {
+  SKIP_UNLESS_ROOT();
+  gpusel_test::staged::SharedParent shared;
+  shared.provision();
+  FakeNvmlMachine nvml(four_gpus());
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  // Mallory writes a ticket that claims to have arrived 1 ns after 1970, dated so, and holds it.
+  int ready[2], done[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(done), 0);
+  std::fflush(stdout);
+  const pid_t mallory = fork();
+  if (mallory == 0) {
+    close(done[1]);
+    if (setgroups(0, nullptr) != 0 || setresgid(staged::kMallory, staged::kMallory, staged::kMallory) != 0 ||
+        setresuid(staged::kMallory, staged::kMallory, staged::kMallory) != 0)
+      _exit(3);
+    for (const std::string name : {"wait-1-1.4101.ticket", "wait-4101-0000000000000001.ticket"}) {
+      const int ticket = open((shared.leases() + "/" + name).c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
+      const timespec dawn[2] = {{0, 1}, {0, 1}};
+      if (ticket < 0 || flock(ticket, LOCK_EX) != 0 || futimens(ticket, dawn) != 0) _exit(4);
+    }
+    (void)!write(ready[1], "y", 1);
+    char held = 0;
+    (void)!read(done[0], &held, 1);
+    _exit(0);
+  }
+  close(ready[1]);
+  close(done[0]);
+  char answer = 'n';
+  ASSERT_EQ(read(ready[0], &answer, 1), 1);
+  gpusel::WaitForGpus wait = quick_wait(std::chrono::seconds(30));
+  wait.yield_at_most = std::chrono::seconds(1);
+  std::string said;
+  wait.on_wait = [&said](const std::string& why) { said = why; };
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(error_from([&] { (void)gpusel::lease_free_gpus(idle_gpu(), wait); }), "");
+  const double waited = Seconds(std::chrono::steady_clock::now() - started).count();
+  EXPECT_GE(waited, 1.0) << "within the bound, an earlier waiter goes first";
+  EXPECT_LT(waited, 15.0) << "GPUs sat free behind a forged ticket";
+  EXPECT_TRUE(contains(said, "(pid " + std::to_string(mallory) + " of uid 4101, waiting for 0 s)")) << said;
+  close(done[1]);
+  waitpid(mallory, nullptr, 0);
+}
+
+TEST(WaitLine, AnotherUserSquattingTemporaryNamesCannotKeepAWaiterOutOfLine) {
+  SKIP_UNLESS_ROOT();
+  gpusel_test::staged::SharedParent shared;
+  shared.provision();
+  // Mallory takes the names of the next 2000 pids, under the temporary ticket names once used.
+  long last = 0;
+  std::ifstream("/proc/sys/kernel/ns_last_pid") >> last;
+  gpusel_test::staged::as_user(staged::kMallory, [&] {
+    for (long pid = last + 1; pid <= last + 2000; ++pid)
+      for (const std::string kind : {".wait-", ".wait-4102-"})
+        close(
+            open((shared.leases() + "/" + kind + std::to_string(pid) + ".4102.new").c_str(), O_CREAT | O_RDONLY, 0644));
+  });
+  gpusel_test::staged::as_user(staged::kAlice, [] {
+    gpusel::detail::WaitLine line;
+    EXPECT_EQ(error_from([&] { line.join(); }), "");
+    EXPECT_EQ(line.ahead(), "");
+  });
+}
+
+TEST(WaitForGpus, ARequestNoGpuHereCouldMeetEvenIdleFailsAtOnceSayingWhy) {
+  ScopedLeaseDirectory leases;
+  FakeNvmlMachine nvml(four_gpus());
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  gpusel::PickCriteria huge = count(1);
+  huge.min_free_memory = "500GiB";
+  for (const gpusel::PickCriteria& impossible : {count(5), huge}) {
+    const auto started = std::chrono::steady_clock::now();
+    try {
+      (void)gpusel::lease_free_gpus(impossible, quick_wait(std::chrono::seconds(10)));
+      ADD_FAILURE() << "expected Error";
+    } catch (const gpusel::WaitTimedOut& error) {
+      ADD_FAILURE() << "waited for what no wait can bring: " << error.what();
+    } catch (const gpusel::Error& error) {
+      EXPECT_TRUE(contains(error.what(), "no wait can meet this request: even with every GPU idle, ")) << error.what();
+    }
+    EXPECT_LT(Seconds(std::chrono::steady_clock::now() - started).count(), 5.0);
+  }
+  EXPECT_TRUE(contains(error_from([] { (void)gpusel::lease_free_gpus(count(5), quick_wait(std::nullopt)); }),
+                       "4 of 4 GPUs fit, 5 are needed"));
+  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::lease_free_gpus(huge, quick_wait(std::nullopt)); }),
+                       ", 500.0 GiB needed"));
+}
+
+TEST(WaitLine, SaysHowLongInUnitsPeopleRead) {
+  EXPECT_EQ(gpusel::detail::duration_text(0), "0 s");
+  EXPECT_EQ(gpusel::detail::duration_text(45), "45 s");
+  EXPECT_EQ(gpusel::detail::duration_text(125), "2 min 5 s");
+  EXPECT_EQ(gpusel::detail::duration_text(3600), "1 h");
+  EXPECT_EQ(gpusel::detail::duration_text(12000), "3 h 20 min");
+  EXPECT_EQ(gpusel::detail::duration_text(1796321074), "20790 d 18 h");
 }
 
 TEST(WaitForGpus, UseFreeGpusWaitsThenMakesTheGpusVisible) {
