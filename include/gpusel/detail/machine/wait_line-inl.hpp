@@ -20,6 +20,7 @@
 #include <optional>
 #include <sstream>
 #include <string_view>
+#include <vector>
 
 #include "gpusel/detail/machine/system_text.hpp"
 #include "gpusel/error.hpp"
@@ -73,22 +74,34 @@ inline long long ctime_ns(const struct stat& status) {
   return static_cast<long long>(status.st_ctim.tv_sec) * 1000000000ll + status.st_ctim.tv_nsec;
 }
 
-// The pid /proc/locks gives the flock holder of the file `status` describes; 0 when none is visible.
-inline long flock_holder(const struct stat& status) {
+// The holders of flock locks as /proc/locks lists them (pids as this PID namespace sees them).
+struct FlockHolder {
+  unsigned int major_number = 0, minor_number = 0;
+  unsigned long long inode = 0;
+  long pid = 0;
+};
+inline std::vector<FlockHolder> flock_holders() {
+  std::vector<FlockHolder> holders;
   std::ifstream locks("/proc/locks");
   std::string line;
   while (std::getline(locks, line)) {
     if (line.find("->") != std::string::npos || line.find("FLOCK") == std::string::npos) continue;
     std::istringstream words(line);
     std::string number, kind, advisory, access, device;
-    long pid = 0;
-    if (!(words >> number >> kind >> advisory >> access >> pid >> device)) continue;
-    unsigned int major_number = 0, minor_number = 0;
-    unsigned long long inode = 0;
-    if (std::sscanf(device.c_str(), "%x:%x:%llu", &major_number, &minor_number, &inode) == 3 &&
-        major_number == major(status.st_dev) && minor_number == minor(status.st_dev) && inode == status.st_ino)
-      return pid;
+    FlockHolder holder;
+    if ((words >> number >> kind >> advisory >> access >> holder.pid >> device) &&
+        std::sscanf(device.c_str(), "%x:%x:%llu", &holder.major_number, &holder.minor_number, &holder.inode) == 3)
+      holders.push_back(holder);
   }
+  return holders;
+}
+
+// The pid that holds the flock lock of the file `status` describes; 0 when none is visible.
+inline long flock_holder(const std::vector<FlockHolder>& holders, const struct stat& status) {
+  for (const FlockHolder& holder : holders)
+    if (holder.major_number == major(status.st_dev) && holder.minor_number == minor(status.st_dev) &&
+        holder.inode == status.st_ino)
+      return holder.pid;
   return 0;
 }
 
@@ -153,6 +166,7 @@ GPUSEL_API std::string WaitLine::ahead() const {
   }
   std::optional<std::pair<long long, std::string>> first;  // arrival and name
   struct stat first_status {};
+  std::optional<std::vector<FlockHolder>> holders;
   while (const dirent* entry = ::readdir(entries)) {
     const std::optional<unsigned long> uid = ticket_uid(entry->d_name);
     if (!uid || entry->d_name == name_) continue;
@@ -169,7 +183,8 @@ GPUSEL_API std::string WaitLine::ahead() const {
       if (still_named(directory_, entry->d_name, ticket)) (void)::unlinkat(directory_.get(), entry->d_name, 0);
       continue;
     }
-    if (stopped(flock_holder(status))) continue;  // Ctrl-Z holds up no one
+    if (!holders) holders = flock_holders();                // read once, and only when a live ticket is ahead
+    if (stopped(flock_holder(*holders, status))) continue;  // Ctrl-Z holds up no one
     first = place;
     first_status = status;
   }
@@ -177,7 +192,7 @@ GPUSEL_API std::string WaitLine::ahead() const {
   if (!first) return {};
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);
-  const long pid = flock_holder(first_status);
+  const long pid = flock_holder(*holders, first_status);
   const long long since = static_cast<long long>(now.tv_sec) - static_cast<long long>(first_status.st_ctim.tv_sec);
   const std::string who = pid > 0 ? "pid " + std::to_string(pid) : std::string("a job");
   const std::string whose =
