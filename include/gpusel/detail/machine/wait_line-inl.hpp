@@ -193,7 +193,8 @@ GPUSEL_API std::string WaitLine::ahead() const {
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);
   const long pid = flock_holder(*holders, first_status);
-  const long long since = static_cast<long long>(now.tv_sec) - static_cast<long long>(first_status.st_ctim.tv_sec);
+  const long long since =
+      (static_cast<long long>(now.tv_sec) * 1000000000ll + now.tv_nsec - ctime_ns(first_status)) / 1000000000ll;
   const std::string who = pid > 0 ? "pid " + std::to_string(pid) : std::string("a job");
   const std::string whose =
       first_status.st_uid == ::geteuid() ? std::string() : " of " + user_text(first_status.st_uid);
