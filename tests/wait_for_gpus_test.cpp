@@ -308,9 +308,7 @@ TEST(WaitLine, AnotherUserSquattingTemporaryNamesCannotKeepAWaiterOutOfLine) {
   std::ifstream("/proc/sys/kernel/ns_last_pid") >> last;
   gpusel_test::staged::as_user(staged::kMallory, [&] {
     for (long pid = last + 1; pid <= last + 2000; ++pid)
-      for (const std::string kind : {".wait-", ".wait-4102-"})
-        close(
-            open((shared.leases() + "/" + kind + std::to_string(pid) + ".4102.new").c_str(), O_CREAT | O_RDONLY, 0644));
+      close(open((shared.leases() + "/.wait-" + std::to_string(pid) + ".4102.new").c_str(), O_CREAT | O_RDONLY, 0644));
   });
   gpusel_test::staged::as_user(staged::kAlice, [] {
     gpusel::detail::WaitLine line;
