@@ -452,17 +452,24 @@ GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria) {
                          static_cast<unsigned int>(getpid()));
 }
 
-GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria) {
+GPUSEL_API void detail::require_cuda_not_started(const char* function) {
   if (cuda_started())
-    throw Error(
-        "gpusel::use_free_gpus: CUDA has already started in this process, so choosing its GPUs now would have "
-        "no effect (" +
-        detail::variable_in_force("CUDA_VISIBLE_DEVICES") + "); call it before the first CUDA call");
-  LeasedGpus picked = lease_free_gpus(criteria);
+    throw Error(std::string(function) +
+                ": CUDA has already started in this process, so choosing its GPUs now would have no effect (" +
+                detail::variable_in_force("CUDA_VISIBLE_DEVICES") + "); call it before the first CUDA call");
+}
+
+GPUSEL_API void detail::make_visible(const LeasedGpus& picked, const PickCriteria& criteria) {
   std::vector<std::string> uuids;
   uuids.reserve(picked.gpus.size());
   for (const Candidate& candidate : picked.gpus) uuids.push_back(candidate.uuid());
   set_visible_devices(uuids, criteria.only_visible ? VisibleScope::within_visible : VisibleScope::whole_machine);
+}
+
+GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria) {
+  detail::require_cuda_not_started("gpusel::use_free_gpus");
+  LeasedGpus picked = lease_free_gpus(criteria);
+  detail::make_visible(picked, criteria);
   return picked;
 }
 

@@ -181,6 +181,13 @@ struct [[nodiscard]] LeasedGpus {
 // nothing, when CUDA has started or too few GPUs fit.
 [[nodiscard]] GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria = {});
 
+namespace detail {
+// What use_free_gpus and its waiting form share: the Error, naming `function`, when
+// CUDA has started; and making `picked` this process's GPUs as `criteria` scope them.
+GPUSEL_API void require_cuda_not_started(const char* function);
+GPUSEL_API void make_visible(const LeasedGpus& picked, const PickCriteria& criteria);
+}  // namespace detail
+
 }  // namespace gpusel
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]

@@ -8,6 +8,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -20,26 +22,88 @@ namespace gpusel {
 
 namespace detail {
 
+// `gpu` as it would read idle: no process, no memory used, 0% utilized.
+inline void make_idle(Gpu& gpu) {
+  if (gpu.memory_total_bytes) {
+    gpu.memory_used_bytes = 0;
+    gpu.memory_free_bytes =
+        *gpu.memory_total_bytes - std::min(*gpu.memory_total_bytes, gpu.memory_reserved_bytes.value_or(0));
+  }
+  gpu.utilization_percent = 0;
+  if (gpu.processes) gpu.processes->clear();
+  for (MigInstance& instance : gpu.mig_instances) {
+    if (instance.memory_total_bytes) {
+      instance.memory_used_bytes = 0;
+      instance.memory_free_bytes = instance.memory_total_bytes;
+    }
+    if (instance.processes) instance.processes->clear();
+  }
+}
+
+inline bool enough_fit(const PickCriteria& criteria, std::vector<Candidate> assessed) {
+  try {
+    (void)choose(criteria, std::move(assessed));
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// What one look of lease_free_gpus(criteria, wait) finds on `map`, the line aside.
+struct MachineForWaiter {
+  std::vector<Candidate> now;      // assessed, leased GPUs rejected
+  bool fits_now = false;           // enough GPUs fit now
+  bool lease_could_serve = false;  // enough would fit once the GPUs that leases hold end
+};
+
+// Throws Error, saying why, when no GPU of `map` could meet `criteria` even idle: no wait can.
+inline MachineForWaiter look_at_machine(const PickCriteria& criteria, const DeviceMap& map) {
+  const auto caller = static_cast<unsigned int>(getpid());
+  DeviceMap idle_map = map;
+  for (Gpu& gpu : idle_map.inventory.gpus) make_idle(gpu);
+  std::vector<Candidate> idle = assess(criteria, idle_map, current_user(), caller);
+  try {
+    (void)choose(criteria, idle);
+  } catch (const Error& error) {
+    std::string why = error.what();
+    if (why.rfind("gpusel::pick: ", 0) == 0) why.erase(0, std::string_view("gpusel::pick: ").size());
+    throw Error("gpusel::lease_free_gpus: no wait can meet this request: even with every GPU idle, " + why);
+  }
+  MachineForWaiter look;
+  look.now = assess(criteria, map, current_user(), caller);
+  std::vector<std::size_t> reasons;
+  for (const Candidate& candidate : look.now) reasons.push_back(candidate.rejected_because.size());
+  reject_leased_gpus(look.now);
+  std::vector<Candidate> leases_ended = look.now;
+  for (std::size_t i = 0; i < leases_ended.size(); ++i)
+    if (leases_ended[i].rejected_because.size() > reasons[i]) leases_ended[i] = idle[i];  // leased: idle once it ends
+  look.fits_now = enough_fit(criteria, look.now);
+  look.lease_could_serve = enough_fit(criteria, std::move(leases_ended));
+  return look;
+}
+
 // One look of lease_free_gpus(criteria, wait) at `map`: the GPUs leased, or why not
 // (`why`, which a wait may end). Throws Error for what no wait can fix.
 struct LookInLine {
   std::optional<LeasedGpus> leased;
   std::string why;
+  bool yielded = false;     // enough GPUs fit, but an earlier waiter goes first
+  bool keep_place = false;  // what it waits for is leases ending
 };
-inline LookInLine look_in_line(const PickCriteria& criteria, const DeviceMap& map, const WaitLine& line) {
+inline LookInLine look_in_line(const PickCriteria& criteria, const DeviceMap& map, const WaitLine& line, bool yield) {
   if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
+  MachineForWaiter machine = look_at_machine(criteria, map);
   LookInLine look;
-  const std::string ahead = line.ahead();
+  look.keep_place = machine.lease_could_serve;
+  const std::string ahead = yield ? line.ahead() : std::string();
   if (!ahead.empty()) {
     look.why = "another job waits for GPUs first (" + ahead + "): waiting jobs are served in arrival order";
+    look.yielded = machine.fits_now;
     return look;
   }
-  const auto caller = static_cast<unsigned int>(getpid());
-  std::vector<Candidate> assessed = assess(criteria, map, current_user(), caller);
-  reject_leased_gpus(assessed);
   std::vector<Candidate> chosen;
   try {
-    chosen = choose(criteria, std::move(assessed));
+    chosen = choose(criteria, std::move(machine.now));
   } catch (const Error& error) {  // too few fit
     look.why = error.what();
     return look;
@@ -48,7 +112,7 @@ inline LookInLine look_in_line(const PickCriteria& criteria, const DeviceMap& ma
     if (candidate.uuid().empty())  // a lock file is named by the UUID
       throw Error("gpusel: cannot lease " + describe(candidate) + ": NVML reports no UUID for it");
   try {  // leases as it chooses again, passing over a GPU another job leases first
-    look.leased = lease_free_gpus(criteria, map, current_user(), caller);
+    look.leased = lease_free_gpus(criteria, map, current_user(), static_cast<unsigned int>(getpid()));
   } catch (const Error& error) {
     look.why = error.what();
   }
@@ -58,15 +122,26 @@ inline LookInLine look_in_line(const PickCriteria& criteria, const DeviceMap& ma
 }  // namespace detail
 
 GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait) {
-  const auto started = std::chrono::steady_clock::now();
-  detail::WaitLine line;  // notes the arrival; throws Error when the lease directory cannot be used
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  detail::WaitLine line;  // throws Error when the lease directory cannot be used
   bool said = false;
+  Clock::duration yielded{};  // while enough GPUs fit (Note [Waiting in line]: the bound)
+  std::optional<Clock::time_point> yielding_since;
   while (true) {
     const DeviceMap map = wait.read_devices ? wait.read_devices() : visible_devices(detail::usage_for(criteria));
-    detail::LookInLine look = detail::look_in_line(criteria, map, line);
+    const bool yield = yielded < wait.yield_at_most;
+    detail::LookInLine look = detail::look_in_line(criteria, map, line, yield);
     if (look.leased) return std::move(*look.leased);  // the line's ticket goes: the next in line may go
-    if (wait.at_most && std::chrono::steady_clock::now() - started >= *wait.at_most) throw WaitTimedOut(look.why);
-    line.join();
+    const auto now = Clock::now();
+    if (yielding_since) yielded += now - *yielding_since;
+    yielding_since = look.yielded ? std::optional<Clock::time_point>(now) : std::nullopt;
+    if (look.yielded && yielded >= wait.yield_at_most) continue;  // the bound: look again now, not in line
+    if (wait.at_most && now - started >= *wait.at_most) throw WaitTimedOut(look.why);
+    if (look.keep_place)
+      line.join();
+    else
+      line.leave();  // it waits for what no lease holds: it holds up no one
     if (!said && wait.on_wait) wait.on_wait(look.why);
     said = true;
     std::this_thread::sleep_for(wait.interval);
@@ -74,16 +149,9 @@ GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const WaitFo
 }
 
 GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait) {
-  if (cuda_started())
-    throw Error(
-        "gpusel::use_free_gpus: CUDA has already started in this process, so choosing its GPUs now would have "
-        "no effect (" +
-        detail::variable_in_force("CUDA_VISIBLE_DEVICES") + "); call it before the first CUDA call");
+  detail::require_cuda_not_started("gpusel::use_free_gpus");
   LeasedGpus picked = lease_free_gpus(criteria, wait);
-  std::vector<std::string> uuids;
-  uuids.reserve(picked.gpus.size());
-  for (const Candidate& candidate : picked.gpus) uuids.push_back(candidate.uuid());
-  set_visible_devices(uuids, criteria.only_visible ? VisibleScope::within_visible : VisibleScope::whole_machine);
+  detail::make_visible(picked, criteria);
   return picked;
 }
 

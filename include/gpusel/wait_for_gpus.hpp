@@ -30,6 +30,9 @@ struct WaitForGpus {
   std::optional<std::chrono::milliseconds> at_most;
   // The time between two looks at the machine.
   std::chrono::milliseconds interval{500};
+  // The longest this waiter lets earlier waiters go first, in all, while enough GPUs
+  // for it are free; then it takes them (the line's bound: Note [Waiting in line]).
+  std::chrono::milliseconds yield_at_most{std::chrono::minutes(5)};
   // Called once, when the first look finds too few GPUs, with why (what choose's Error
   // says, or which earlier waiter goes first); empty: nothing is said.
   std::function<void(const std::string& why)> on_wait;
@@ -48,10 +51,12 @@ class WaitTimedOut : public Error {
 
 // lease_free_gpus(criteria), waiting while too few GPUs fit: it looks again every
 // wait.interval, in line with the other processes that wait for GPUs in the same
-// lease directory, which are served in arrival order (Note [Waiting in line]), until
-// it leases or wait.at_most has passed (WaitTimedOut, holding nothing). What no wait
-// can fix throws Error at once: criteria that name nothing here, a lease directory
-// that cannot be used, a GPU NVML gives no UUID, no NVML. `gpusel run --wait` waits so.
+// lease directory, which are served in arrival order within wait.yield_at_most (Note
+// [Waiting in line]), until it leases or wait.at_most has passed (WaitTimedOut,
+// holding nothing). What no wait can fix throws Error at once: a request no GPU here
+// could meet even idle (more GPUs than there are, more memory than any has),
+// criteria that name nothing here, a lease directory that cannot be used, a GPU NVML
+// gives no UUID, no NVML. `gpusel run --wait` waits so.
 [[nodiscard]] GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait);
 
 // use_free_gpus(criteria), waiting for the GPUs as lease_free_gpus(criteria, wait) does.

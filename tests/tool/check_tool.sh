@@ -165,9 +165,19 @@ case $scenario in
     expect stderr "gpusel: the lease directory $work/not-a-directory cannot be opened"
     expect_not stderr "gpusel: gpusel:"
     # --wait says what it waits for and why not yet, in one line that ends in a word, not a colon.
-    run 125 run -n 3 --wait=1s -- true
-    expect_line stderr "gpusel: waiting for at least 3 GPUs (at most 3); no compute process (this user's own included); most free memory first (at most 1s): 2 of 2 GPUs fit, 3 are needed"
+    "$gpusel" run --exclude 1 -- sh -c 'echo $$ >"$1"; exec sleep 30' sh "$work/holder" >/dev/null 2>&1 &
+    holder=$!
+    until_file "$work/holder"
+    run 125 run -n 2 --wait=1s -- true
+    expect_line stderr "gpusel: waiting for at least 2 GPUs (at most 2); no compute process (this user's own included); most free memory first (at most 1s): 1 of 2 GPUs fit, 2 are needed"
     expect stderr "gpusel: gave up waiting"
+    expect_not stderr "gpusel::"
+    kill "$(cat "$work/holder")"
+    wait $holder
+    # A request no GPU here could meet even idle is said at once, not waited for.
+    run 125 run -n 3 --wait=1s -- true
+    expect_line stderr "gpusel: no wait can meet this request: even with every GPU idle, 2 of 2 GPUs fit, 3 are needed (at least 3 GPUs (at most 3); no compute process (this user's own included); most free memory first):"
+    expect_line stderr "gpusel: not waiting: no wait can fix this"
     expect_not stderr "gpusel::"
     # An invalid CUDA_DEVICE_ORDER is said once, not once for every GPU.
     CUDA_DEVICE_ORDER=pci_bus_id run 1 pick
@@ -628,19 +638,43 @@ EOF
       touch "$work/stream_stop"
       wait "${workers[@]}"
       # An earlier waiter's live ticket holds up a waiting job (whose message names it), never one that does
-      # not wait; a ticket a crashed job left (unlocked) holds up no one.
-      : >"$GPUSEL_LEASE_DIR/wait-1-2.$(id -u).ticket"
+      # not wait; a dead ticket (a killed waiter's, unlocked) holds up no one and goes; nor does a stopped waiter.
+      : >"$GPUSEL_LEASE_DIR/wait-$(id -u)-00000000000000aa.ticket"
       run 0 run -n 1 --wait=10s -- true
       expect stderr "gpusel: leased GPU"
-      flock "$GPUSEL_LEASE_DIR/wait-1-1.$(id -u).ticket" sleep 3 &
+      [ ! -e "$GPUSEL_LEASE_DIR/wait-$(id -u)-00000000000000aa.ticket" ] ||
+        { echo "FAILED: a dead ticket stays in the lease directory"; failures=$((failures + 1)); }
+      flock "$GPUSEL_LEASE_DIR/wait-$(id -u)-00000000000000bb.ticket" sleep 3 &
       earlier=$!
       sleep 0.5
       run 0 run -n 1 -- true
       began=$(date +%s)
       run 0 run -n 1 --wait=10s -- true
-      expect stderr "another job waits for GPUs first (pid 1, waiting for "
+      expect stderr "another job waits for GPUs first (pid "
       [ $(($(date +%s) - began)) -ge 2 ] || { echo "FAILED: a waiting job went before an earlier waiter"; failures=$((failures + 1)); }
       wait $earlier
+      # A stopped waiter (Ctrl-Z) holds up no one: a -n 4 job waits behind a lease, is stopped, and a later
+      # --wait job goes.
+      "$gpusel" run -n 1 -- sh -c 'echo $$ >"$1"; exec sleep 30' sh "$work/one_holder" >/dev/null 2>&1 &
+      one_holder=$!
+      until_file "$work/one_holder"
+      "$gpusel" run -n 4 --wait=60s -- true 2>"$work/stopped_err" &
+      stopped=$!
+      for _ in $(seq 50); do [ -s "$work/stopped_err" ] && break; sleep 0.1; done
+      kill -STOP $stopped
+      began=$(date +%s)
+      run 0 run -n 1 --wait=20s -- true
+      [ $(($(date +%s) - began)) -lt 10 ] || { echo "FAILED: a stopped waiter held up the line"; failures=$((failures + 1)); }
+      kill -KILL $stopped "$(cat "$work/one_holder")" 2>/dev/null
+      wait $stopped $one_holder 2>/dev/null
+      # A request no GPU here could meet even idle fails at once, with the reason (timeout(1) ends a wait).
+      launcher=(timeout 20)
+      run 125 run -n 5 --wait -- true
+      expect stderr "no wait can meet this request: even with every GPU idle"
+      expect stderr "gpusel: not waiting: no wait can fix this"
+      run 125 run --min-free 500GiB --wait -- true
+      expect stderr "500.0 GiB needed"
+      launcher=()
       # A lease directory no wait can fix (writable by everyone, not sticky): 125 at once, with the reason.
       mkdir "$work/loose" && chmod 0777 "$work/loose"
       began=$(date +%s)

@@ -8,67 +8,154 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <string_view>
+#include <vector>
 
 #include "gpusel/detail/machine/system/system_text.hpp"
 #include "gpusel/error.hpp"
 
 namespace gpusel::detail {
 
-// A ticket's place from its name "wait-<ns>-<pid>.<uid>.ticket": arrival, pid and uid; nullopt for another name.
-struct TicketPlace {
-  unsigned long long arrived = 0;
-  long pid = 0;
-  unsigned long uid = 0;
-};
-inline std::optional<TicketPlace> ticket_place(std::string_view name) {
+GPUSEL_API std::string duration_text(long long seconds) {
+  if (seconds < 0) seconds = 0;
+  struct Unit {
+    long long seconds;
+    const char* name;
+  };
+  constexpr Unit units[] = {{86400, "d"}, {3600, "h"}, {60, "min"}, {1, "s"}};
+  for (std::size_t i = 0; i + 1 < std::size(units); ++i)
+    if (seconds >= units[i].seconds) {
+      const long long rest = (seconds % units[i].seconds) / units[i + 1].seconds;
+      return std::to_string(seconds / units[i].seconds) + " " + units[i].name +
+             (rest == 0 ? std::string() : " " + std::to_string(rest) + " " + units[i + 1].name);
+    }
+  return std::to_string(seconds) + " s";
+}
+
+// 16 hex digits nobody can predict (getrandom), for names another user must not squat.
+inline std::string unpredictable_text() {
+  unsigned long long bits = 0;
+  if (::getrandom(&bits, sizeof bits, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof bits)) {
+    timespec now{};  // no entropy yet (early boot): the clock, mixed with this process
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    bits = static_cast<unsigned long long>(now.tv_nsec) * 0x9E3779B97F4A7C15ull ^
+           (static_cast<unsigned long long>(::getpid()) << 32) ^ static_cast<unsigned long long>(now.tv_sec);
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", bits);
+  return text;
+}
+
+// The owner's uid a ticket's name "wait-<uid>-<random>.ticket" gives; nullopt for another name.
+inline std::optional<unsigned long> ticket_uid(std::string_view name) {
   constexpr std::string_view start = "wait-", end = ".ticket";
   if (name.size() <= start.size() + end.size() || name.substr(0, start.size()) != start ||
       name.substr(name.size() - end.size()) != end)
     return std::nullopt;
   const std::string middle(name.substr(start.size(), name.size() - start.size() - end.size()));
-  TicketPlace place;
-  char tail = 0;
-  if (std::sscanf(middle.c_str(), "%20llu-%19ld.%10lu%c", &place.arrived, &place.pid, &place.uid, &tail) != 3)
-    return std::nullopt;
-  return place;
+  unsigned long uid = 0;
+  char random[17] = {}, tail = 0;
+  if (std::sscanf(middle.c_str(), "%10lu-%16[0-9a-f]%c", &uid, random, &tail) != 2) return std::nullopt;
+  return uid;
 }
 
-GPUSEL_API WaitLine::WaitLine()
-    : path_(lease_directory()), directory_(open_lease_directory(path_)), pid_(static_cast<long>(::getpid())) {
-  timespec now{};
-  ::clock_gettime(CLOCK_REALTIME, &now);
-  arrived_ = static_cast<unsigned long long>(now.tv_sec) * 1000000000ull + static_cast<unsigned long long>(now.tv_nsec);
+inline long long ctime_ns(const struct stat& status) {
+  return static_cast<long long>(status.st_ctim.tv_sec) * 1000000000ll + status.st_ctim.tv_nsec;
 }
+
+// The holders of flock locks as /proc/locks lists them (pids as this PID namespace sees them).
+struct FlockHolder {
+  unsigned int major_number = 0, minor_number = 0;
+  unsigned long long inode = 0;
+  long pid = 0;
+};
+inline std::vector<FlockHolder> flock_holders() {
+  std::vector<FlockHolder> holders;
+  std::ifstream locks("/proc/locks");
+  std::string line;
+  while (std::getline(locks, line)) {
+    if (line.find("->") != std::string::npos || line.find("FLOCK") == std::string::npos) continue;
+    std::istringstream words(line);
+    std::string number, kind, advisory, access, device;
+    FlockHolder holder;
+    if ((words >> number >> kind >> advisory >> access >> holder.pid >> device) &&
+        std::sscanf(device.c_str(), "%x:%x:%llu", &holder.major_number, &holder.minor_number, &holder.inode) == 3)
+      holders.push_back(holder);
+  }
+  return holders;
+}
+
+// The pid that holds the flock lock of the file `status` describes; 0 when none is visible.
+inline long flock_holder(const std::vector<FlockHolder>& holders, const struct stat& status) {
+  for (const FlockHolder& holder : holders)
+    if (holder.major_number == major(status.st_dev) && holder.minor_number == minor(status.st_dev) &&
+        holder.inode == status.st_ino)
+      return holder.pid;
+  return 0;
+}
+
+// Whether process `pid` is stopped (Ctrl-Z, SIGSTOP) or stopped by a tracer; false when it cannot be told.
+inline bool stopped(long pid) {
+  if (pid <= 0) return false;
+  std::ifstream stat_file("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat_file, text);
+  const std::size_t name_end = text.rfind(')');
+  return name_end != std::string::npos && name_end + 2 < text.size() &&
+         (text[name_end + 2] == 'T' || text[name_end + 2] == 't');
+}
+
+GPUSEL_API WaitLine::WaitLine() : path_(lease_directory()), directory_(open_lease_directory(path_)) {}
 
 GPUSEL_API void WaitLine::join() {
   if (file_.get() >= 0) return;
-  const std::string uid = std::to_string(::geteuid());
-  const std::string name = "wait-" + std::to_string(arrived_) + "-" + std::to_string(pid_) + "." + uid + ".ticket";
-  const std::string temporary = ".wait-" + std::to_string(pid_) + "." + uid + ".new";
-  (void)::unlinkat(directory_.get(), temporary.c_str(), 0);  // this pid's own, left by a crash
-  FileDescriptor file(
-      ::openat(directory_.get(), temporary.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
-  if (file.get() < 0 || ::flock(file.get(), LOCK_EX | LOCK_NB) != 0 ||
-      ::renameat(directory_.get(), temporary.c_str(), directory_.get(), name.c_str()) != 0) {
-    const int error = errno;
+  const std::string start = "wait-" + std::to_string(::geteuid()) + "-";
+  int error = EEXIST;
+  for (int attempt = 0; attempt < 16 && error == EEXIST; ++attempt) {  // a name taken: another, unpredictable
+    const std::string random = unpredictable_text();
+    const std::string temporary = "." + start + random + ".new", name = start + random + ".ticket";
+    FileDescriptor file(
+        ::openat(directory_.get(), temporary.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (file.get() < 0) {
+      error = errno;
+      continue;
+    }
+    struct stat status {};
+    // Locked before its name appears, so no one sees it unlocked (which would make it dead).
+    const bool placed = ::flock(file.get(), LOCK_EX | LOCK_NB) == 0 &&
+                        ::linkat(directory_.get(), temporary.c_str(), directory_.get(), name.c_str(), 0) == 0;
+    error = placed ? 0 : errno;
     (void)::unlinkat(directory_.get(), temporary.c_str(), 0);
-    throw Error("gpusel: cannot take a place in line in the lease directory " + path_ + ": " + errno_text(error));
+    if (placed && ::fstat(file.get(), &status) == 0) {  // the link set its ctime: the arrival
+      file_ = std::move(file);
+      name_ = name;
+      arrived_ns_ = ctime_ns(status);
+      return;
+    }
+    if (placed) (void)::unlinkat(directory_.get(), name.c_str(), 0);
   }
-  file_ = std::move(file);
-  name_ = name;
+  throw Error("gpusel: cannot take a place in line in the lease directory " + path_ + ": " + errno_text(error));
 }
 
-GPUSEL_API WaitLine::~WaitLine() {
+GPUSEL_API void WaitLine::leave() noexcept {
   if (file_.get() >= 0 && still_named(directory_, name_, file_)) (void)::unlinkat(directory_.get(), name_.c_str(), 0);
+  file_ = FileDescriptor();
+  name_.clear();
+  arrived_ns_ = 0;
 }
+
+GPUSEL_API WaitLine::~WaitLine() { leave(); }
 
 GPUSEL_API std::string WaitLine::ahead() const {
   const int copy = ::openat(directory_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -77,29 +164,41 @@ GPUSEL_API std::string WaitLine::ahead() const {
     if (copy >= 0) ::close(copy);
     return {};  // cannot tell: the lease itself will say what is wrong
   }
-  std::optional<TicketPlace> first;
+  std::optional<std::pair<long long, std::string>> first;  // arrival and name
+  struct stat first_status {};
+  std::optional<std::vector<FlockHolder>> holders;
   while (const dirent* entry = ::readdir(entries)) {
-    const std::optional<TicketPlace> place = ticket_place(entry->d_name);
-    if (!place || place->arrived > arrived_ || (place->arrived == arrived_ && place->pid >= pid_)) continue;
-    if (first && (first->arrived < place->arrived || (first->arrived == place->arrived && first->pid < place->pid)))
-      continue;  // a still earlier one is already known to wait
+    const std::optional<unsigned long> uid = ticket_uid(entry->d_name);
+    if (!uid || entry->d_name == name_) continue;
     const FileDescriptor ticket(
         ::openat(directory_.get(), entry->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     struct stat status {};
-    if (ticket.get() < 0 || ::fstat(ticket.get(), &status) != 0 || !S_ISREG(status.st_mode) ||
-        status.st_uid != place->uid)
-      continue;                                                   // not that user's own ticket: no place of theirs
-    if (::flock(ticket.get(), LOCK_SH | LOCK_NB) == 0) continue;  // its job has ended: a stale ticket
+    if (ticket.get() < 0 || ::fstat(ticket.get(), &status) != 0 || !S_ISREG(status.st_mode) || status.st_uid != *uid)
+      continue;  // not that user's own ticket: no place of theirs
+    const std::pair<long long, std::string> place{ctime_ns(status), entry->d_name};
+    if ((file_.get() >= 0 && place >= std::pair<long long, std::string>{arrived_ns_, name_}) ||
+        (first && *first < place))
+      continue;  // arrived later, or a still earlier one is already known to wait
+    if (::flock(ticket.get(), LOCK_SH | LOCK_NB) == 0) {  // its waiter has ended: a dead ticket
+      if (still_named(directory_, entry->d_name, ticket)) (void)::unlinkat(directory_.get(), entry->d_name, 0);
+      continue;
+    }
+    if (!holders) holders = flock_holders();                // read once, and only when a live ticket is ahead
+    if (stopped(flock_holder(*holders, status))) continue;  // Ctrl-Z holds up no one
     first = place;
+    first_status = status;
   }
   ::closedir(entries);
   if (!first) return {};
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);
-  const long long since = static_cast<long long>(now.tv_sec) - static_cast<long long>(first->arrived / 1000000000ull);
-  return "pid " + std::to_string(first->pid) +
-         (first->uid == ::geteuid() ? std::string() : " of " + user_text(static_cast<uid_t>(first->uid))) +
-         ", waiting for " + std::to_string(since < 0 ? 0 : since) + " s";
+  const long pid = flock_holder(*holders, first_status);
+  const long long since =
+      (static_cast<long long>(now.tv_sec) * 1000000000ll + now.tv_nsec - ctime_ns(first_status)) / 1000000000ll;
+  const std::string who = pid > 0 ? "pid " + std::to_string(pid) : std::string("a job");
+  const std::string whose =
+      first_status.st_uid == ::geteuid() ? std::string() : " of " + user_text(first_status.st_uid);
+  return who + whose + ", waiting for " + duration_text(since);
 }
 
 }  // namespace gpusel::detail

@@ -1,5 +1,5 @@
 // The line of jobs that wait for GPUs in the lease directory (Note [Waiting in line]):
-// lease_free_gpus(criteria, wait) in select.hpp, which `gpusel run --wait` calls.
+// lease_free_gpus(criteria, wait) in wait_for_gpus.hpp, which `gpusel run --wait` calls.
 // This header includes no CUDA header and makes no CUDA call.
 #pragma once
 
@@ -14,26 +14,34 @@ namespace gpusel::detail {
 // ~~~~~~~~~~~~~~~~~~~~~~
 // Jobs that wait for GPUs (lease_free_gpus with a wait, `gpusel run --wait`) are
 // served in arrival order, so a job that needs 4 GPUs is not overtaken forever by
-// a stream of 1-GPU jobs. A job notes when it arrived
-// (CLOCK_REALTIME); once an attempt fails it joins the line: a ticket,
-// wait-<ns>-<pid>.<uid>.ticket in the lease directory, flock'ed while it waits,
-// made under a temporary name and renamed into place once locked, so no one sees
-// it unlocked. A waiting job tries only while no locked ticket of an earlier
-// arrival exists, and gives its ticket up once it has leased or given up. A ticket
-// left by a crash holds no lock and is passed over. Only waiting jobs keep to the
-// line: a job that does not wait takes what is free, and a ticket holds up only
-// later waiters, never anyone's GPUs; a waiter that never gets what it waits for
-// (no time limit) holds up the waiters behind it, and their message names it.
+// a stream of 1-GPU jobs. A waiter whose look fails joins the line: a ticket
+// wait-<uid>-<random>.ticket in the lease directory, flock'ed while it waits, made
+// under an unpredictable temporary name and linked into place once locked (a
+// squatted name is skipped for another). Its arrival is the ticket's ctime, which
+// the kernel sets and no owner can move back. A waiter lets an earlier ticket go
+// first only while that ticket is locked (else it is dead: whoever finds it removes
+// it) and its holder, which /proc/locks names, is not stopped. The bound: a waiter
+// lets earlier ones go first for at most WaitForGpus::yield_at_most in all (5 min)
+// while enough GPUs for it are free, then takes them; so no ticket, honest or
+// forged, delays anyone longer, and a large job goes first when the jobs on the
+// GPUs it waits for end within that time (the price: a GPU idle that long). Only a waiter that leases could serve keeps a
+// ticket: one that waits for what no lease holds (another's process) waits out of
+// line, and one no GPU could serve even idle fails at once. Jobs that do not wait
+// take what is free: a ticket holds up only later waiters, never anyone's GPUs.
+
 class WaitLine {
  public:
-  // Notes the arrival; throws Error when the lease directory cannot be used.
+  // Opens the lease directory; throws Error when it cannot be used.
   GPUSEL_API WaitLine();
   GPUSEL_API ~WaitLine();
   WaitLine(const WaitLine&) = delete;
   WaitLine& operator=(const WaitLine&) = delete;
-  // Takes the place of this arrival in the line, once; throws Error when it cannot.
+  // Takes a place in line, unless it holds one; throws Error when it cannot.
   GPUSEL_API void join();
-  // "" when no earlier arrival waits, else who is first ("pid 4242 of uid 1001, waiting for 12 s").
+  // Gives its place up (a later join arrives anew).
+  GPUSEL_API void leave() noexcept;
+  // "" when no live, running waiter arrived earlier, else who is first
+  // ("pid 4242 of uid 1001, waiting for 2 min 5 s"). Removes dead tickets it may.
   GPUSEL_API std::string ahead() const;
 
  private:
@@ -41,9 +49,12 @@ class WaitLine {
   std::string name_;  // the ticket's, once joined
   FileDescriptor directory_;
   FileDescriptor file_;
-  unsigned long long arrived_ = 0;
-  long pid_ = 0;
+  long long arrived_ns_ = 0;  // the ticket's ctime, once joined
 };
+
+// "45 s", "2 min 5 s", "3 h 20 min", "4 d 2 h": `seconds` for people.
+GPUSEL_API std::string duration_text(long long seconds);
+
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
