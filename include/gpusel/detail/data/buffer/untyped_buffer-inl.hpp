@@ -7,16 +7,57 @@
 
 #include <limits>
 
+#include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/cuda/resolve_device.hpp"
 #include "gpusel/detail/data/memory/stream_uses.hpp"
 #include "gpusel/error.hpp"
+#include "gpusel/guard.hpp"
 
 namespace gpusel::detail {
 
 GPUSEL_API void UntypedBuffer::release() noexcept {
-  free_memory(pointer_, place_, uses_);
+  if (foreign_ != nullptr) {
+    release_foreign();
+  } else {
+    free_memory(pointer_, place_, uses_);
+  }
   delete uses_;
   uses_ = nullptr;
+}
+
+// Note [Memory another library owns]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A Buffer taken from a DLPack tensor holds memory its producer owns and frees
+// at once when its deleter runs (CuPy's pool, numpy's array, a cudaFree), not
+// ordered on any stream. So before the deleter runs, the host waits for what
+// the memory's free would have been ordered after: the device's legacy stream
+// (every blocking stream's work queued before it) made to wait for the
+// recorded uses, then an event recorded there. That is one stream's event, not
+// a device-wide synchronize. In a child forked after CUDA started, device
+// memory is left to leak: its producer's deleter would call a CUDA it cannot
+// use there. Host memory needs no wait (as free_memory's does not).
+GPUSEL_API void UntypedBuffer::release_foreign() noexcept {
+  ForeignOwner* const owner = std::exchange(foreign_, nullptr);
+  if (place_.kind == MemoryKind::device) {
+    if (forked_after_cuda()) {
+      delete owner;
+      return;
+    }
+    release_on_device(place_.device, "gpusel::Buffer giving memory back to its DLPack producer", [&]() noexcept {
+      if (uses_ != nullptr) uses_->order_before_legacy_stream();
+      cudaEvent_t done = nullptr;
+      if (cudaEventCreateWithFlags(&done, cudaEventDisableTiming) != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (cudaStreamSynchronize(cudaStreamLegacy) != cudaSuccess) (void)cudaGetLastError();
+        return;
+      }
+      if (cudaEventRecord(done, cudaStreamLegacy) != cudaSuccess || cudaEventSynchronize(done) != cudaSuccess)
+        (void)cudaGetLastError();
+      if (cudaEventDestroy(done) != cudaSuccess) (void)cudaGetLastError();
+    });
+  }
+  owner->release(owner->owner);
+  delete owner;
 }
 
 GPUSEL_API void UntypedBuffer::record_stream(const Stream& stream, ErrorContext what) {
