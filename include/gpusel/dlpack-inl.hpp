@@ -125,12 +125,13 @@ GPUSEL_API DlpackImport check_dlpack_import(const DlpackTensorFields& tensor, co
   taken.size = dlpack_element_count(tensor, what);
   taken.place = dlpack_place(tensor, what);
   if (taken.size != 0 && tensor.data == nullptr) throw Error(what + ": data is NULL");
-  const auto address = reinterpret_cast<std::uintptr_t>(tensor.data) + tensor.byte_offset;
-  if (taken.size != 0 && address % alignment != 0) {
+  if (taken.size == 0) return taken;  // no element: no address to take
+  void* const start = static_cast<char*>(tensor.data) + tensor.byte_offset;
+  if (reinterpret_cast<std::uintptr_t>(start) % alignment != 0) {
     throw Error(what + ": data + byte_offset (" + std::to_string(tensor.byte_offset) + ") is not aligned to " +
                 std::to_string(alignment) + " bytes, as the element type needs");
   }
-  taken.data = taken.size == 0 ? nullptr : reinterpret_cast<void*>(address);
+  taken.data = start;
   return taken;
 }
 
