@@ -7,10 +7,16 @@
 #include <complex>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpusel/buffer.hpp"
 #include "gpusel_test.hpp"
+
+#if GPUSEL_TEST_EMULATED
+#include "forked_child.hpp"
+#include "gpusel/detail/core/fork_state.hpp"
+#endif
 
 namespace {
 
@@ -273,6 +279,235 @@ TEST(ToDlpack, ACudaBufferWithoutTheConsumersStreamIsAnErrorAndStaysWhole) {
                             "gpusel::to_dlpack(4 elements on cuda:1): a CUDA Buffer is exported on the consumer's "
                             "stream: pass its StreamView"));
   EXPECT_EQ(buffer.data(), address);  // NOLINT(bugprone-use-after-move): unchanged on an Error
+}
+
+// --- device memory, on the emulated runtime ----------------------------------
+
+std::vector<std::string>& reported_errors() {
+  static std::vector<std::string> errors;
+  return errors;
+}
+void record_error(const gpusel::Error& error) { reported_errors().push_back(error.what()); }
+
+// A producer's tensor over device memory it allocated itself with cudaMalloc
+// on `device`; its deleter frees it at once, and notes what was still queued.
+struct ProducedOnDevice {
+  std::vector<std::int64_t> shape;
+  ManagedTensorVersioned managed{};
+  int deleted = 0;
+  int pending_when_deleted = -1;
+
+  ProducedOnDevice(std::int64_t count, int device) : shape{count} {
+    cudaSetDevice(device);
+    void* memory = nullptr;
+    cudaMalloc(&memory, static_cast<std::size_t>(count) * sizeof(float));
+    cudaSetDevice(0);
+    managed.version = {1, 1};
+    managed.manager_ctx = this;
+    managed.deleter = [](ManagedTensorVersioned* self) {
+      auto* produced = static_cast<ProducedOnDevice*>(self->manager_ctx);
+      ++produced->deleted;
+      produced->pending_when_deleted = gpusel_emulated::pending_operations();
+      cudaFree(self->dl_tensor.data);
+    };
+    managed.dl_tensor.data = memory;
+    managed.dl_tensor.device = {gpusel::dlpack::kDLCUDA, device};
+    managed.dl_tensor.ndim = 1;
+    managed.dl_tensor.dtype = {gpusel::dlpack::kDLFloat, 32, 1};
+    managed.dl_tensor.shape = shape.data();
+  }
+};
+
+TEST(ToDlpackOnAGpu, TheConsumersStreamWaitsForGpuselsPendingWorkWithEventsOnly) {
+  (void)gpusel_test::need_devices(2);
+  gpusel::Stream copying(gpusel::cuda(1), gpusel::StreamOrder::independent);
+  gpusel::Stream consumer(gpusel::cuda(1), gpusel::StreamOrder::independent);
+  auto pinned = gpusel::Buffer<float>::pinned(256);
+  pinned.fill(2.5f);
+  auto buffer = pinned.to(gpusel::cuda(1), copying);  // queued on `copying`, recorded for the Buffer
+  ASSERT_EQ(gpusel_emulated::pending_operations(), 1);
+  const float* address = buffer.data();
+  gpusel_emulated::clear_calls();
+  auto* tensor = gpusel::to_dlpack(std::move(buffer), consumer);
+  EXPECT_EQ(tensor->dl_tensor.data, address);
+  EXPECT_EQ(tensor->dl_tensor.device.device_type, gpusel::dlpack::kDLCUDA);
+  EXPECT_EQ(tensor->dl_tensor.device.device_id, 1);
+  EXPECT_EQ(gpusel_emulated::calls("cudaStreamWaitEvent"), 2) << "the legacy stream's event and the copy's";
+  EXPECT_EQ(gpusel_emulated::pending_operations(), 0) << "the consumer's stream waited for the copy";
+  EXPECT_EQ(gpusel_emulated::calls("cudaDeviceSynchronize"), 0);
+  EXPECT_EQ(gpusel_emulated::calls("cudaStreamSynchronize"), 0);
+  EXPECT_EQ(gpusel_emulated::calls("cudaEventSynchronize"), 0);
+  std::vector<float> seen(256);
+  cudaMemcpy(seen.data(), tensor->dl_tensor.data, 256 * sizeof(float), cudaMemcpyDeviceToHost);
+  EXPECT_EQ(seen, std::vector<float>(256, 2.5f));
+  tensor->deleter(tensor);
+  EXPECT_EQ(gpusel_emulated::bytes_allocated(1), 0u) << "back to gpusel's pool";
+  EXPECT_EQ(gpusel_emulated::live_events(), 0);
+}
+
+TEST(ToDlpackOnAGpu, TheDeleterFreesOnTheBuffersGpuFromAnotherThreadWithAnotherDeviceCurrent) {
+  (void)gpusel_test::need_devices(2);
+  gpusel::Stream consumer(gpusel::cuda(1));
+  auto* tensor = gpusel::to_dlpack(gpusel::Buffer<float>(1024, gpusel::cuda(1)), consumer);
+  ASSERT_GT(gpusel_emulated::bytes_allocated(1), 0u);
+  int current_after = -1;
+  std::thread other([&] {  // a fresh thread: device 0 current, which has no context
+    tensor->deleter(tensor);
+    current_after = gpusel::current_device();
+  });
+  other.join();
+  EXPECT_EQ(gpusel_emulated::bytes_allocated(1), 0u);
+  EXPECT_EQ(current_after, 0) << "the thread's device is restored (deferred: Note [What a guard restores])";
+  EXPECT_FALSE(gpusel_emulated::has_primary_context(0)) << "freed on cuda:1, nothing made on cuda:0";
+  EXPECT_EQ(gpusel_emulated::live_events(), 0);
+}
+
+TEST(ToDlpackOnAGpu, TheFreeIsOrderedAfterWhatTheConsumerQueuedBeforeDroppingTheTensor) {
+  (void)gpusel_test::need_devices(2);
+  gpusel::Stream consumer(gpusel::cuda(1), gpusel::StreamOrder::independent);
+  auto* tensor = gpusel::to_dlpack(gpusel::Buffer<float>(256, gpusel::cuda(1)), consumer);
+  auto pinned = gpusel::Buffer<float>::pinned(256);
+  pinned.fill(1.0f);
+  // the consumer's own work on the tensor, on its stream
+  cudaMemcpyAsync(tensor->dl_tensor.data, pinned.data(), 256 * sizeof(float), cudaMemcpyHostToDevice,
+                  consumer.handle());
+  ASSERT_EQ(gpusel_emulated::pending_operations(), 1);
+  gpusel_emulated::clear_calls();
+  tensor->deleter(tensor);
+  EXPECT_EQ(gpusel_emulated::calls("cudaEventRecord"), 1);
+  EXPECT_GE(gpusel_emulated::calls("cudaStreamWaitEvent"), 1) << "the legacy stream waits for the consumer's";
+  EXPECT_EQ(gpusel_emulated::pending_operations(), 1)
+      << "only the free is queued: the consumer's copy ran when the legacy stream waited for its stream";
+  EXPECT_EQ(gpusel_emulated::calls("cudaDeviceSynchronize"), 0);
+  EXPECT_EQ(gpusel_emulated::bytes_allocated(1), 0u);
+
+  // Without the consumer's stream, nothing orders the free after its copy.
+  auto* unordered = gpusel::to_dlpack(gpusel::Buffer<float>(256, gpusel::cuda(1)), gpusel::dlpack::no_synchronize);
+  cudaMemcpyAsync(unordered->dl_tensor.data, pinned.data(), 256 * sizeof(float), cudaMemcpyHostToDevice,
+                  consumer.handle());
+  const int queued = gpusel_emulated::pending_operations();
+  unordered->deleter(unordered);
+  EXPECT_EQ(gpusel_emulated::pending_operations(), queued + 1) << "the copy is still queued beside the free";
+  consumer.synchronize();
+}
+
+TEST(ToDlpackOnAGpu, NoSynchronizeMakesNoStreamWait) {
+  (void)gpusel_test::need_devices(2);
+  gpusel::Buffer<double> buffer(16, gpusel::cuda(1));
+  gpusel_emulated::clear_calls();
+  auto* tensor = gpusel::to_dlpack_unversioned(std::move(buffer), gpusel::dlpack::no_synchronize, {4, 4});
+  EXPECT_EQ(gpusel_emulated::calls("cudaStreamWaitEvent"), 0);
+  EXPECT_EQ(gpusel_emulated::calls("cudaEventRecord"), 0);
+  EXPECT_EQ(tensor->dl_tensor.strides[0], 4);
+  tensor->deleter(tensor);
+  EXPECT_EQ(gpusel_emulated::bytes_allocated(1), 0u);
+}
+
+TEST(ToDlpackOnAGpu, AConsumersStreamOfAnotherGpuIsAnErrorAndTheBufferStaysWhole) {
+  (void)gpusel_test::need_devices(2);
+  gpusel::Stream on_0(gpusel::cuda(0));
+  gpusel::Buffer<float> buffer(4, gpusel::cuda(1));
+  const float* address = buffer.data();
+  EXPECT_TRUE(throws_saying([&] { (void)gpusel::to_dlpack(std::move(buffer), on_0); },
+                            "gpusel::to_dlpack(16 bytes on cuda:1): the consumer's stream is a stream of cuda:0, "
+                            "not of the Buffer's GPU"));
+  EXPECT_EQ(buffer.data(), address);  // NOLINT(bugprone-use-after-move): unchanged on an Error
+}
+
+// Each CUDA call of an export and its deleter failing, once each: the export
+// throws with the Buffer whole, or succeeds; either way nothing leaks.
+TEST(ToDlpackOnAGpu, AFailingCallAtExportOrInTheDeleterLeaksNothing) {
+  for (const char* function : {"cudaEventCreateWithFlags", "cudaEventRecord", "cudaStreamWaitEvent"}) {
+    for (int nth = 1; nth <= 2; ++nth) {
+      (void)gpusel_test::need_devices(2);
+      {
+        gpusel::Stream consumer(gpusel::cuda(1), gpusel::StreamOrder::independent);
+        gpusel::Buffer<float> buffer(64, gpusel::cuda(1));
+        gpusel_emulated::fail_call(function, nth, cudaErrorLaunchFailure);
+        try {
+          auto* tensor = gpusel::to_dlpack(std::move(buffer), consumer);
+          tensor->deleter(tensor);
+        } catch (const gpusel::Error&) {
+          EXPECT_EQ(buffer.size(), 64u) << function << " " << nth;  // NOLINT(bugprone-use-after-move)
+        }
+        gpusel_emulated::clear_failures();
+      }
+      EXPECT_EQ(gpusel_emulated::bytes_allocated(1), 0u) << function << " " << nth;
+      EXPECT_EQ(gpusel_emulated::live_events(), 0) << function << " " << nth;
+    }
+  }
+}
+
+TEST(ToDlpackOnAGpu, TheDeleterAtExitNeitherThrowsNorCrashesNorReports) {
+  (void)gpusel_test::need_devices(2);
+  reported_errors().clear();
+  const gpusel::RestoreErrorHandler previous = gpusel::set_restore_error_handler(&record_error);
+  {
+    gpusel::Stream consumer(gpusel::cuda(1));
+    auto* tensor = gpusel::to_dlpack(gpusel::Buffer<float>(64, gpusel::cuda(1)), consumer);
+    auto* pinned = gpusel::to_dlpack(gpusel::Buffer<float>::pinned(64));
+    gpusel_emulated::begin_process_exit();
+    tensor->deleter(tensor);  // the runtime refuses: the process takes the memory
+    pinned->deleter(pinned);
+  }
+  EXPECT_GT(gpusel_emulated::calls_refused_while_unloading(), 0);
+  gpusel::set_restore_error_handler(previous);
+  EXPECT_TRUE(reported_errors().empty()) << reported_errors().front();
+  (void)gpusel_test::need_devices(1);  // a new process
+}
+
+TEST(ToDlpackOnAGpu, TheDeleterInAChildForkedAfterCudaStartedLeaksAndCallsNoCuda) {
+  (void)gpusel_test::need_devices(2);
+  gpusel::Stream consumer(gpusel::cuda(1));
+  auto* tensor = gpusel::to_dlpack(gpusel::Buffer<float>(64, gpusel::cuda(1)), consumer);
+  auto* pinned = gpusel::to_dlpack(gpusel::Buffer<float>::pinned(64));
+  const int status = gpusel_test::in_forked_child([&] {
+    if (!gpusel::detail::forked_after_cuda()) return 2;
+    gpusel_emulated::clear_calls();
+    tensor->deleter(tensor);
+    pinned->deleter(pinned);
+    return gpusel_emulated::call_log().empty() ? 0 : 3;
+  });
+  EXPECT_EQ(status, 0);
+  tensor->deleter(tensor);  // the parent still owns its tensors
+  pinned->deleter(pinned);
+  EXPECT_EQ(gpusel_emulated::bytes_allocated(1), 0u);
+}
+
+TEST(FromDlpackOnAGpu, TheProducersDeleterRunsAfterTheWorkRecordedOnTheBuffer) {
+  (void)gpusel_test::need_devices(2);
+  ProducedOnDevice produced(256, 1);
+  auto pinned = gpusel::Buffer<float>::pinned(256);
+  pinned.fill(3.0f);
+  gpusel::Stream stream(gpusel::cuda(1), gpusel::StreamOrder::independent);
+  {
+    auto buffer = gpusel::from_dlpack<float>(&produced.managed);
+    EXPECT_TRUE(buffer.is_cuda());
+    EXPECT_EQ(buffer.device(), gpusel::cuda(1));
+    EXPECT_EQ(buffer.data(), produced.managed.dl_tensor.data);
+    cudaMemcpyAsync(buffer.data(), pinned.data(), buffer.bytes(), cudaMemcpyHostToDevice, stream.handle());
+    buffer.record_stream(stream);
+    ASSERT_EQ(gpusel_emulated::pending_operations(), 1);
+    gpusel_emulated::clear_calls();
+  }
+  EXPECT_EQ(produced.deleted, 1);
+  EXPECT_EQ(produced.pending_when_deleted, 0) << "the recorded copy was done before the producer freed";
+  EXPECT_EQ(gpusel_emulated::calls("cudaDeviceSynchronize"), 0);
+  EXPECT_EQ(gpusel_emulated::bytes_allocated(1), 0u);
+  EXPECT_EQ(gpusel_emulated::live_events(), 0);
+}
+
+TEST(FromDlpackOnAGpu, ABufferThatDiesInAForkedChildLeavesTheTensorAlone) {
+  (void)gpusel_test::need_devices(2);
+  ProducedOnDevice produced(16, 1);
+  auto buffer = gpusel::from_dlpack<float>(&produced.managed);
+  const int status = gpusel_test::in_forked_child([&] {
+    { gpusel::Buffer<float> dying = std::move(buffer); }
+    return produced.deleted == 0 ? 0 : 2;
+  });
+  EXPECT_EQ(status, 0);
+  buffer = gpusel::Buffer<float>();
+  EXPECT_EQ(produced.deleted, 1);
 }
 #endif
 

@@ -9,7 +9,9 @@
 #include <limits>
 #include <string>
 
+#include "gpusel/detail/core/fork_state.hpp"
 #include "gpusel/detail/cuda/resolve_device.hpp"
+#include "gpusel/guard.hpp"
 
 namespace gpusel::detail {
 
@@ -162,6 +164,54 @@ GPUSEL_API std::vector<std::int64_t> dlpack_export_shape(std::size_t size, const
                 text + "} does not count " + std::to_string(size) + " elements");
   }
   return *shape;
+}
+
+GPUSEL_API void order_export(const UntypedBuffer& memory, const dlpack::ConsumerStream& consumer,
+                             const char* function) {
+  if (!consumer.ordered()) return;
+  const auto what = [&] {
+    return std::string(function) + "(" + std::to_string(memory.bytes()) + " bytes on " +
+           memory.place().as_device().str() + ")";
+  };
+  if (consumer.device_index() != memory.place().device) {
+    throw Error(what() + ": the consumer's stream is a stream of cuda:" + std::to_string(consumer.device_index()) +
+                ", not of the Buffer's GPU");
+  }
+  memory.order_before(consumer.handle(), what);
+}
+
+// Note [Freeing an exported Buffer]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An exported Buffer's memory goes back to gpusel's pool as the Buffer's own
+// would: on its GPU's legacy stream, after the recorded uses. The consumer
+// queues its work on the stream it gave at export, after the export, so the
+// deleter, not the export, orders the free after it: an event recorded on
+// that stream when the deleter runs, which the legacy stream waits for (the
+// host waits instead when the event cannot be made). Work the consumer queued
+// on other streams must be done before it drops the tensor, PyTorch's
+// record_stream rule. The deleter may run on any thread, with any device
+// current (the switch is a guard's: it restores without creating a context),
+// at exit, when the runtime is unloading (the free is refused and the process
+// takes the memory), and in a child forked after CUDA started, which cannot
+// use CUDA: there device and pinned memory is left to leak, and nothing throws.
+GPUSEL_API void prepare_exported_free(UntypedBuffer& memory, const dlpack::ConsumerStream& consumer) noexcept {
+  if (memory.place().kind == MemoryKind::pageable_host || memory.data() == nullptr) return;
+  if (forked_after_cuda()) {
+    memory.abandon();
+    return;
+  }
+  if (!consumer.ordered() || memory.place().kind != MemoryKind::device) return;
+  release_on_device(memory.place().device, "gpusel freeing an exported Buffer", [&consumer]() noexcept {
+    cudaEvent_t queued = nullptr;
+    if (cudaEventCreateWithFlags(&queued, cudaEventDisableTiming) == cudaSuccess) {
+      const bool ordered = cudaEventRecord(queued, consumer.handle()) == cudaSuccess &&
+                           cudaStreamWaitEvent(cudaStreamLegacy, queued, 0) == cudaSuccess;
+      if (cudaEventDestroy(queued) != cudaSuccess) (void)cudaGetLastError();
+      if (ordered) return;
+    }
+    (void)cudaGetLastError();
+    if (cudaStreamSynchronize(consumer.handle()) != cudaSuccess) (void)cudaGetLastError();  // waited here instead
+  });
 }
 
 GPUSEL_API dlpack::Device dlpack_device_of(const MemoryPlace& place) noexcept {

@@ -10,6 +10,8 @@
 // Layer: data (docs/layers.md).
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <complex>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +23,7 @@
 #include "gpusel/buffer.hpp"
 #include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/detail/data/buffer/untyped_buffer.hpp"
+#include "gpusel/stream.hpp"
 
 namespace gpusel {
 
@@ -145,6 +148,35 @@ template <class M>
 struct is_managed_tensor<M, std::void_t<decltype(&M::manager_ctx), decltype(&M::deleter), decltype(&M::dl_tensor)>>
     : std::bool_constant<!is_managed_tensor_versioned<M>::value> {};
 
+// What an exported CUDA Buffer's consumer gives for its stream when it orders
+// its work itself: gpusel makes no stream wait (DLPack's stream -1, "no
+// synchronization"), and the memory's free waits only for what the Buffer's
+// own would have (Note [When freed device memory is reused]).
+struct NoSynchronize {
+  explicit constexpr NoSynchronize(int /*unused*/) noexcept {}
+};
+inline constexpr NoSynchronize no_synchronize{0};
+
+// The stream on which the consumer of an exported CUDA Buffer will use it
+// (a Stream, or the handle of the consumer's own, such as PyTorch's current
+// stream), or no_synchronize. There is no default: see to_dlpack.
+class ConsumerStream {
+ public:
+  ConsumerStream(const Stream& stream) noexcept  // implicit, as the StreamView it stands for
+      : handle_(stream.handle()), device_(stream.device_index()), ordered_(true) {}
+  ConsumerStream(NoSynchronize /*unused*/) noexcept {}  // implicit: to_dlpack(std::move(x), dlpack::no_synchronize)
+
+  cudaStream_t handle() const noexcept { return handle_; }
+  int device_index() const noexcept { return device_; }
+  // false for no_synchronize
+  bool ordered() const noexcept { return ordered_; }
+
+ private:
+  cudaStream_t handle_ = nullptr;
+  int device_ = -1;
+  bool ordered_ = false;
+};
+
 }  // namespace dlpack
 
 namespace detail {
@@ -257,16 +289,31 @@ DlpackTensorFields dlpack_fields(const M& managed) {
   return fields;
 }
 
+// Makes `memory` (device memory) wait, before it is freed, for the work the
+// consumer queued on its stream (Note [Freeing an exported Buffer]); when CUDA
+// cannot be used (a forked child) leaves it to leak. Never throws.
+GPUSEL_API void prepare_exported_free(UntypedBuffer& memory, const dlpack::ConsumerStream& consumer) noexcept;
+
+// Makes the consumer's stream wait for the work pending on `memory` and
+// checks that it is a stream of the memory's GPU; throws Error naming `function`.
+GPUSEL_API void order_export(const UntypedBuffer& memory, const dlpack::ConsumerStream& consumer, const char* function);
+
 // The memory of an exported Buffer, with the shape and strides its tensor
-// points to, and the managed struct itself, all freed by its deleter.
+// points to, the consumer's stream, and the managed struct itself, all freed
+// by its deleter.
 template <class M>
 struct ExportedTensor {
   UntypedBuffer memory;
   std::vector<std::int64_t> shape;
   std::vector<std::int64_t> strides;
+  dlpack::ConsumerStream consumer{dlpack::no_synchronize};
   M managed{};
 
-  static void deleter(M* self) noexcept { delete static_cast<ExportedTensor*>(self->manager_ctx); }
+  static void deleter(M* self) noexcept {
+    auto* const exported = static_cast<ExportedTensor*>(self->manager_ctx);
+    prepare_exported_free(exported->memory, exported->consumer);
+    delete exported;
+  }
 };
 
 // Gives Buffer<T>'s memory to DLPack and back (Note [A Buffer never aliases another]).
@@ -282,14 +329,15 @@ struct DlpackAccess {
 };
 
 template <class M, class T>
-M* export_dlpack(Buffer<T>& buffer, const std::vector<std::int64_t>* shape, const char* function) {
+M* export_dlpack(Buffer<T>& buffer, const std::vector<std::int64_t>* shape, const dlpack::ConsumerStream* consumer,
+                 const char* function) {
   static_assert(is_dlpack_struct_v<M>, "gpusel::to_dlpack<M>: M must be a DLPack managed tensor struct");
   static_assert(has_dlpack_layout<M>(), "gpusel::to_dlpack<M>: M has DLPack's field names but not its layout");
   constexpr dlpack::DataType dtype = dlpack_data_type<T>();
   UntypedBuffer& memory = DlpackAccess::memory(buffer);
   // Everything that may throw comes first: on an Error the Buffer is unchanged.
   auto exported = std::make_unique<ExportedTensor<M>>();
-  exported->shape = dlpack_export_shape(buffer.size(), memory.place(), shape, false, function);
+  exported->shape = dlpack_export_shape(buffer.size(), memory.place(), shape, consumer != nullptr, function);
   exported->strides.assign(exported->shape.size(), 1);
   for (std::size_t i = exported->shape.size(); i-- > 1;)
     exported->strides[i - 1] = exported->strides[i] * (exported->shape[i] > 1 ? exported->shape[i] : 1);
@@ -309,6 +357,10 @@ M* export_dlpack(Buffer<T>& buffer, const std::vector<std::int64_t>* shape, cons
     exported->managed.version.major = dlpack::kMajorVersion;
     exported->managed.version.minor = dlpack::kMinorVersion;
     exported->managed.flags = 0;
+  }
+  if (consumer != nullptr && memory.place().kind == MemoryKind::device) {
+    order_export(memory, *consumer, function);
+    exported->consumer = *consumer;
   }
   exported->managed.manager_ctx = exported.get();
   exported->managed.deleter = &ExportedTensor<M>::deleter;
@@ -336,22 +388,40 @@ Buffer<T> import_dlpack(M* managed, const char* function) {
 
 }  // namespace detail
 
-// Hands a cpu or pinned Buffer's memory to a DLPack tensor, zero copy, like
+// Hands a Buffer's memory to a DLPack tensor, zero copy, like
 // tensor.__dlpack__(): the tensor owns the memory and *buffer is left empty.
 // The tensor is 1-D ({size}; an empty Buffer gives {0}), or has `shape`, which
 // must count size() elements; its strides are always filled. Its deleter frees
 // the memory as the Buffer would have: callable once, from any thread. On an
-// Error (a shape of another count, a CUDA Buffer, which needs the consumer's
-// stream, or the managed struct not allocated) the Buffer is unchanged. M is
+// Error (a shape of another count, the managed struct not allocated, a CUDA
+// Buffer without the consumer's stream) the Buffer is unchanged. M is
 // dlpack::ManagedTensorVersioned or any struct of DLPack's layout, such as an
 // official header's DLManagedTensorVersioned (Note [DLPack structs of any header]).
 template <class M = dlpack::ManagedTensorVersioned, class T>
 [[nodiscard]] M* to_dlpack(Buffer<T>&& buffer) {
-  return detail::export_dlpack<M>(buffer, nullptr, "gpusel::to_dlpack");
+  return detail::export_dlpack<M>(buffer, nullptr, nullptr, "gpusel::to_dlpack");
 }
 template <class M = dlpack::ManagedTensorVersioned, class T>
 [[nodiscard]] M* to_dlpack(Buffer<T>&& buffer, const std::vector<std::int64_t>& shape) {
-  return detail::export_dlpack<M>(buffer, &shape, "gpusel::to_dlpack");
+  return detail::export_dlpack<M>(buffer, &shape, nullptr, "gpusel::to_dlpack");
+}
+
+// The same for a Buffer of any device; a CUDA Buffer needs these. `consumer`
+// is the stream the consumer will use the tensor on (a stream of the Buffer's
+// GPU), made to wait for gpusel's pending work on the memory with events, or
+// dlpack::no_synchronize. The deleter frees the memory on its GPU, back to
+// gpusel's pool, ordered after the work queued on `consumer` when it runs:
+// the consumer's stream must outlive the tensor, and its work on other
+// streams must be done (or recorded, as PyTorch's record_stream) before it
+// drops the tensor (Note [Freeing an exported Buffer]).
+template <class M = dlpack::ManagedTensorVersioned, class T>
+[[nodiscard]] M* to_dlpack(Buffer<T>&& buffer, const dlpack::ConsumerStream& consumer) {
+  return detail::export_dlpack<M>(buffer, nullptr, &consumer, "gpusel::to_dlpack");
+}
+template <class M = dlpack::ManagedTensorVersioned, class T>
+[[nodiscard]] M* to_dlpack(Buffer<T>&& buffer, const dlpack::ConsumerStream& consumer,
+                           const std::vector<std::int64_t>& shape) {
+  return detail::export_dlpack<M>(buffer, &shape, &consumer, "gpusel::to_dlpack");
 }
 
 // The same, as DLPack's unversioned struct (DLManagedTensor), which consumers
@@ -359,12 +429,23 @@ template <class M = dlpack::ManagedTensorVersioned, class T>
 template <class M = dlpack::ManagedTensor, class T>
 [[nodiscard]] M* to_dlpack_unversioned(Buffer<T>&& buffer) {
   static_assert(dlpack::is_managed_tensor<M>::value, "gpusel::to_dlpack_unversioned<M>: M is DLManagedTensor's kind");
-  return detail::export_dlpack<M>(buffer, nullptr, "gpusel::to_dlpack_unversioned");
+  return detail::export_dlpack<M>(buffer, nullptr, nullptr, "gpusel::to_dlpack_unversioned");
 }
 template <class M = dlpack::ManagedTensor, class T>
 [[nodiscard]] M* to_dlpack_unversioned(Buffer<T>&& buffer, const std::vector<std::int64_t>& shape) {
   static_assert(dlpack::is_managed_tensor<M>::value, "gpusel::to_dlpack_unversioned<M>: M is DLManagedTensor's kind");
-  return detail::export_dlpack<M>(buffer, &shape, "gpusel::to_dlpack_unversioned");
+  return detail::export_dlpack<M>(buffer, &shape, nullptr, "gpusel::to_dlpack_unversioned");
+}
+template <class M = dlpack::ManagedTensor, class T>
+[[nodiscard]] M* to_dlpack_unversioned(Buffer<T>&& buffer, const dlpack::ConsumerStream& consumer) {
+  static_assert(dlpack::is_managed_tensor<M>::value, "gpusel::to_dlpack_unversioned<M>: M is DLManagedTensor's kind");
+  return detail::export_dlpack<M>(buffer, nullptr, &consumer, "gpusel::to_dlpack_unversioned");
+}
+template <class M = dlpack::ManagedTensor, class T>
+[[nodiscard]] M* to_dlpack_unversioned(Buffer<T>&& buffer, const dlpack::ConsumerStream& consumer,
+                                       const std::vector<std::int64_t>& shape) {
+  static_assert(dlpack::is_managed_tensor<M>::value, "gpusel::to_dlpack_unversioned<M>: M is DLManagedTensor's kind");
+  return detail::export_dlpack<M>(buffer, &shape, &consumer, "gpusel::to_dlpack_unversioned");
 }
 
 // Takes a DLPack tensor into a Buffer<T>, zero copy, like torch.from_dlpack:

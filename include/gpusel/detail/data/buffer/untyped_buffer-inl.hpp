@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "gpusel/detail/core/fork_state.hpp"
+#include "gpusel/detail/cuda/cuda_status.hpp"
 #include "gpusel/detail/cuda/resolve_device.hpp"
 #include "gpusel/detail/data/memory/stream_uses.hpp"
 #include "gpusel/error.hpp"
@@ -66,6 +67,20 @@ GPUSEL_API void UntypedBuffer::record_stream(const Stream& stream, ErrorContext 
   if (stream.order() == StreamOrder::with_default_stream && stream.device_index() == place_.device) return;
   if (uses_ == nullptr) uses_ = new StreamUses;
   uses_->record(stream.handle(), stream.device_index(), what);
+}
+
+GPUSEL_API void UntypedBuffer::order_before(cudaStream_t consumer, ErrorContext what) const {
+  if (place_.kind != MemoryKind::device || pointer_ == nullptr) return;
+  DeviceGuard guard(place_.device);
+  cudaEvent_t pending = nullptr;
+  cudaError_t status = cudaEventCreateWithFlags(&pending, cudaEventDisableTiming);
+  if (status != cudaSuccess) throw cuda_error(status, what() + ": cudaEventCreateWithFlags", cuda(place_.device));
+  status = cudaEventRecord(pending, cudaStreamLegacy);
+  if (status == cudaSuccess) status = cudaStreamWaitEvent(consumer, pending, 0);
+  if (cudaEventDestroy(pending) != cudaSuccess) (void)cudaGetLastError();  // the wait is queued: it may go
+  if (status != cudaSuccess)
+    throw cuda_error(status, what() + ": making the consumer's stream wait", cuda(place_.device));
+  if (uses_ != nullptr) uses_->order_before(consumer, what);
 }
 
 GPUSEL_API UntypedBuffer UntypedBuffer::copy_to(const MemoryPlace& target, ErrorContext what) const {

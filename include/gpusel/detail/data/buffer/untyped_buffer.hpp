@@ -85,6 +85,22 @@ class UntypedBuffer {
   // stream of the memory's own device. Throws Error naming `what`.
   GPUSEL_API void record_stream(const Stream& stream, ErrorContext what);
 
+  // Makes `consumer`, a stream of this device memory's GPU, wait for the work
+  // pending on the memory: what its GPU's legacy stream has queued (the
+  // allocation, and every blocking stream's work before it) and the recorded
+  // uses, with events, never a device-wide synchronize. Nothing for host
+  // memory or an empty buffer. Throws Error naming `what`; the buffer is unchanged.
+  GPUSEL_API void order_before(cudaStream_t consumer, ErrorContext what) const;
+
+  // Forgets the memory without freeing it: what a child forked after CUDA
+  // started does with memory CUDA gave, which it cannot free. Never throws.
+  void abandon() noexcept {
+    pointer_ = nullptr;
+    bytes_ = 0;
+    uses_ = nullptr;
+    foreign_ = nullptr;
+  }
+
   void* data() const noexcept { return pointer_; }
   std::size_t bytes() const noexcept { return bytes_; }
   const MemoryPlace& place() const noexcept { return place_; }
