@@ -61,10 +61,22 @@ GPUSEL_API void UntypedBuffer::release_foreign() noexcept {
   delete owner;
 }
 
-GPUSEL_API void UntypedBuffer::record_stream(const Stream& stream, ErrorContext what) {
-  if (stream.handle() == nullptr) throw Error(what() + ": the Stream was moved from");
+// Whether the legacy default stream of `stream`'s device waits for the work
+// queued on `stream` before its own (Note [When freed device memory is
+// reused]): the default streams, and every stream made without
+// cudaStreamNonBlocking. Throws Error naming `what` when the runtime cannot
+// say, as for a handle that is no stream.
+inline bool legacy_stream_waits_for(StreamView stream, ErrorContext what) {
+  if (is_default_stream_handle(stream.handle())) return true;
+  unsigned flags = 0;
+  const cudaError_t status = cudaStreamGetFlags(stream.handle(), &flags);
+  if (status != cudaSuccess) throw cuda_error(status, what() + ": cudaStreamGetFlags", stream.device());
+  return (flags & cudaStreamNonBlocking) == 0;
+}
+
+GPUSEL_API void UntypedBuffer::record_stream(StreamView stream, ErrorContext what) {
   if (place_.kind != MemoryKind::device || pointer_ == nullptr) return;
-  if (stream.order() == StreamOrder::with_default_stream && stream.device_index() == place_.device) return;
+  if (stream.device_index() == place_.device && legacy_stream_waits_for(stream, what)) return;
   if (uses_ == nullptr) uses_ = new StreamUses;
   uses_->record(stream.handle(), stream.device_index(), what);
 }
@@ -96,14 +108,17 @@ GPUSEL_API UntypedBuffer UntypedBuffer::move_to(const MemoryPlace& target, Error
   return result;
 }
 
-GPUSEL_API UntypedBuffer UntypedBuffer::copy_to(const MemoryPlace& target, const Stream& stream,
-                                                ErrorContext what) const {
+GPUSEL_API UntypedBuffer UntypedBuffer::copy_to(const MemoryPlace& target, StreamView stream, ErrorContext what) const {
   UntypedBuffer result = allocate(bytes_, target, what, gpu(), stream.handle());
   // On failure the result is freed on the legacy stream, which may not be
   // ordered after `stream`'s allocation and copies: they finish first.
   const auto finish_stream = [&]() noexcept {
-    if (target.kind == MemoryKind::device && cudaStreamSynchronize(stream.handle()) != cudaSuccess)
+    if (target.kind != MemoryKind::device) return;
+    try {
+      stream.synchronize();
+    } catch (...) {
       (void)cudaGetLastError();
+    }
   };
   try {
     copy_async(result.pointer_, target, pointer_, place_, bytes_, stream);

@@ -83,7 +83,7 @@ class UntypedBuffer {
   // memory, so that its free waits for it (Note [When freed device memory is
   // reused]). Nothing to do for host memory, an empty buffer, or a blocking
   // stream of the memory's own device. Throws Error naming `what`.
-  GPUSEL_API void record_stream(const Stream& stream, ErrorContext what);
+  GPUSEL_API void record_stream(StreamView stream, ErrorContext what);
 
   // Makes `consumer`, a stream of this device memory's GPU, wait for the work
   // pending on the memory: what its GPU's legacy stream has queued (the
@@ -116,7 +116,7 @@ class UntypedBuffer {
   // memory is involved (detail/data/engine/copy_engine.hpp's copy_async): then the caller
   // keeps both alive and synchronizes the stream before using either. Device
   // memory in the result is allocated on `stream`, which is recorded for it.
-  [[nodiscard]] GPUSEL_API UntypedBuffer copy_to(const MemoryPlace& target, const Stream& stream,
+  [[nodiscard]] GPUSEL_API UntypedBuffer copy_to(const MemoryPlace& target, StreamView stream,
                                                  ErrorContext what) const;
 
   // Copies bytes() from `source`, in `from`, into this buffer; done when it returns.
@@ -173,7 +173,7 @@ struct MoveCall {
   std::size_t element_bytes = 0;
   MemoryPlace from;
   const char* suffix = "";
-  const Stream* stream = nullptr;
+  const StreamView* stream = nullptr;
 
   GPUSEL_API std::string operator()() const;
 };
