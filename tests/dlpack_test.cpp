@@ -497,6 +497,32 @@ TEST(FromDlpackOnAGpu, TheProducersDeleterRunsAfterTheWorkRecordedOnTheBuffer) {
   EXPECT_EQ(gpusel_emulated::live_events(), 0);
 }
 
+TEST(FromDlpackOnAGpu, GpuselsWorkIsOrderedAfterTheProducersStream) {
+  (void)gpusel_test::need_devices(2);
+  ProducedOnDevice produced(256, 1);
+  gpusel::Stream producer(gpusel::cuda(1), gpusel::StreamOrder::independent);
+  auto pinned = gpusel::Buffer<float>::pinned(256);
+  pinned.fill(4.0f);
+  cudaMemcpyAsync(produced.managed.dl_tensor.data, pinned.data(), 256 * sizeof(float), cudaMemcpyHostToDevice,
+                  producer.handle());  // the producer's work, still queued
+  ASSERT_EQ(gpusel_emulated::pending_operations(), 1);
+  gpusel_emulated::clear_calls();
+  auto buffer = gpusel::from_dlpack<float>(&produced.managed, producer);
+  EXPECT_EQ(gpusel_emulated::calls("cudaStreamWaitEvent"), 1);
+  EXPECT_EQ(gpusel_emulated::calls("cudaStreamSynchronize") + gpusel_emulated::calls("cudaDeviceSynchronize"), 0);
+  EXPECT_EQ(buffer.to_vector(), std::vector<float>(256, 4.0f)) << "gpusel's copy came after the producer's";
+}
+
+TEST(FromDlpackOnAGpu, AProducersStreamOfAnotherGpuIsAnErrorAndTheCallerKeepsTheTensor) {
+  (void)gpusel_test::need_devices(2);
+  ProducedOnDevice produced(4, 1);
+  gpusel::Stream on_0(gpusel::cuda(0));
+  EXPECT_TRUE(throws_saying([&] { (void)gpusel::from_dlpack<float>(&produced.managed, on_0); },
+                            "the producer's stream is a stream of cuda:0, not of the tensor's GPU"));
+  EXPECT_EQ(produced.deleted, 0);
+  produced.managed.deleter(&produced.managed);
+}
+
 TEST(FromDlpackOnAGpu, ABufferThatDiesInAForkedChildLeavesTheTensorAlone) {
   (void)gpusel_test::need_devices(2);
   ProducedOnDevice produced(16, 1);

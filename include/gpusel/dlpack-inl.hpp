@@ -168,16 +168,37 @@ GPUSEL_API std::vector<std::int64_t> dlpack_export_shape(std::size_t size, const
 
 GPUSEL_API void order_export(const UntypedBuffer& memory, const dlpack::ConsumerStream& consumer,
                              const char* function) {
-  if (!consumer.ordered()) return;
+  if (!consumer.stream()) return;
+  const StreamView stream = *consumer.stream();
   const auto what = [&] {
     return std::string(function) + "(" + std::to_string(memory.bytes()) + " bytes on " +
            memory.place().as_device().str() + ")";
   };
-  if (consumer.device_index() != memory.place().device) {
-    throw Error(what() + ": the consumer's stream is a stream of cuda:" + std::to_string(consumer.device_index()) +
+  if (stream.device_index() != memory.place().device) {
+    throw Error(what() + ": the consumer's stream is a stream of " + stream.device().str() +
                 ", not of the Buffer's GPU");
   }
-  memory.order_before(consumer.handle(), what);
+  memory.order_before(stream.handle(), what);
+}
+
+GPUSEL_API void order_import(const DlpackImport& taken, StreamView producer, const char* function) {
+  if (taken.place.kind != MemoryKind::device) return;
+  const auto what = [&] {
+    return std::string(function) + "(" + std::to_string(taken.size) + " elements on " + taken.place.as_device().str() +
+           ")";
+  };
+  if (producer.device_index() != taken.place.device)
+    throw Error(what() + ": the producer's stream is a stream of " + producer.device().str() +
+                ", not of the tensor's GPU");
+  DeviceGuard guard(taken.place.device);
+  cudaEvent_t queued = nullptr;
+  cudaError_t status = cudaEventCreateWithFlags(&queued, cudaEventDisableTiming);
+  if (status != cudaSuccess) throw cuda_error(status, what() + ": cudaEventCreateWithFlags", producer.device());
+  status = cudaEventRecord(queued, producer.handle());
+  if (status == cudaSuccess) status = cudaStreamWaitEvent(cudaStreamLegacy, queued, 0);
+  if (cudaEventDestroy(queued) != cudaSuccess) (void)cudaGetLastError();  // the wait is queued: it may go
+  if (status != cudaSuccess)
+    throw cuda_error(status, what() + ": waiting for the producer's stream", producer.device());
 }
 
 // Note [Freeing an exported Buffer]
@@ -200,17 +221,18 @@ GPUSEL_API void prepare_exported_free(UntypedBuffer& memory, const dlpack::Consu
     memory.abandon();
     return;
   }
-  if (!consumer.ordered() || memory.place().kind != MemoryKind::device) return;
-  release_on_device(memory.place().device, "gpusel freeing an exported Buffer", [&consumer]() noexcept {
+  if (!consumer.stream() || memory.place().kind != MemoryKind::device) return;
+  const cudaStream_t stream = consumer.stream()->handle();
+  release_on_device(memory.place().device, "gpusel freeing an exported Buffer", [stream]() noexcept {
     cudaEvent_t queued = nullptr;
     if (cudaEventCreateWithFlags(&queued, cudaEventDisableTiming) == cudaSuccess) {
-      const bool ordered = cudaEventRecord(queued, consumer.handle()) == cudaSuccess &&
+      const bool ordered = cudaEventRecord(queued, stream) == cudaSuccess &&
                            cudaStreamWaitEvent(cudaStreamLegacy, queued, 0) == cudaSuccess;
       if (cudaEventDestroy(queued) != cudaSuccess) (void)cudaGetLastError();
       if (ordered) return;
     }
     (void)cudaGetLastError();
-    if (cudaStreamSynchronize(consumer.handle()) != cudaSuccess) (void)cudaGetLastError();  // waited here instead
+    if (cudaStreamSynchronize(stream) != cudaSuccess) (void)cudaGetLastError();  // waited here instead
   });
 }
 

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -157,24 +158,23 @@ struct NoSynchronize {
 };
 inline constexpr NoSynchronize no_synchronize{0};
 
-// The stream on which the consumer of an exported CUDA Buffer will use it
-// (a Stream, or the handle of the consumer's own, such as PyTorch's current
-// stream), or no_synchronize. There is no default: see to_dlpack.
+// The stream on which the consumer of an exported CUDA Buffer will use it (a
+// StreamView: the consumer's own, such as PyTorch's current stream, or a
+// Stream), or no_synchronize. There is no default: see to_dlpack.
 class ConsumerStream {
  public:
-  ConsumerStream(const Stream& stream) noexcept  // implicit, as the StreamView it stands for
-      : handle_(stream.handle()), device_(stream.device_index()), ordered_(true) {}
-  ConsumerStream(NoSynchronize /*unused*/) noexcept {}  // implicit: to_dlpack(std::move(x), dlpack::no_synchronize)
+  // Implicit, from a StreamView or anything that converts to one (a Stream):
+  // to_dlpack(std::move(x), stream).
+  template <class S, std::enable_if_t<std::is_convertible_v<const S&, StreamView>, int> = 0>
+  ConsumerStream(const S& stream)  // NOLINT(google-explicit-constructor): a stream is what the call takes
+      : stream_(static_cast<StreamView>(stream)) {}
+  ConsumerStream(NoSynchronize /*unused*/) noexcept {}  // NOLINT(google-explicit-constructor): no_synchronize
 
-  cudaStream_t handle() const noexcept { return handle_; }
-  int device_index() const noexcept { return device_; }
-  // false for no_synchronize
-  bool ordered() const noexcept { return ordered_; }
+  // The consumer's stream; nullopt for no_synchronize.
+  const std::optional<StreamView>& stream() const noexcept { return stream_; }
 
  private:
-  cudaStream_t handle_ = nullptr;
-  int device_ = -1;
-  bool ordered_ = false;
+  std::optional<StreamView> stream_;
 };
 
 }  // namespace dlpack
@@ -375,13 +375,19 @@ void release_dlpack_tensor(void* owner) noexcept {
   if (managed->deleter != nullptr) managed->deleter(managed);
 }
 
+// Makes the legacy stream of the imported memory's GPU wait for the work the
+// producer queued on `producer` (an event); nothing for host memory. Throws
+// Error naming `function` (a stream of another GPU, a failed wait).
+GPUSEL_API void order_import(const DlpackImport& taken, StreamView producer, const char* function);
+
 template <class T, class M>
-Buffer<T> import_dlpack(M* managed, const char* function) {
+Buffer<T> import_dlpack(M* managed, const StreamView* producer, const char* function) {
   static_assert(is_dlpack_struct_v<M>, "gpusel::from_dlpack: the argument must point to a DLPack managed tensor");
   static_assert(has_dlpack_layout<M>(), "gpusel::from_dlpack: the struct has DLPack's field names but not its layout");
   if (managed == nullptr) throw Error(std::string(function) + ": the tensor is nullptr");
   const DlpackImport taken = check_dlpack_import(dlpack_fields(*managed), dlpack_data_type<T>(), alignof(T), function);
   auto owner = std::make_unique<ForeignOwner>(ForeignOwner{managed, &release_dlpack_tensor<M>});
+  if (producer != nullptr) order_import(taken, *producer, function);
   // Nothing below throws: from here the Buffer owns the tensor.
   return DlpackAccess::adopt<T>(UntypedBuffer::adopt(taken.data, taken.size * sizeof(T), taken.place, owner.release()));
 }
@@ -460,7 +466,17 @@ template <class M = dlpack::ManagedTensor, class T>
 // deleter is not called. M is deduced: gpusel's structs or an official header's.
 template <class T, class M>
 [[nodiscard]] Buffer<T> from_dlpack(M* tensor) {
-  return detail::import_dlpack<T>(tensor, "gpusel::from_dlpack");
+  return detail::import_dlpack<T>(tensor, nullptr, "gpusel::from_dlpack");
+}
+
+// The same, for a tensor whose producer's work on it is queued on `producer`
+// (a stream of the tensor's GPU): gpusel's work on the Buffer is ordered after
+// it (its GPU's legacy stream waits for an event of `producer`; a
+// non-blocking stream of yours must wait for the legacy stream, as for any
+// new Buffer). Host tensors need no stream: it is ignored for them.
+template <class T, class M>
+[[nodiscard]] Buffer<T> from_dlpack(M* tensor, StreamView producer) {
+  return detail::import_dlpack<T>(tensor, &producer, "gpusel::from_dlpack");
 }
 
 }  // namespace gpusel

@@ -116,8 +116,7 @@ class UntypedBuffer {
   // memory is involved (detail/data/engine/copy_engine.hpp's copy_async): then the caller
   // keeps both alive and synchronizes the stream before using either. Device
   // memory in the result is allocated on `stream`, which is recorded for it.
-  [[nodiscard]] GPUSEL_API UntypedBuffer copy_to(const MemoryPlace& target, StreamView stream,
-                                                 ErrorContext what) const;
+  [[nodiscard]] GPUSEL_API UntypedBuffer copy_to(const MemoryPlace& target, StreamView stream, ErrorContext what) const;
 
   // Copies bytes() from `source`, in `from`, into this buffer; done when it returns.
   GPUSEL_API void copy_from(const void* source, const MemoryPlace& from, ErrorContext what);
