@@ -258,6 +258,27 @@ TEST(FromDlpack, ACudaTensorOfADeviceThisProcessDoesNotSeeIsAnError) {
   EXPECT_EQ(produced.deleted, 0);
 }
 
+// On a GPU (the GPU check runs dlpack_test_real there), as on the emulated runtime.
+TEST(DlpackOnAGpu, ACudaBufferGoesOutOnTheConsumersStreamAndComesBackAtTheSameAddress) {
+  if (auto why = gpusel_test::need_devices(1)) GTEST_SKIP() << *why;
+  gpusel::Stream consumer(gpusel::cuda(0), gpusel::StreamOrder::independent);
+  auto buffer = gpusel::full<float>(1000, 1.5f, gpusel::cuda(0));
+  const float* address = buffer.data();
+  auto* tensor = gpusel::to_dlpack(std::move(buffer), consumer, {10, 100});
+  EXPECT_EQ(tensor->dl_tensor.device.device_type, gpusel::dlpack::kDLCUDA);
+  EXPECT_EQ(tensor->dl_tensor.device.device_id, 0);
+  EXPECT_EQ(tensor->dl_tensor.data, address);
+  std::vector<float> seen(1000);
+  ASSERT_EQ(cudaMemcpyAsync(seen.data(), tensor->dl_tensor.data, 1000 * sizeof(float), cudaMemcpyDeviceToHost,
+                            consumer.handle()),
+            cudaSuccess);
+  consumer.synchronize();
+  EXPECT_EQ(seen, std::vector<float>(1000, 1.5f));
+  gpusel::Buffer<float> back = gpusel::from_dlpack<float>(tensor, consumer);
+  EXPECT_EQ(back.data(), address);
+  EXPECT_EQ(back.to_vector(), std::vector<float>(1000, 1.5f));
+}
+
 #if GPUSEL_TEST_EMULATED
 TEST(ToDlpack, APinnedBufferIsACudaHostTensor) {
   (void)gpusel_test::need_devices(1);
