@@ -28,6 +28,7 @@ namespace gpusel {
 namespace detail {
 template <class T>
 class TypedBufferEntry;  // Module's view of a Buffer (detail/data/buffer/module_entries.hpp)
+struct DlpackAccess;     // to_dlpack and from_dlpack (gpusel/dlpack.hpp)
 }  // namespace detail
 
 // Note [A Buffer never aliases another]
@@ -207,6 +208,7 @@ class Buffer {
 
  private:
   friend class detail::TypedBufferEntry<T>;  // Module::to moves the memory in place
+  friend struct detail::DlpackAccess;        // DLPack takes the memory, or gives it
 
   explicit Buffer(detail::UntypedBuffer memory) noexcept : memory_(std::move(memory)) {}
 

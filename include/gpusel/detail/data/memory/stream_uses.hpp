@@ -59,6 +59,10 @@ class StreamUses {
   // that cannot be queued is made on the host instead. Never throws.
   GPUSEL_API void order_before_legacy_stream() noexcept;
 
+  // Makes `stream` wait for every recorded use (cudaStreamWaitEvent), keeping
+  // them. Throws Error naming `what` when a wait cannot be queued.
+  GPUSEL_API void order_before(cudaStream_t stream, ErrorContext what) const;
+
   std::size_t size() const noexcept { return uses_.size(); }
 
  private:
