@@ -548,9 +548,13 @@ TEST(FromDlpackOnAGpu, ABufferThatDiesInAForkedChildLeavesTheTensorAlone) {
   (void)gpusel_test::need_devices(2);
   ProducedOnDevice produced(16, 1);
   auto buffer = gpusel::from_dlpack<float>(&produced.managed);
+  gpusel::Stream stream(gpusel::cuda(1), gpusel::StreamOrder::independent);
+  buffer.record_stream(stream);  // an event the child must not destroy
   const int status = gpusel_test::in_forked_child([&] {
+    gpusel_emulated::clear_calls();
     { gpusel::Buffer<float> dying = std::move(buffer); }
-    return produced.deleted == 0 ? 0 : 2;
+    if (produced.deleted != 0) return 2;
+    return gpusel_emulated::call_log().empty() ? 0 : 3;
   });
   EXPECT_EQ(status, 0);
   buffer = gpusel::Buffer<float>();

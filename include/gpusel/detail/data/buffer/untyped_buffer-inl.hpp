@@ -41,6 +41,7 @@ GPUSEL_API void UntypedBuffer::release_foreign() noexcept {
   ForeignOwner* const owner = std::exchange(foreign_, nullptr);
   if (place_.kind == MemoryKind::device) {
     if (forked_after_cuda()) {
+      uses_ = nullptr;  // its events are CUDA's too: left with the memory
       delete owner;
       return;
     }
