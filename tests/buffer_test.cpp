@@ -371,6 +371,34 @@ TEST(Buffer, ToOnAStreamFromPinnedMemory) {
   EXPECT_EQ(std::memcmp(back.data(), bytes.data(), bytes.size()), 0);
 }
 
+// A view of a default stream names a stream of its own device, whatever device is current.
+TEST(Buffer, ToOnAViewOfAnotherDevicesDefaultStreamQueuesItThere) {
+  if (auto why = machine_with(2)) GTEST_SKIP() << *why;
+  const auto bytes = pattern(kLarge, 5);
+  auto pinned = gpusel::Buffer<std::uint8_t>::pinned(bytes.size());
+  std::memcpy(pinned.data(), bytes.data(), bytes.size());
+  gpusel::set_device(0);
+  const auto legacy_1 = gpusel::StreamView::legacy_default(gpusel::cuda(1));
+  auto on_gpu = pinned.to(gpusel::cuda(1), legacy_1);
+  EXPECT_EQ(on_gpu.device(), gpusel::cuda(1));
+  auto back = on_gpu.to(gpusel::cpu(), legacy_1);
+  legacy_1.synchronize();
+  EXPECT_EQ(std::memcmp(back.data(), bytes.data(), bytes.size()), 0);
+  EXPECT_EQ(gpusel::current_device(), 0);
+}
+
+TEST(Buffer, ToOnAViewOfAnotherDeviceIsAnErrorNamingIt) {
+  if (auto why = machine_with(2)) GTEST_SKIP() << *why;
+  auto pinned = gpusel::Buffer<int>::pinned(4);
+  try {
+    auto on_gpu = pinned.to(gpusel::cuda(0), gpusel::StreamView::per_thread_default(gpusel::cuda(1)));
+    FAIL() << "a copy to cuda:0 was queued on a stream of cuda:1";
+  } catch (const gpusel::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "gpusel::Buffer::to(cuda:0) of 4 elements")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "on a stream of cuda:1")) << e.what();
+  }
+}
+
 TEST(Buffer, ToOnAStreamOfAnotherDeviceIsAnError) {
   if (auto why = machine_with(2)) GTEST_SKIP() << *why;
   auto pinned = gpusel::Buffer<int>::pinned(4);

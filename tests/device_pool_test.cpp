@@ -243,7 +243,7 @@ TEST(DevicePoolEmulated, APoolThatCannotGrantAccessStillCopiesStaged) {
 
 // Queues a copy of `value`s into `memory` on `stream` from a pinned buffer
 // (pending in the emulation until something waits for the stream).
-void queue_write(gpusel::Buffer<int>& memory, const gpusel::Buffer<int>& pinned, const gpusel::Stream& stream) {
+void queue_write(gpusel::Buffer<int>& memory, const gpusel::Buffer<int>& pinned, gpusel::StreamView stream) {
   ASSERT_EQ(cudaMemcpyAsync(memory.data(), pinned.data(), memory.bytes(), cudaMemcpyHostToDevice, stream.handle()),
             cudaSuccess);
 }
@@ -252,7 +252,7 @@ void queue_write(gpusel::Buffer<int>& memory, const gpusel::Buffer<int>& pinned,
 // a new Buffer, which the pool may give the same memory, fills it with zeros,
 // lets the stream finish and says whether the new Buffer kept its zeros.
 template <class Drop>
-bool new_buffer_survives(const gpusel::Stream& stream, const Drop& drop, bool& same_memory) {
+bool new_buffer_survives(gpusel::StreamView stream, const Drop& drop, bool& same_memory) {
   const int* old_memory = drop();
   EXPECT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);  // the free runs; not the non-blocking stream
   gpusel::Buffer<int> reused(64, gpusel::cuda(0));
@@ -335,6 +335,96 @@ TEST(DevicePoolEmulated, AnAsyncToOnANonBlockingStreamRecordsTheStreamForItsResu
       },
       same_memory));
   EXPECT_TRUE(same_memory);
+}
+
+// A stream a framework owns (c10's pool streams are non-blocking), made by
+// hand here: record_stream asks the runtime how it was made.
+class ForeignStream {
+ public:
+  explicit ForeignStream(unsigned flags) { EXPECT_EQ(cudaStreamCreateWithFlags(&handle_, flags), cudaSuccess); }
+  ~ForeignStream() { EXPECT_EQ(cudaStreamDestroy(handle_), cudaSuccess); }
+  ForeignStream(const ForeignStream&) = delete;
+  ForeignStream& operator=(const ForeignStream&) = delete;
+  gpusel::StreamView view() const { return gpusel::StreamView(handle_, gpusel::cuda(0)); }
+
+ private:
+  cudaStream_t handle_ = nullptr;
+};
+
+TEST(DevicePoolEmulated, ANonBlockingStreamSomeoneElseOwnsIsWaitedForOnceRecorded) {
+  machine(1);
+  auto pinned = gpusel::Buffer<int>::pinned(64);
+  pinned.fill(7);
+  const ForeignStream foreign(cudaStreamNonBlocking);
+  bool same_memory = false;
+  EXPECT_TRUE(new_buffer_survives(
+      foreign.view(),
+      [&] {
+        gpusel::Buffer<int> used(64, gpusel::cuda(0));
+        queue_write(used, pinned, foreign.view());
+        used.record_stream(foreign.view());
+        return used.data();
+      },
+      same_memory));
+  EXPECT_TRUE(same_memory);
+  EXPECT_EQ(emu::calls("cudaStreamGetFlags"), 1);
+  EXPECT_EQ(emu::calls("cudaStreamWaitEvent"), 1);
+}
+
+TEST(DevicePoolEmulated, ABlockingStreamSomeoneElseOwnsNeedsNoEvent) {
+  machine(1);
+  const ForeignStream foreign(cudaStreamDefault);
+  gpusel::Buffer<int> used(64, gpusel::cuda(0));
+  used.record_stream(foreign.view());
+  EXPECT_EQ(emu::calls("cudaStreamGetFlags"), 1);
+  EXPECT_EQ(emu::calls("cudaEventCreateWithFlags"), 0) << "the legacy stream waits for a blocking stream anyway";
+}
+
+// The legacy stream waits for the per-thread default stream, and 0 is one of
+// the two (CUDA's "Stream synchronization behavior"): nothing to record or ask.
+TEST(DevicePoolEmulated, TheDefaultStreamsOfTheBuffersDeviceNeedNoEvent) {
+  machine(2);
+  gpusel::Buffer<int> used(64, gpusel::cuda(1));
+  for (const gpusel::StreamView view :
+       {gpusel::StreamView::legacy_default(gpusel::cuda(1)), gpusel::StreamView::per_thread_default(gpusel::cuda(1)),
+        gpusel::StreamView(nullptr, gpusel::cuda(1))})
+    used.record_stream(view);
+  EXPECT_EQ(emu::calls("cudaStreamGetFlags"), 0);
+  EXPECT_EQ(emu::calls("cudaEventCreateWithFlags"), 0);
+  used.record_stream(gpusel::StreamView::legacy_default(gpusel::cuda(0)));
+  EXPECT_EQ(emu::live_events(), 1) << "another device's default stream is recorded";
+}
+
+TEST(DevicePoolEmulated, AHandleThatIsNoStreamIsAnErrorNamingTheDevice) {
+  machine(1);
+  cudaStream_t gone = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&gone, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(gone), cudaSuccess);
+  gpusel::Buffer<int> used(64, gpusel::cuda(0));
+  try {
+    used.record_stream(gpusel::StreamView(gone, gpusel::cuda(0)));
+    FAIL() << "a destroyed stream was recorded";
+  } catch (const gpusel::Error& e) {
+    EXPECT_EQ(e.code(), cudaErrorInvalidResourceHandle);
+    EXPECT_TRUE(contains(e.what(), "gpusel::Buffer::record_stream")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "cudaStreamGetFlags(cuda:0)")) << e.what();
+  }
+  EXPECT_EQ(emu::live_events(), 0);
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+}
+
+// to(device, stream) records the stream for its result: when asking how the
+// stream was made fails, the result is freed after the copy and nothing leaks.
+TEST(DevicePoolEmulated, AnAsyncToWhoseStreamCannotBeAskedLeavesNothingBehind) {
+  machine(1);
+  auto pinned = gpusel::Buffer<int>::pinned(64);
+  pinned.fill(7);
+  const ForeignStream foreign(cudaStreamNonBlocking);
+  emu::fail_call("cudaStreamGetFlags", 1, cudaErrorUnknown);
+  EXPECT_THROW((void)pinned.to(gpusel::cuda(0), foreign.view()), gpusel::Error);
+  EXPECT_TRUE(foreign.view().ready()) << "the copy finished before its target was freed";
+  EXPECT_EQ(emu::bytes_allocated(0), 0u);
+  EXPECT_EQ(emu::live_events(), 0);
 }
 
 TEST(DevicePoolEmulated, RecordingAStreamAgainDropsTheEventsOfFinishedWork) {

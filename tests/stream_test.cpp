@@ -1,9 +1,10 @@
-// Specification of gpusel::Stream (include/gpusel/stream.hpp). Built against
-// the emulated and the real runtime (gpusel_test.hpp).
+// Specification of gpusel::Stream and gpusel::StreamView (include/gpusel/stream.hpp).
+// Built against the emulated and the real runtime (gpusel_test.hpp).
 #include "gpusel/stream.hpp"
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -20,6 +21,14 @@ using gpusel_test::contains;
 static_assert(!std::is_copy_constructible_v<gpusel::Stream>, "two owners would destroy one stream twice");
 static_assert(std::is_nothrow_move_constructible_v<gpusel::Stream>);
 static_assert(std::is_nothrow_move_assignable_v<gpusel::Stream>);
+
+// A view is a value: copied, compared and passed in registers like a handle.
+static_assert(std::is_trivially_copyable_v<gpusel::StreamView>);
+static_assert(sizeof(gpusel::StreamView) <= 2 * sizeof(void*));
+static_assert(!std::is_default_constructible_v<gpusel::StreamView>, "a view names a stream of a device");
+static_assert(std::is_convertible_v<const gpusel::Stream&, gpusel::StreamView>);
+static_assert(!std::is_convertible_v<gpusel::StreamView, gpusel::Stream>, "a view owns nothing to give a Stream");
+static_assert(!std::is_constructible_v<gpusel::StreamView, cudaStream_t>, "a handle alone does not say its device");
 
 TEST(Stream, RemembersTheDeviceItWasMadeFor) {
   if (auto why = gpusel_test::need_devices(2)) GTEST_SKIP() << *why;
@@ -86,6 +95,109 @@ TEST(Stream, SynchronizeWaitsForQueuedCopies) {
   auto device = host.to(gpusel::cuda(0), stream);
   stream.synchronize();
   EXPECT_TRUE(stream.ready());
+  const std::vector<int> back = device.to_vector();
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(back[static_cast<std::size_t>(i)], i);
+}
+
+TEST(StreamView, AStreamConvertsToAViewOfItsHandleAndDevice) {
+  if (auto why = gpusel_test::need_devices(2)) GTEST_SKIP() << *why;
+  gpusel::Stream stream(gpusel::cuda(1));
+  const gpusel::StreamView view = stream;
+  EXPECT_EQ(view.handle(), stream.handle());
+  EXPECT_EQ(view.device(), gpusel::cuda(1));
+  EXPECT_EQ(view.device_index(), 1);
+  EXPECT_EQ(view, gpusel::StreamView(stream.handle(), gpusel::cuda(1)));
+  EXPECT_NE(view, gpusel::StreamView(stream.handle(), gpusel::cuda(0))) << "the device is part of the value";
+}
+
+TEST(StreamView, ViewsAreEqualWhenHandleAndDeviceAre) {
+  if (auto why = gpusel_test::need_devices(2)) GTEST_SKIP() << *why;
+  using gpusel::StreamView;
+  EXPECT_EQ(StreamView::legacy_default(gpusel::cuda(0)), StreamView::legacy_default(gpusel::cuda(0)));
+  EXPECT_EQ(StreamView::legacy_default(gpusel::cuda(0)), StreamView(cudaStreamLegacy, gpusel::cuda(0)));
+  EXPECT_NE(StreamView::legacy_default(gpusel::cuda(0)), StreamView::legacy_default(gpusel::cuda(1)));
+  EXPECT_NE(StreamView::legacy_default(gpusel::cuda(0)), StreamView::per_thread_default(gpusel::cuda(0)));
+  EXPECT_EQ(StreamView::per_thread_default(gpusel::cuda(1)).handle(), cudaStreamPerThread);
+  // The same stream in a default build, yet another handle (Note [A stream and its device]).
+  EXPECT_NE(StreamView(nullptr, gpusel::cuda(0)), StreamView::legacy_default(gpusel::cuda(0)));
+  const StreamView view(nullptr, gpusel::cuda(1));
+  StreamView copy = StreamView::legacy_default(gpusel::cuda(0));
+  copy = view;
+  EXPECT_EQ(copy, view);
+}
+
+TEST(StreamView, CudaWithoutAnIndexIsTheCurrentDeviceResolvedWhenTheViewIsMade) {
+  if (auto why = gpusel_test::need_devices(2)) GTEST_SKIP() << *why;
+  std::optional<gpusel::StreamView> legacy, raw;
+  {
+    gpusel::DeviceGuard guard(1);
+    legacy = gpusel::StreamView::legacy_default();
+    raw = gpusel::StreamView(nullptr, gpusel::cuda());
+  }
+  EXPECT_EQ(legacy->device(), gpusel::cuda(1));
+  EXPECT_EQ(raw->device(), gpusel::cuda(1));
+}
+
+TEST(StreamView, ADeviceThatDoesNotExistIsAClearErrorNamingIt) {
+  if (auto why = gpusel_test::need_devices(1)) GTEST_SKIP() << *why;
+  const int missing = gpusel::device_count();
+  const std::string device = "cuda:" + std::to_string(missing);
+  const auto expect_named = [&](const auto& make, const std::string& who) {
+    try {
+      (void)make();
+      ADD_FAILURE() << who << " made a view of a device that does not exist";
+    } catch (const gpusel::Error& e) {
+      EXPECT_EQ(e.code(), cudaErrorInvalidDevice);
+      EXPECT_TRUE(contains(e.what(), who + "(" + device + ")")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "CUDA_VISIBLE_DEVICES")) << e.what();
+    }
+  };
+  expect_named([&] { return gpusel::StreamView(nullptr, gpusel::cuda(missing)); }, "gpusel::StreamView");
+  expect_named([&] { return gpusel::StreamView::legacy_default(gpusel::cuda(missing)); },
+               "gpusel::StreamView::legacy_default");
+  expect_named([&] { return gpusel::StreamView::per_thread_default(gpusel::cuda(missing)); },
+               "gpusel::StreamView::per_thread_default");
+  try {
+    (void)gpusel::StreamView(nullptr, gpusel::cpu());
+    FAIL() << "a view of a stream of the cpu";
+  } catch (const gpusel::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "gpusel::StreamView(cpu): expected a cuda device, got cpu")) << e.what();
+  }
+}
+
+TEST(StreamViewWithoutDriver, CannotBeMadeAndSaysWhy) {
+  if (auto why = gpusel_test::need_no_driver()) GTEST_SKIP() << *why;
+  try {
+    (void)gpusel::StreamView::legacy_default();
+    FAIL() << "a view was made without a driver";
+  } catch (const gpusel::Error& e) {
+    EXPECT_EQ(e.code(), cudaErrorInsufficientDriver);
+    EXPECT_TRUE(contains(e.what(), "gpusel::StreamView::legacy_default(cuda)")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "no NVIDIA driver was found")) << e.what();
+  }
+}
+
+TEST(StreamView, AMovedFromStreamGivesNoView) {
+  if (auto why = gpusel_test::need_devices(1)) GTEST_SKIP() << *why;
+  gpusel::Stream stream(gpusel::cuda(0));
+  gpusel::Stream taken = std::move(stream);
+  try {
+    const gpusel::StreamView view = stream;  // NOLINT(bugprone-use-after-move): the moved-from state is specified
+    FAIL() << "a view of no stream, handle " << view.handle();
+  } catch (const gpusel::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "gpusel::Stream::operator StreamView: the Stream was moved from")) << e.what();
+  }
+}
+
+TEST(StreamView, SynchronizeWaitsForWorkQueuedThroughTheView) {
+  if (auto why = gpusel_test::need_devices(1)) GTEST_SKIP() << *why;
+  auto host = gpusel::Buffer<int>::pinned(1000);
+  for (int i = 0; i < 1000; ++i) host.data()[i] = i;
+  gpusel::Stream stream(gpusel::cuda(0), gpusel::StreamOrder::independent);
+  const gpusel::StreamView view = stream;
+  auto device = host.to(gpusel::cuda(0), view);
+  view.synchronize();
+  EXPECT_TRUE(view.ready());
   const std::vector<int> back = device.to_vector();
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(back[static_cast<std::size_t>(i)], i);
 }
@@ -182,6 +294,47 @@ TEST(StreamEmulated, OrderChoosesTheStreamFlags) {
   EXPECT_EQ(gpusel_emulated::pending_operations(), 1) << "the independent stream still holds its copy";
   independent.synchronize();
   EXPECT_EQ(gpusel_emulated::pending_operations(), 0);
+}
+
+TEST(StreamViewEmulated, ADefaultStreamOfAnotherDeviceIsWaitedForThere) {
+  gpusel_test::need_devices(2);
+  auto host = gpusel::Buffer<int>::pinned(10);
+  const auto legacy_1 = gpusel::StreamView::legacy_default(gpusel::cuda(1));
+  auto device = host.to(gpusel::cuda(1), legacy_1);  // queued on cuda:1's legacy stream, cuda:0 current
+  EXPECT_EQ(gpusel_emulated::pending_operations(), 1);
+  EXPECT_TRUE(gpusel::StreamView::legacy_default(gpusel::cuda(0)).ready()) << "cuda:0's legacy stream has nothing";
+  EXPECT_FALSE(legacy_1.ready());
+  gpusel::StreamView::legacy_default(gpusel::cuda(0)).synchronize();
+  EXPECT_EQ(gpusel_emulated::pending_operations(), 1) << "cuda:0's legacy stream had nothing to wait for";
+  legacy_1.synchronize();
+  EXPECT_EQ(gpusel_emulated::pending_operations(), 0);
+  EXPECT_EQ(gpusel::current_device(), 0) << "the view's device was current only while it was used";
+}
+
+TEST(StreamViewEmulated, ViewsOfOneStreamOwnNothing) {
+  gpusel_test::need_devices(1);
+  {
+    gpusel::Stream stream(gpusel::cuda(0));
+    std::vector<gpusel::StreamView> views(3, stream);
+    views.push_back(views.front());
+    EXPECT_EQ(gpusel_emulated::live_streams(), 1);
+  }
+  EXPECT_EQ(gpusel_emulated::live_streams(), 0);
+  EXPECT_EQ(gpusel_emulated::calls("cudaStreamDestroy"), 1);
+}
+
+TEST(StreamViewEmulated, AFailedSynchronizeNamesTheViewAndItsDevice) {
+  gpusel_test::need_devices(2);
+  const auto view = gpusel::StreamView::per_thread_default(gpusel::cuda(1));
+  gpusel_emulated::fail_call("cudaStreamSynchronize", 1, cudaErrorLaunchFailure);
+  try {
+    view.synchronize();
+    FAIL() << "a failed cudaStreamSynchronize went unreported";
+  } catch (const gpusel::Error& e) {
+    EXPECT_EQ(e.code(), cudaErrorLaunchFailure);
+    EXPECT_TRUE(contains(e.what(), "gpusel::StreamView::synchronize: cudaStreamSynchronize(cuda:1)")) << e.what();
+  }
+  EXPECT_EQ(gpusel::current_device(), 0);
 }
 
 #endif

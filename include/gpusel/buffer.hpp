@@ -28,6 +28,7 @@ namespace gpusel {
 namespace detail {
 template <class T>
 class TypedBufferEntry;  // Module's view of a Buffer (detail/data/buffer/module_entries.hpp)
+struct DlpackAccess;     // to_dlpack and from_dlpack (gpusel/dlpack.hpp)
 }  // namespace detail
 
 // Note [A Buffer never aliases another]
@@ -147,7 +148,7 @@ class Buffer {
   // The stream must belong to the GPU involved (either one between two GPUs).
   // A GPU result is allocated on `stream` and its free waits for the stream's
   // copy (record_stream is done for you).
-  [[nodiscard]] Buffer to(const Device& device, const Stream& stream) const& {
+  [[nodiscard]] Buffer to(const Device& device, StreamView stream) const& {
     const detail::MoveCall what{device, size(), sizeof(T), memory_.place(), "", &stream};
     detail::MemoryPlace target = detail::target_place(device, memory_.place(), what);
     if (target.is_host() && is_cuda()) target = detail::kPinnedHost;
@@ -167,12 +168,14 @@ class Buffer {
   // Marks the work queued on `stream` so far as using this Buffer, so that
   // its memory is not freed and handed out again before that work is done,
   // like PyTorch's tensor.record_stream(stream). Needed for a non-blocking
-  // stream (StreamOrder::independent) or a stream of another GPU; a blocking
-  // stream of the Buffer's own GPU, and a host Buffer, need nothing (Note
-  // [When freed device memory is reused], detail/data/memory/stream_uses.hpp). Record
-  // after queuing the work: what is queued later needs another call. Throws
-  // Error when the stream was moved from or the event cannot be made.
-  void record_stream(const Stream& stream) { memory_.record_stream(stream, call("gpusel::Buffer::record_stream")); }
+  // stream (StreamOrder::independent, PyTorch's side streams) or a stream of
+  // another GPU; a blocking or default stream of the Buffer's own GPU, and a
+  // host Buffer, need nothing (Note [When freed device memory is reused],
+  // detail/data/memory/stream_uses.hpp). Record after queuing the work: what is
+  // queued later needs another call. Throws Error when the runtime cannot say
+  // how the stream was made (a handle that is no stream) or the event cannot
+  // be made; a moved-from Stream throws as it converts to a StreamView.
+  void record_stream(StreamView stream) { memory_.record_stream(stream, call("gpusel::Buffer::record_stream")); }
 
   // A pinned host copy, like torch's pin_memory(); from a cuda Buffer too.
   [[nodiscard]] Buffer pin_memory() const {
@@ -205,6 +208,7 @@ class Buffer {
 
  private:
   friend class detail::TypedBufferEntry<T>;  // Module::to moves the memory in place
+  friend struct detail::DlpackAccess;        // DLPack takes the memory, or gives it
 
   explicit Buffer(detail::UntypedBuffer memory) noexcept : memory_(std::move(memory)) {}
 

@@ -34,5 +34,6 @@
 #include "gpusel/detail/data/memory/memory-inl.hpp"
 #include "gpusel/detail/data/memory/stream_uses-inl.hpp"
 #include "gpusel/detail/data/memory/streaming_copy-inl.hpp"
+#include "gpusel/dlpack-inl.hpp"
 #include "gpusel/launcher-inl.hpp"
 #include "gpusel/module-inl.hpp"

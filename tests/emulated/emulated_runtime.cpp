@@ -1545,6 +1545,16 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   return cudaSuccess;
 }
 
+cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int* flags) {
+  Call call("cudaStreamGetFlags");
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (flags == nullptr) return call.finish(cudaErrorInvalidValue);
+  if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
+  if (!gpusel_emulated::known_stream(call.s(), stream)) return call.finish(cudaErrorInvalidResourceHandle);
+  *flags = gpusel_emulated::resolve_stream(call, stream)->blocking ? cudaStreamDefault : cudaStreamNonBlocking;
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   Call call("cudaStreamQuery");
   if (call.imposed() != cudaSuccess) return call.finish(call.imposed());

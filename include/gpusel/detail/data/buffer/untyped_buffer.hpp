@@ -22,6 +22,13 @@ namespace gpusel::detail {
 
 class StreamUses;  // detail/data/memory/stream_uses.hpp
 
+// Memory another library owns (a DLPack tensor's, gpusel/dlpack.hpp): given
+// back by calling release(owner) once, when the buffer that holds it dies.
+struct ForeignOwner {
+  void* owner = nullptr;
+  void (*release)(void* owner) noexcept = nullptr;
+};
+
 class UntypedBuffer {
  public:
   // Empty, in pageable host memory: the state a moved-from buffer is left in.
@@ -38,6 +45,15 @@ class UntypedBuffer {
     return UntypedBuffer(allocate_memory(bytes, place, what, involved, stream), bytes, place);
   }
 
+  // Holds `bytes` at `pointer` in `place` that `owner` (made with new) owns:
+  // released through it, not freed (Note [Memory another library owns]).
+  [[nodiscard]] static UntypedBuffer adopt(void* pointer, std::size_t bytes, const MemoryPlace& place,
+                                           ForeignOwner* owner) noexcept {
+    UntypedBuffer buffer(bytes == 0 ? nullptr : pointer, bytes, place);
+    buffer.foreign_ = owner;
+    return buffer;
+  }
+
   // Frees the memory in its own place after its recorded stream uses
   // (detail/data/memory/memory.hpp's free_memory); never throws.
   ~UntypedBuffer() { release(); }
@@ -49,7 +65,8 @@ class UntypedBuffer {
       : pointer_(std::exchange(other.pointer_, nullptr)),
         bytes_(std::exchange(other.bytes_, 0)),
         place_(std::exchange(other.place_, MemoryPlace{})),
-        uses_(std::exchange(other.uses_, nullptr)) {}
+        uses_(std::exchange(other.uses_, nullptr)),
+        foreign_(std::exchange(other.foreign_, nullptr)) {}
   UntypedBuffer& operator=(UntypedBuffer&& other) noexcept {
     if (this != &other) {
       release();
@@ -57,6 +74,7 @@ class UntypedBuffer {
       bytes_ = std::exchange(other.bytes_, 0);
       place_ = std::exchange(other.place_, MemoryPlace{});
       uses_ = std::exchange(other.uses_, nullptr);
+      foreign_ = std::exchange(other.foreign_, nullptr);
     }
     return *this;
   }
@@ -65,7 +83,23 @@ class UntypedBuffer {
   // memory, so that its free waits for it (Note [When freed device memory is
   // reused]). Nothing to do for host memory, an empty buffer, or a blocking
   // stream of the memory's own device. Throws Error naming `what`.
-  GPUSEL_API void record_stream(const Stream& stream, ErrorContext what);
+  GPUSEL_API void record_stream(StreamView stream, ErrorContext what);
+
+  // Makes `consumer`, a stream of this device memory's GPU, wait for the work
+  // pending on the memory: what its GPU's legacy stream has queued (the
+  // allocation, and every blocking stream's work before it) and the recorded
+  // uses, with events, never a device-wide synchronize. Nothing for host
+  // memory or an empty buffer. Throws Error naming `what`; the buffer is unchanged.
+  GPUSEL_API void order_before(cudaStream_t consumer, ErrorContext what) const;
+
+  // Forgets the memory without freeing it: what a child forked after CUDA
+  // started does with memory CUDA gave, which it cannot free. Never throws.
+  void abandon() noexcept {
+    pointer_ = nullptr;
+    bytes_ = 0;
+    uses_ = nullptr;
+    foreign_ = nullptr;
+  }
 
   void* data() const noexcept { return pointer_; }
   std::size_t bytes() const noexcept { return bytes_; }
@@ -82,8 +116,7 @@ class UntypedBuffer {
   // memory is involved (detail/data/engine/copy_engine.hpp's copy_async): then the caller
   // keeps both alive and synchronizes the stream before using either. Device
   // memory in the result is allocated on `stream`, which is recorded for it.
-  [[nodiscard]] GPUSEL_API UntypedBuffer copy_to(const MemoryPlace& target, const Stream& stream,
-                                                 ErrorContext what) const;
+  [[nodiscard]] GPUSEL_API UntypedBuffer copy_to(const MemoryPlace& target, StreamView stream, ErrorContext what) const;
 
   // Copies bytes() from `source`, in `from`, into this buffer; done when it returns.
   GPUSEL_API void copy_from(const void* source, const MemoryPlace& from, ErrorContext what);
@@ -102,13 +135,18 @@ class UntypedBuffer {
   UntypedBuffer(void* pointer, std::size_t bytes, const MemoryPlace& place) noexcept
       : pointer_(pointer), bytes_(bytes), place_(place) {}
 
-  // Frees the memory and forgets the recorded uses; never throws.
+  // Frees the memory (or gives it back to its foreign owner) and forgets the
+  // recorded uses; never throws.
   GPUSEL_API void release() noexcept;
+
+  // Gives foreign memory back once the work recorded on it is done; never throws.
+  GPUSEL_API void release_foreign() noexcept;
 
   void* pointer_ = nullptr;
   std::size_t bytes_ = 0;
   MemoryPlace place_;
-  StreamUses* uses_ = nullptr;  // the streams its free waits for; null until one is recorded
+  StreamUses* uses_ = nullptr;       // the streams its free waits for; null until one is recorded
+  ForeignOwner* foreign_ = nullptr;  // who owns the memory when gpusel did not allocate it
 };
 
 // --- what Buffer<T> does and says, for every T -------------------------------
@@ -134,7 +172,7 @@ struct MoveCall {
   std::size_t element_bytes = 0;
   MemoryPlace from;
   const char* suffix = "";
-  const Stream* stream = nullptr;
+  const StreamView* stream = nullptr;
 
   GPUSEL_API std::string operator()() const;
 };

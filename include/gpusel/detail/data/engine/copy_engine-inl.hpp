@@ -101,7 +101,7 @@ GPUSEL_API void copy(void* destination, const MemoryPlace& to, const void* sourc
 }
 
 GPUSEL_API void copy_async(void* destination, const MemoryPlace& to, const void* source, const MemoryPlace& from,
-                           std::size_t bytes, const Stream& stream) {
+                           std::size_t bytes, StreamView stream) {
   if (bytes == 0) return;
   const bool pageable = to.kind == MemoryKind::pageable_host || from.kind == MemoryKind::pageable_host;
   if (pageable || (to.is_host() && from.is_host())) return copy(destination, to, source, from, bytes);

@@ -24,7 +24,7 @@ GPUSEL_API void copy(void* destination, const MemoryPlace& to, const void* sourc
 // The stream must belong to the device the copy involves (either one for a
 // copy between two GPUs).
 GPUSEL_API void copy_async(void* destination, const MemoryPlace& to, const void* source, const MemoryPlace& from,
-                           std::size_t bytes, const Stream& stream);
+                           std::size_t bytes, StreamView stream);
 
 // Sets the `bytes` at `destination` (in `to`) to copies of the `pattern_bytes`
 // at `pattern`, one after another (`bytes` is a multiple of `pattern_bytes`);

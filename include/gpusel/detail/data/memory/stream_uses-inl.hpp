@@ -50,6 +50,13 @@ GPUSEL_API void StreamUses::record(cudaStream_t stream, int device, ErrorContext
   uses_.push_back(use);
 }
 
+GPUSEL_API void StreamUses::order_before(cudaStream_t stream, ErrorContext what) const {
+  for (const StreamUse& use : uses_) {
+    const cudaError_t status = cudaStreamWaitEvent(stream, use.event, 0);
+    if (status != cudaSuccess) throw cuda_error(status, what() + ": cudaStreamWaitEvent", cuda(use.device));
+  }
+}
+
 GPUSEL_API void StreamUses::order_before_legacy_stream() noexcept {
   for (const StreamUse& use : uses_) {
     if (cudaStreamWaitEvent(cudaStreamLegacy, use.event, 0) == cudaSuccess) continue;

@@ -19,11 +19,13 @@ namespace gpusel::detail {
 // next allocation once that stream reaches the free. So, as in PyTorch, a
 // Buffer's memory is freed on its device's legacy default stream, which waits
 // for the work queued before it on every blocking stream of the device (the
-// legacy stream, StreamOrder::with_default_stream, cudaStreamCreate's): work
-// there needs nothing. Work on any other stream (non-blocking, the per-thread
-// default stream, another device's) must be recorded with record_stream after
-// it is queued; the free then makes the legacy stream wait for it. New memory
-// is ordered on the legacy stream too: a non-blocking stream must wait for that
+// legacy stream, the per-thread default stream, StreamOrder::with_default_stream,
+// cudaStreamCreate's; CUDA's "Stream synchronization behavior"): work there
+// needs nothing. Work on any other stream (non-blocking, another device's) must
+// be recorded with record_stream after it is queued; the free then makes the
+// legacy stream wait for it. A StreamView does not say how its stream was
+// made: record_stream asks the runtime (cudaStreamGetFlags). New memory is
+// ordered on the legacy stream too: a non-blocking stream must wait for that
 // stream before it uses a Buffer not made from data. Host memory needs no record.
 
 // One recorded use: an event on the using stream, made on that stream's device.
@@ -56,6 +58,10 @@ class StreamUses {
   // (Note [When freed device memory is reused]), then forgets them. A wait
   // that cannot be queued is made on the host instead. Never throws.
   GPUSEL_API void order_before_legacy_stream() noexcept;
+
+  // Makes `stream` wait for every recorded use (cudaStreamWaitEvent), keeping
+  // them. Throws Error naming `what` when a wait cannot be queued.
+  GPUSEL_API void order_before(cudaStream_t stream, ErrorContext what) const;
 
   std::size_t size() const noexcept { return uses_.size(); }
 
