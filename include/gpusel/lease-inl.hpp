@@ -69,23 +69,24 @@ inline std::string lease_file_text(const std::string& path, const std::string& n
   return text;
 }
 
-// One user's lock file of a GPU, opened read-only.
+// A lock file of a GPU, opened read-only; `owner` as fstat tells it here.
 struct LeaseFile {
   FileDescriptor file;
   std::string name;
   uid_t owner = 0;
 };
 
-// Other users' lock files of the directory, by UUID: each "<UUID>.<uid>.lock" whose
-// uid is not this user's, as (name, uid). Read once for every GPU a pick looks at.
+// The directory's lock files other than this process's own, by UUID: each "<UUID>.<n>.lock"
+// whose name is not lease_file_name(UUID, geteuid()). The uid <n> names no owner (Note [Lease
+// files]): a rootless container's user writes its own uid, 0. Read once for every GPU a pick looks at.
 struct LeaseListing {
-  std::map<std::string, std::vector<std::pair<std::string, uid_t>>, std::less<>> others;
+  std::map<std::string, std::vector<std::string>, std::less<>> others;
   std::string problem;  // why the directory cannot be listed, or ""
 };
 
 // Lists `directory`; with `only`, keeps that UUID's files alone.
-inline LeaseListing list_other_users_files(const FileDescriptor& directory, const std::string& path,
-                                           std::string_view only = {}) {
+inline LeaseListing list_other_files(const FileDescriptor& directory, const std::string& path,
+                                     std::string_view only = {}) {
   LeaseListing listing;
   const int copy = ::openat(directory.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR* entries = copy < 0 ? nullptr : ::fdopendir(copy);
@@ -104,22 +105,19 @@ inline LeaseListing list_other_users_files(const FileDescriptor& directory, cons
     const std::string_view number = stem.substr(dot + 1), uuid = stem.substr(0, dot);
     if (number.empty() || number.size() > 10 || number.find_first_not_of("0123456789") != std::string_view::npos)
       continue;
-    if (!only.empty() && uuid != only) continue;
-    const unsigned long uid = std::strtoul(std::string(number).c_str(), nullptr, 10);
-    if (uid == ::geteuid() || uid > 0xFFFFFFFEul) continue;
-    listing.others[std::string(uuid)].emplace_back(std::string(name), static_cast<uid_t>(uid));
+    if ((!only.empty() && uuid != only) || name == lease_file_name(uuid, ::geteuid())) continue;
+    listing.others[std::string(uuid)].emplace_back(name);
   }
   ::closedir(entries);
   return listing;
 }
 
-// The lock files of `uuid` that other users' leases may hold, from `listing`: named
-// for a user and owned by that user, regular files, opened read-only. `problem` is
-// set, naming the file and its owner, for one that cannot be opened: it might hold a
-// lease unseen; or when the directory could not be listed.
-inline std::vector<LeaseFile> other_users_files(const FileDescriptor& directory, const std::string& path,
-                                                std::string_view uuid, const LeaseListing& listing,
-                                                std::string& problem) {
+// The lock files of `uuid` that other jobs' leases may hold, from `listing`: every regular
+// file, whoever owns it (Note [Lease files]), opened read-only. `problem` is set, naming the
+// file and its owner, for one that cannot be opened: it might hold a lease unseen; or when
+// the directory could not be listed.
+inline std::vector<LeaseFile> other_files(const FileDescriptor& directory, const std::string& path,
+                                          std::string_view uuid, const LeaseListing& listing, std::string& problem) {
   std::vector<LeaseFile> files;
   if (!listing.problem.empty()) {
     problem = listing.problem;
@@ -127,23 +125,23 @@ inline std::vector<LeaseFile> other_users_files(const FileDescriptor& directory,
   }
   const auto named = listing.others.find(uuid);
   if (named == listing.others.end()) return files;
-  for (const auto& [name, uid] : named->second) {
+  for (const std::string& name : named->second) {
     LeaseFile found{
-        FileDescriptor(::openat(directory.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)), name,
-        uid};
+        FileDescriptor(::openat(directory.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)), name};
     struct stat status {};
     if (found.file.get() < 0) {
       const int error = errno;
       if (::fstatat(directory.get(), found.name.c_str(), &status, AT_SYMLINK_NOFOLLOW) == 0 &&
-          S_ISREG(status.st_mode) && status.st_uid == found.owner && problem.empty()) {
+          S_ISREG(status.st_mode) && problem.empty()) {
         problem = lease_file_text(path, found.name);
         problem += " of " + user_text(status.st_uid);
         problem += " cannot be opened (" + errno_text(error);
-        problem += "), so whether that user's job holds it cannot be told";
+        problem += "), so whether a job holds it cannot be told";
       }
-      continue;  // gone, a symlink, or not that user's own: no lease of theirs
+      continue;  // gone, or a symlink: no lease
     }
-    if (::fstat(found.file.get(), &status) != 0 || !S_ISREG(status.st_mode) || status.st_uid != found.owner) continue;
+    if (::fstat(found.file.get(), &status) != 0 || !S_ISREG(status.st_mode)) continue;
+    found.owner = status.st_uid;
     files.push_back(std::move(found));
   }
   return files;
@@ -264,7 +262,7 @@ inline LockAttempt lock_for_every_user(const FileDescriptor& directory, const st
       continue;
     }
     std::vector<LeaseFile> others =
-        other_users_files(directory, path, uuid, list_other_users_files(directory, path, uuid), attempt.reason);
+        other_files(directory, path, uuid, list_other_files(directory, path, uuid), attempt.reason);
     if (!attempt.reason.empty()) {
       attempt.own.file.reset();
       attempt.outcome = LockAttempt::Outcome::unusable;
@@ -349,7 +347,7 @@ inline std::optional<std::string> holder_in(const FileDescriptor& directory, con
     if (each.empty()) continue;
     if (std::string why = unusable_name(each); !why.empty()) return "cannot be leased: " + why;
     std::string problem;
-    std::vector<LeaseFile> files = other_users_files(directory, path, each, listing, problem);
+    std::vector<LeaseFile> files = other_files(directory, path, each, listing, problem);
     if (!problem.empty()) return "cannot be leased: " + problem;
     LeaseFile own{FileDescriptor(), lease_file_name(each, ::geteuid()), ::geteuid()};
     own.file =
@@ -384,7 +382,7 @@ GPUSEL_API std::vector<std::optional<std::string>> lease_holders(
   LeaseListing listing;
   if (!none) {
     directory = open_lease_directory(path);
-    listing = list_other_users_files(directory, path);
+    listing = list_other_files(directory, path);
   }
   std::vector<std::optional<std::string>> holders;
   holders.reserve(wanted.size());

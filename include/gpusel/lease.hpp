@@ -57,6 +57,18 @@ namespace gpusel {
 // A lease is flock(LOCK_NB) on the caller's own file; a GPU whose files cannot
 // be used (not a regular file, another user's under the caller's name,
 // unreadable) is that GPU's problem alone: picks reject it with the reason.
+//
+// Whose file is whose: the <uid> of a name only keeps users' files apart. It is
+// the uid where the file was made, and a user namespace changes it: the same
+// user is 1000 on the host and 0 in a rootless container (podman, apptainer
+// --fakeroot), and each side sees the other's file under another uid than its
+// name's. So a name is trusted for nothing: a lease locks only the file of its
+// own name, which fstat must show to be the caller's, then tries every other
+// <UUID>.<n>.lock of the GPU, whoever owns it and whatever <n> says. Trying a
+// file more can refuse a lease, never give one GPU to two jobs. A held lock
+// whose holder /proc/locks does not show (a job in another PID namespace: a
+// container's, or the host's seen from one) is held all the same; its pid is
+// unknown here, and the messages say so.
 
 // Note [MIG leases]
 // ~~~~~~~~~~~~~~~~~
