@@ -119,7 +119,10 @@ check 0 in_container gpusel pick
 echo "--- a job on the host holds the GPU"
 hold "$root/ready" host
 check 125 in_container gpusel run -- true
-expect stderr "leased by another job (pid "
+expect stderr " gpusel since "
+check 0 in_container gpusel list  # the same user, uid 0 in here (the chroot has no passwd), and gpusel run
+expect stdout "uid 0: pid "
+expect stdout " gpusel since "
 check 1 in_container gpusel pick
 check 1 host pick
 release
@@ -135,7 +138,9 @@ release
 echo "--- a job on the host holds it; the container has a PID namespace of its own"
 hold "$root/ready" host
 check 125 in_container --pid gpusel run -- true
-expect stderr "leased by another job (holder not visible from here"
+expect stderr "leased by another job (its holder's pid is not visible from this PID namespace, lock /leases/"
+check 0 in_container --pid gpusel list
+expect stdout "uid 0: its holder's pid is not visible from this PID namespace"
 release
 
 echo "--- after every job ended, either side gets the GPU"
