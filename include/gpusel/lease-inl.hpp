@@ -224,21 +224,29 @@ inline std::optional<long> locker_pid(const struct stat& file) {
   return std::nullopt;
 }
 
-// Whether process `pid` has `file` open (a descriptor of it); nullopt when its descriptors
-// cannot be read (another user's process, one of another user namespace, or it has ended).
-inline std::optional<bool> has_open(long pid, const struct stat& file) {
+// Whether process `pid` has `file` (named `name`) open; nullopt when its descriptors cannot be read
+// (another user's process, one of another user namespace, or it has ended). Only a descriptor whose
+// link ends in `name` is followed (stat), so that a look never waits on another file's filesystem.
+inline std::optional<bool> has_open(long pid, const struct stat& file, const std::string& name) {
   const std::string descriptors = "/proc/" + std::to_string(pid) + "/fd";
   DIR* entries = ::opendir(descriptors.c_str());
   if (entries == nullptr) return std::nullopt;
   std::optional<bool> found = false;
+  char target[PATH_MAX];
   while (const dirent* entry = ::readdir(entries)) {
-    struct stat status {};
     if (entry->d_name[0] == '.') continue;
-    if (::stat((descriptors + "/" + entry->d_name).c_str(), &status) != 0) {
-      if (errno == EACCES || errno == EPERM) found.reset();  // the directory is listed, its links not followed
+    const std::string link = descriptors + "/" + entry->d_name;
+    const ssize_t length = ::readlink(link.c_str(), target, sizeof target);
+    if (length < 0) {
+      if (errno == EACCES || errno == EPERM) found.reset();  // listed, but not to be read
       continue;
     }
-    if (status.st_dev == file.st_dev && status.st_ino == file.st_ino) {
+    const std::string_view text(target, static_cast<std::size_t>(length));
+    if (text.size() <= name.size() || text.substr(text.size() - name.size()) != name ||
+        text[text.size() - name.size() - 1] != '/')
+      continue;
+    struct stat status {};
+    if (::stat(link.c_str(), &status) == 0 && status.st_dev == file.st_dev && status.st_ino == file.st_ino) {
       found = true;
       break;
     }
@@ -258,8 +266,8 @@ inline bool read_process(long pid, LeaseState& state) {
   std::istringstream fields(text.substr(name_end + 1));
   std::string field, run_state;
   fields >> run_state;
-  for (int number = 4; number <= 22 && fields >> field; ++number) {
-  }  // field 22: the start, in clock ticks after boot
+  int number = 3;  // field 22: the start, in clock ticks after boot
+  while (number < 22 && fields >> field) ++number;
   if (run_state.empty() || run_state == "Z" || run_state == "X") return false;
   std::ifstream system_stat("/proc/stat");
   std::string line;
@@ -270,7 +278,7 @@ inline bool read_process(long pid, LeaseState& state) {
   state.pid = pid;
   state.command = first_line_of(base + "/comm");
   state.started.reset();
-  if (boot >= 0 && ticks > 0 && !field.empty())
+  if (boot >= 0 && ticks > 0 && number == 22)
     state.started = boot + static_cast<std::int64_t>(std::strtoull(field.c_str(), nullptr, 10) /
                                                      static_cast<unsigned long long>(ticks));
   return true;
@@ -278,7 +286,7 @@ inline bool read_process(long pid, LeaseState& state) {
 
 // The earliest-started live process, other than this one, that has `file` open, of those whose
 // descriptors this user may read; nullopt when none.
-inline std::optional<long> earliest_opener(const struct stat& file) {
+inline std::optional<long> earliest_opener(const struct stat& file, const std::string& name) {
   DIR* processes = ::opendir("/proc");
   if (processes == nullptr) return std::nullopt;
   std::optional<long> earliest;
@@ -286,7 +294,7 @@ inline std::optional<long> earliest_opener(const struct stat& file) {
   while (const dirent* entry = ::readdir(processes)) {
     char* end = nullptr;
     const long pid = std::strtol(entry->d_name, &end, 10);
-    if (pid <= 0 || *end != '\0' || pid == ::getpid() || !has_open(pid, file).value_or(false)) continue;
+    if (pid <= 0 || *end != '\0' || pid == ::getpid() || !has_open(pid, file, name).value_or(false)) continue;
     LeaseState candidate;
     if (!read_process(pid, candidate)) continue;
     if (!earliest || candidate.started.value_or(0) < earliest_state.started.value_or(0)) {
@@ -302,12 +310,12 @@ inline std::optional<long> earliest_opener(const struct stat& file) {
 // process /proc/locks names while it lives and has the file open (`gpusel run`), else the
 // earliest-started one with the file open (its command, which inherited the lock after a
 // kill -9 of run); where none is visible, `state.unseen` says why.
-inline void find_holder(const FileDescriptor& file, LeaseState& state) {
+inline void find_holder(const FileDescriptor& file, const std::string& name, LeaseState& state) {
   struct stat status {};
   if (::fstat(file.get(), &status) != 0) return;
   const std::optional<long> locker = locker_pid(status);
-  if (locker && has_open(*locker, status).value_or(true) && read_process(*locker, state)) return;
-  if (const std::optional<long> opener = earliest_opener(status); opener && read_process(*opener, state)) return;
+  if (locker && has_open(*locker, status, name).value_or(true) && read_process(*locker, state)) return;
+  if (const std::optional<long> opener = earliest_opener(status, name); opener && read_process(*opener, state)) return;
   state.pid.reset();
   state.unseen = locker ? "pid " + std::to_string(*locker) +
                               ", which took it, has ended; no process of its job is visible to this user"
@@ -330,7 +338,7 @@ inline LeaseState held_state(const LeaseFile& file, const std::string& directory
   state.held = true;
   state.lock_file = directory + "/" + file.name;
   state.owner = file.owner;
-  find_holder(file.file, state);
+  find_holder(file.file, file.name, state);
   return state;
 }
 
