@@ -35,7 +35,7 @@ namespace detail {
 
 // `seconds` since the epoch as local time: "2026-12-04 00:01:02".
 inline std::string local_time_text(std::int64_t seconds) {
-  const std::time_t time = static_cast<std::time_t>(seconds);
+  const auto time = static_cast<std::time_t>(seconds);
   std::tm local{};
   char text[32] = "";
   if (::localtime_r(&time, &local) == nullptr || std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &local) == 0)
