@@ -9,11 +9,14 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -232,6 +235,60 @@ TEST(JobLease, TheVariableAloneLeasesNothingAndSaysWhy) {
   close(free_file);
 }
 
+// What `gpusel list` shows (lease_states): free, or held, by whose file and a live process of
+// the job, its name and start; once the process that took the lock has ended, one that holds it
+// still (a job's command, after kill -9 of gpusel run) is named.
+TEST(Lease, StatesNameALiveProcessOfTheJobThatHoldsEachGpu) {
+  ScopedLeaseDirectory directory;
+  EXPECT_EQ(gpusel::lease_states({kGpu}).front().describe(), "free") << "no lease directory: nothing is held";
+  const gpusel::GpuLease lease = gpusel::lease_gpu(kGpu);
+  const std::vector<gpusel::LeaseState> states = gpusel::lease_states({kGpu, kOtherGpu});
+  ASSERT_EQ(states.size(), 2u);
+  EXPECT_TRUE(states[0].held);
+  EXPECT_EQ(states[0].pid, std::optional<long>(getpid()));
+  std::string command;
+  std::getline(std::ifstream("/proc/self/comm"), command);
+  EXPECT_EQ(states[0].command, command);
+  ASSERT_TRUE(states[0].started.has_value());
+  EXPECT_LE(*states[0].started, static_cast<std::int64_t>(std::time(nullptr)));
+  EXPECT_GE(*states[0].started, static_cast<std::int64_t>(std::time(nullptr)) - 600) << "this test started now";
+  EXPECT_EQ(states[0].owner, std::optional<uid_t>(geteuid()));
+  EXPECT_EQ(states[0].lock_file, own_file(directory.leases(), kGpu));
+  EXPECT_TRUE(contains(states[0].describe(),
+                       "leased by another job (pid " + std::to_string(getpid()) + " " + command + " since "))
+      << states[0].describe();
+  EXPECT_EQ(states[1].describe(), "free");
+
+  int report[2], done[2];
+  ASSERT_EQ(pipe(report), 0);
+  ASSERT_EQ(pipe(done), 0);
+  std::fflush(stdout);
+  const pid_t locker = fork();  // takes the lease, starts a process that inherits it, and ends
+  ASSERT_GE(locker, 0);
+  if (locker == 0) {
+    close(report[0]);
+    close(done[1]);
+    const gpusel::GpuLease inherited = gpusel::lease_gpu(kOtherGpu);
+    if (fork() == 0) {  // the job's command: holds the lease until the test closes `done`
+      const pid_t self = getpid();
+      (void)!write(report[1], &self, sizeof self);
+      char byte = 0;
+      (void)!read(done[0], &byte, 1);
+    }
+    _exit(0);
+  }
+  close(report[1]);
+  close(done[0]);
+  pid_t command_pid = 0;
+  ASSERT_EQ(read(report[0], &command_pid, sizeof command_pid), static_cast<ssize_t>(sizeof command_pid));
+  ASSERT_EQ(waitpid(locker, nullptr, 0), locker);
+  const gpusel::LeaseState held = gpusel::lease_states({kOtherGpu}).front();
+  EXPECT_TRUE(held.held);
+  EXPECT_EQ(held.pid, std::optional<long>(command_pid)) << held.describe() << " (the locker was " << locker << ")";
+  close(done[1]);
+  close(report[0]);
+}
+
 TEST(Lease, OneUnusableLockFileRejectsThatGpuAloneWithTheReason) {
   ScopedLeaseDirectory directory;
   const gpusel::GpuLease first = gpusel::lease_gpu(kOtherGpu);  // makes the directory
@@ -331,6 +388,50 @@ TEST(LeaseAgainstAnotherUser, AFileUnderAnotherUsersNameOrUnreadableBlocksThatGp
     EXPECT_TRUE(reason && contains(*reason, "of uid 4102 cannot be opened")) << reason.value_or("free");
     EXPECT_TRUE(contains(error_from([] { (void)gpusel::try_lease_gpu(kOtherGpu); }), "of uid 4102 cannot be opened"));
   });
+}
+
+// A rootless container's user writes uid 0 in its files' names, and the host sees them owned by
+// that user (Note [Lease files]): a held file counts whatever uid its name gives.
+TEST(LeaseAgainstAnotherUser, AHeldFileCountsWhateverUidItsNameGives) {
+  SKIP_UNLESS_ROOT();
+  const SharedParent shared;
+  shared.provision();
+  for (const uid_t named : {uid_t{0}, kMallory, uid_t{4199}}) {
+    const std::string name = shared.leases() + "/" + kGpu + "." + std::to_string(named) + ".lock";
+    int ready[2], done[2];
+    ASSERT_EQ(pipe(ready), 0);
+    ASSERT_EQ(pipe(done), 0);
+    std::fflush(stdout);
+    const pid_t child = fork();  // Alice's job, under another uid's name
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      close(ready[0]);
+      close(done[1]);
+      if (setgroups(0, nullptr) != 0 || setresgid(kAlice, kAlice, kAlice) != 0 ||
+          setresuid(kAlice, kAlice, kAlice) != 0)
+        _exit(3);
+      const int fd = open(name.c_str(), O_RDONLY | O_CREAT | O_EXCL, 0644);
+      char answer = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 ? 'y' : 'n';
+      (void)!write(ready[1], &answer, 1);
+      (void)!read(done[0], &answer, 1);
+      _exit(0);
+    }
+    close(ready[1]);
+    close(done[0]);
+    char answer = 'n';
+    EXPECT_EQ(read(ready[0], &answer, 1), 1);
+    EXPECT_EQ(answer, 'y');
+    as_user(kBob, [&] {
+      EXPECT_FALSE(gpusel::try_lease_gpu(kGpu).has_value()) << "a file named for uid " << named << " was skipped";
+      const std::optional<std::string> holder = gpusel::lease_holder(kGpu);
+      EXPECT_TRUE(holder && contains(*holder, "leased by another job (pid " + std::to_string(child)))
+          << holder.value_or("free");
+    });
+    close(done[1]);
+    close(ready[0]);
+    waitpid(child, nullptr, 0);
+    unlink(name.c_str());
+  }
 }
 
 TEST(LeaseAgainstAnotherUser, JobsOfSeveralUsersLeasingAtOnceNeverHoldOneGpuTogether) {

@@ -1,4 +1,6 @@
 // gpusel list: the machine's GPUs as a table, or as JSON.
+#include <gpusel/detail/machine/system_text.hpp>
+#include <gpusel/lease.hpp>
 #include <gpusel/memory_size.hpp>
 #include <gpusel/text.hpp>
 #include <gpusel/topology.hpp>
@@ -7,6 +9,7 @@
 #include <cstdint>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -37,6 +40,41 @@ std::string describe_processes(const gpusel::Gpu& gpu) {
   return text;
 }
 
+// Each GPU's and MIG instance's lease, and why they cannot be read where the lease directory
+// cannot be used (list still lists: Note [Leases] in gpusel/lease.hpp).
+struct Leases {
+  LeaseStates states;
+  std::string problem;
+};
+
+Leases read_leases(const gpusel::DeviceMap& map) {
+  std::vector<std::string> uuids;
+  for (const gpusel::Gpu& gpu : map.inventory.gpus) {
+    if (!gpu.uuid.empty()) uuids.push_back(gpu.uuid);
+    for (const gpusel::MigInstance& instance : gpu.mig_instances)
+      if (!instance.uuid.empty()) uuids.push_back(instance.uuid);
+  }
+  Leases leases;
+  try {
+    std::vector<gpusel::LeaseState> states = gpusel::lease_states(uuids);
+    for (std::size_t i = 0; i < uuids.size(); ++i) leases.states[uuids[i]] = std::move(states[i]);
+  } catch (const gpusel::Error& error) {
+    leases.problem = error_text(error);
+  }
+  return leases;
+}
+
+// The LEASE column: "free", who holds it ("alice (uid 1001): pid 4242 python3 since 2026-12-04 00:01:02"),
+// "cannot be leased: ...", or "?" where the leases cannot be read.
+std::string lease_text(const Leases& leases, const std::string& uuid) {
+  const auto found = leases.states.find(uuid);
+  if (found == leases.states.end()) return "?";
+  const gpusel::LeaseState& lease = found->second;
+  if (!lease.held) return lease.describe();
+  if (!lease.owner) return lease.holder_text();
+  return gpusel::detail::user_text(*lease.owner) + ": " + lease.holder_text();
+}
+
 std::string percent(const std::optional<int>& value) { return value ? std::to_string(*value) + "%" : "?"; }
 
 std::string memory(const gpusel::Gpu& gpu) {
@@ -46,7 +84,7 @@ std::string memory(const gpusel::Gpu& gpu) {
   return size(gpu.memory_used_bytes) + " / " + size(gpu.memory_total_bytes);
 }
 
-void print_list_json(const gpusel::DeviceMap& map, bool links) {
+void print_list_json(const gpusel::DeviceMap& map, bool links, const Leases& leases) {
   JsonWriter json;
   json.begin_object();
   json.key("driver_version").value(map.inventory.driver_version);
@@ -56,10 +94,15 @@ void print_list_json(const gpusel::DeviceMap& map, bool links) {
   json.key("gpus").begin_array();
   for (int physical = 0; physical < map.order.count(); ++physical) {
     json.begin_object();
-    gpu_members(json, map, physical, *map.physical_device(physical), links);
+    gpu_members(json, map, physical, *map.physical_device(physical), links, &leases.states);
     json.end_object();
   }
   json.end_array();
+  json.key("leases_problem");  // why no GPU's lease could be read (each "lease" is then null)
+  if (leases.problem.empty())
+    json.null();
+  else
+    json.value(leases.problem);
   allotment_member(json, map);
   json.end_object();
   std::cout << json.str();
@@ -85,13 +128,19 @@ std::string compute_mode_note(const gpusel::Gpu& gpu) {
 
 // The table of `gpusel list`: each GPU's label in this process and the columns' widths.
 struct Table {
-  std::vector<std::string> labels;  // this process's cuda:N, or "hidden"
-  std::size_t label_width = 6, name_width = 4, uuid_width = 4, cpus_width = 4, index_width = 0;
+  std::vector<std::string> labels;            // this process's cuda:N, or "hidden"
+  std::map<std::string, std::string> leases;  // the LEASE column's text, by UUID
+  std::size_t label_width = 6, name_width = 4, uuid_width = 4, cpus_width = 4, index_width = 0, lease_width = 5;
   bool placement_known = false;  // NUMA and CPUS columns only where NVML tells either
 };
 
-Table table_of(const gpusel::DeviceMap& map) {
+Table table_of(const gpusel::DeviceMap& map, const Leases& leases) {
   Table table;
+  const auto note_lease = [&](const std::string& uuid) {
+    const std::string text = lease_text(leases, uuid);
+    table.lease_width = std::max(table.lease_width, text.size());
+    table.leases[uuid] = text;
+  };
   for (int physical = 0; physical < map.order.count(); ++physical) {
     const auto logical = map.visible.logical(physical);
     table.labels.push_back(logical ? "cuda:" + std::to_string(*logical) : "hidden");
@@ -102,7 +151,9 @@ Table table_of(const gpusel::DeviceMap& map) {
     table.name_width = std::max(table.name_width, shown(gpu.name).size());
     table.uuid_width = std::max(table.uuid_width, shown(gpu.uuid).size());
     table.cpus_width = std::max(table.cpus_width, cpus(gpu).size());
+    note_lease(gpu.uuid);
     for (const gpusel::MigInstance& instance : gpu.mig_instances) {
+      note_lease(instance.uuid);
       table.name_width = std::max(table.name_width, instance_label(instance).size());
       table.uuid_width = std::max(table.uuid_width, shown(instance.uuid).size());
     }
@@ -117,7 +168,7 @@ void print_header(const Table& table) {
             << Column{"UUID", table.uuid_width + 2} << Column{"PCI BUS ID", 18} << Column{"MEMORY USED / TOTAL", 24}
             << Column{"UTIL", 6};
   if (table.placement_known) std::cout << Column{"NUMA", 6} << Column{"CPUS", table.cpus_width + 2};
-  std::cout << "PROCESSES\n";
+  std::cout << Column{"LEASE", table.lease_width + 2} << "PROCESSES\n";
 }
 
 // The row of GPU `physical`, and a row for each of its MIG instances.
@@ -132,6 +183,7 @@ void print_rows(const Table& table, const gpusel::DeviceMap& map, int physical) 
   if (table.placement_known)
     std::cout << Column{gpu.numa_node ? std::to_string(*gpu.numa_node) : std::string("?"), 6}
               << Column{cpus(gpu), table.cpus_width + 2};
+  std::cout << Column{table.leases.at(gpu.uuid), table.lease_width + 2};
   std::cout << (gpu.mig_enabled ? "MIG mode; " : "") << compute_mode_note(gpu)
             << (gpu.memory_reserved_bytes && *gpu.memory_reserved_bytes > 0
                     ? gpusel::format_memory_size(*gpu.memory_reserved_bytes) + " reserved by the driver; "
@@ -149,7 +201,7 @@ void print_rows(const Table& table, const gpusel::DeviceMap& map, int physical) 
               << Column{shown(instance.uuid), table.uuid_width + 2} << Column{"", 18} << Column{memory(reading), 24}
               << Column{"", 6};
     if (table.placement_known) std::cout << Column{"", 6} << Column{"", table.cpus_width + 2};
-    std::cout << describe_processes(reading) << "\n";
+    std::cout << Column{table.leases.at(instance.uuid), table.lease_width + 2} << describe_processes(reading) << "\n";
   }
 }
 
@@ -184,15 +236,17 @@ int run_list(const Arguments& arguments) {
   if (!read) return report_nvml_hung(arguments, kExitNvmlFailed);
   const gpusel::DeviceMap& map = *read;
   if (!map.known()) return report_no_gpus(map, arguments.json);
+  const Leases leases = read_leases(map);
   if (arguments.json) {
-    print_list_json(map, arguments.links);
+    print_list_json(map, arguments.links, leases);
     return kExitOk;
   }
-  const Table table = table_of(map);
+  const Table table = table_of(map, leases);
   print_header(table);
   for (int physical = 0; physical < map.order.count(); ++physical) print_rows(table, map, physical);
   if (map.inventory.gpus.empty()) std::cout << "(NVML sees no GPU)\n";
   print_shared_uuids(map);
+  if (!leases.problem.empty()) std::cout << "Leases cannot be read (LEASE ?): " << escape_lines(leases.problem) << "\n";
   if (!map.visible.ok() && !map.inventory.gpus.empty())
     std::cout << "No CUDA device is visible to this process: " << gpusel::escape_for_terminal(map.visible.reason())
               << "\n";

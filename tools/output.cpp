@@ -58,7 +58,49 @@ const char* link_name(gpusel::GpuLink link) {
   return "unknown";
 }
 
-void mig_members(JsonWriter& json, const gpusel::MigInstance& instance) {
+// "lease": `uuid`'s state in `leases` (null when unknown): held, by whose file, and a live
+// process of the job (its name as text, and as hex: any bytes), or why none is named.
+static void lease_member(JsonWriter& json, const std::string& uuid, const LeaseStates& leases) {
+  json.key("lease");
+  const auto found = leases.find(uuid);
+  if (found == leases.end()) {
+    json.null();
+    return;
+  }
+  const gpusel::LeaseState& lease = found->second;
+  json.begin_object();
+  json.key("held").value(lease.held);
+  json.key("problem");
+  if (lease.problem.empty())
+    json.null();
+  else
+    json.value(lease.problem);
+  json.key("lock_file");
+  if (lease.held)
+    json.value(lease.lock_file);
+  else
+    json.null();
+  optional_value(json, "uid", lease.owner ? std::optional<std::int64_t>(*lease.owner) : std::nullopt);
+  optional_value(json, "pid", lease.pid ? std::optional<std::int64_t>(*lease.pid) : std::nullopt);
+  json.key("command");
+  if (lease.pid) {
+    json.value(lease.command);
+    json.key("command_hex").value(hex_bytes(lease.command));
+  } else {
+    json.null();
+    json.key("command_hex").null();
+  }
+  optional_value(json, "started_unix", lease.started);
+  json.key("holder_unseen");
+  if (lease.held && !lease.pid)
+    json.value(lease.unseen);
+  else
+    json.null();
+  json.key("text").value(lease.describe());
+  json.end_object();
+}
+
+void mig_members(JsonWriter& json, const gpusel::MigInstance& instance, const LeaseStates* leases) {
   json.key("uuid").value(instance.uuid);
   json.key("gpu_instance_id").value(instance.gpu_instance_id);
   json.key("compute_instance_id").value(instance.compute_instance_id);
@@ -67,10 +109,11 @@ void mig_members(JsonWriter& json, const gpusel::MigInstance& instance) {
   optional_value(json, "memory_free_bytes", instance.memory_free_bytes);
   json.key("processes");
   process_array(json, instance.processes);
+  if (leases) lease_member(json, instance.uuid, *leases);
 }
 
-void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_index, const gpusel::Gpu& gpu,
-                 bool links) {
+void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_index, const gpusel::Gpu& gpu, bool links,
+                 const LeaseStates* leases) {
   optional_value(json, "logical", map.visible.logical(physical_index));
   json.key("physical_index").value(physical_index);
   json.key("nvml_index").value(gpu.nvml_index);
@@ -83,7 +126,7 @@ void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_in
   json.key("mig_instances").begin_array();
   for (const gpusel::MigInstance& instance : gpu.mig_instances) {
     json.begin_object();
-    mig_members(json, instance);
+    mig_members(json, instance, leases);
     json.end_object();
   }
   json.end_array();
@@ -124,6 +167,7 @@ void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_in
     json.value(gpu.impossible_readings);
   json.key("processes");
   process_array(json, gpu.processes);
+  if (leases) lease_member(json, gpu.uuid, *leases);
 }
 
 void process_array(JsonWriter& json, const std::optional<std::vector<gpusel::GpuProcess>>& processes) {

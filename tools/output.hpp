@@ -4,10 +4,12 @@
 
 #include <gpusel/error.hpp>
 #include <gpusel/inventory.hpp>
+#include <gpusel/lease.hpp>
 #include <gpusel/select.hpp>
 #include <gpusel/topology.hpp>
 #include <gpusel/visibility.hpp>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,13 +43,17 @@ void optional_value(JsonWriter& json, const char* key, const std::optional<Value
 // A GpuLink in JSON: the enumerator's name.
 const char* link_name(gpusel::GpuLink link);
 
-// The members of one MIG instance's object.
-void mig_members(JsonWriter& json, const gpusel::MigInstance& instance);
+// Each GPU's and MIG instance's lease by UUID, for list; a UUID missing: unknown (null).
+using LeaseStates = std::map<std::string, gpusel::LeaseState>;
+
+// The members of one MIG instance's object (its "lease" with `leases`).
+void mig_members(JsonWriter& json, const gpusel::MigInstance& instance, const LeaseStates* leases = nullptr);
 
 // The members of one GPU's object; its links to the other GPUs only with `links` (null
-// without: N of them for each of N GPUs, so only `list --links` gives them).
+// without: N of them for each of N GPUs, so only `list --links` gives them); its "lease" and
+// its instances' with `leases` (list's).
 void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_index, const gpusel::Gpu& gpu,
-                 bool links = false);
+                 bool links = false, const LeaseStates* leases = nullptr);
 
 // Processes as a JSON array, or null when unknown.
 void process_array(JsonWriter& json, const std::optional<std::vector<gpusel::GpuProcess>>& processes);

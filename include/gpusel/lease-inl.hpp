@@ -21,16 +21,36 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <thread>
 
 #include "gpusel/detail/machine/leases/job_lease.hpp"
 #include "gpusel/detail/machine/system/system_text.hpp"
+#include "gpusel/text.hpp"
 
 namespace gpusel {
 
 namespace detail {
+
+// `seconds` since the epoch as local time: "2026-12-04 00:01:02".
+inline std::string local_time_text(std::int64_t seconds) {
+  const auto time = static_cast<std::time_t>(seconds);
+  std::tm local{};
+  char text[32] = "";
+  if (::localtime_r(&time, &local) == nullptr || std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &local) == 0)
+    return "@" + std::to_string(seconds);
+  return text;
+}
+
+// The first line of a file, without its newline; "" when it cannot be read.
+inline std::string first_line_of(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (in) std::getline(in, line);
+  return line;
+}
 
 // Whether `uuid` is written as NVML reports a UUID: "GPU-" or "MIG-", then 8-4-4-4-12
 // lower-case hexadecimal digits.
@@ -70,23 +90,24 @@ inline std::string lease_file_text(const std::string& path, const std::string& n
   return text;
 }
 
-// One user's lock file of a GPU, opened read-only.
+// A lock file of a GPU, opened read-only; `owner` as fstat tells it here.
 struct LeaseFile {
   FileDescriptor file;
   std::string name;
   uid_t owner = 0;
 };
 
-// Other users' lock files of the directory, by UUID: each "<UUID>.<uid>.lock" whose
-// uid is not this user's, as (name, uid). Read once for every GPU a pick looks at.
+// The directory's lock files other than this process's own, by UUID: each "<UUID>.<n>.lock"
+// whose name is not lease_file_name(UUID, geteuid()). The uid <n> names no owner (Note [Lease
+// files]): a rootless container's user writes its own uid, 0. Read once for every GPU a pick looks at.
 struct LeaseListing {
-  std::map<std::string, std::vector<std::pair<std::string, uid_t>>, std::less<>> others;
+  std::map<std::string, std::vector<std::string>, std::less<>> others;
   std::string problem;  // why the directory cannot be listed, or ""
 };
 
 // Lists `directory`; with `only`, keeps that UUID's files alone.
-inline LeaseListing list_other_users_files(const FileDescriptor& directory, const std::string& path,
-                                           std::string_view only = {}) {
+inline LeaseListing list_other_files(const FileDescriptor& directory, const std::string& path,
+                                     std::string_view only = {}) {
   LeaseListing listing;
   const int copy = ::openat(directory.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR* entries = copy < 0 ? nullptr : ::fdopendir(copy);
@@ -105,22 +126,19 @@ inline LeaseListing list_other_users_files(const FileDescriptor& directory, cons
     const std::string_view number = stem.substr(dot + 1), uuid = stem.substr(0, dot);
     if (number.empty() || number.size() > 10 || number.find_first_not_of("0123456789") != std::string_view::npos)
       continue;
-    if (!only.empty() && uuid != only) continue;
-    const unsigned long uid = std::strtoul(std::string(number).c_str(), nullptr, 10);
-    if (uid == ::geteuid() || uid > 0xFFFFFFFEul) continue;
-    listing.others[std::string(uuid)].emplace_back(std::string(name), static_cast<uid_t>(uid));
+    if ((!only.empty() && uuid != only) || name == lease_file_name(uuid, ::geteuid())) continue;
+    listing.others[std::string(uuid)].emplace_back(name);
   }
   ::closedir(entries);
   return listing;
 }
 
-// The lock files of `uuid` that other users' leases may hold, from `listing`: named
-// for a user and owned by that user, regular files, opened read-only. `problem` is
-// set, naming the file and its owner, for one that cannot be opened: it might hold a
-// lease unseen; or when the directory could not be listed.
-inline std::vector<LeaseFile> other_users_files(const FileDescriptor& directory, const std::string& path,
-                                                std::string_view uuid, const LeaseListing& listing,
-                                                std::string& problem) {
+// The lock files of `uuid` that other jobs' leases may hold, from `listing`: every regular
+// file, whoever owns it (Note [Lease files]), opened read-only. `problem` is set, naming the
+// file and its owner, for one that cannot be opened: it might hold a lease unseen; or when
+// the directory could not be listed.
+inline std::vector<LeaseFile> other_files(const FileDescriptor& directory, const std::string& path,
+                                          std::string_view uuid, const LeaseListing& listing, std::string& problem) {
   std::vector<LeaseFile> files;
   if (!listing.problem.empty()) {
     problem = listing.problem;
@@ -128,23 +146,23 @@ inline std::vector<LeaseFile> other_users_files(const FileDescriptor& directory,
   }
   const auto named = listing.others.find(uuid);
   if (named == listing.others.end()) return files;
-  for (const auto& [name, uid] : named->second) {
+  for (const std::string& name : named->second) {
     LeaseFile found{
-        FileDescriptor(::openat(directory.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)), name,
-        uid};
+        FileDescriptor(::openat(directory.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)), name};
     struct stat status {};
     if (found.file.get() < 0) {
       const int error = errno;
       if (::fstatat(directory.get(), found.name.c_str(), &status, AT_SYMLINK_NOFOLLOW) == 0 &&
-          S_ISREG(status.st_mode) && status.st_uid == found.owner && problem.empty()) {
+          S_ISREG(status.st_mode) && problem.empty()) {
         problem = lease_file_text(path, found.name);
         problem += " of " + user_text(status.st_uid);
         problem += " cannot be opened (" + errno_text(error);
-        problem += "), so whether that user's job holds it cannot be told";
+        problem += "), so whether a job holds it cannot be told";
       }
-      continue;  // gone, a symlink, or not that user's own: no lease of theirs
+      continue;  // gone, or a symlink: no lease
     }
-    if (::fstat(found.file.get(), &status) != 0 || !S_ISREG(status.st_mode) || status.st_uid != found.owner) continue;
+    if (::fstat(found.file.get(), &status) != 0 || !S_ISREG(status.st_mode)) continue;
+    found.owner = status.st_uid;
     files.push_back(std::move(found));
   }
   return files;
@@ -188,24 +206,121 @@ inline FileDescriptor open_own_file(const FileDescriptor& directory, const std::
   return FileDescriptor();
 }
 
-// Who holds a lock on `file`, from /proc/locks: "pid 4242", or "" when it cannot be told
-// (another PID namespace, no /proc).
-inline std::string lock_holder(const FileDescriptor& file) {
-  struct stat status {};
-  if (::fstat(file.get(), &status) != 0) return {};
+// The pid /proc/locks gives the exclusive flock on `file` (the process that took it, which
+// may have ended since); nullopt when it shows none: a holder in another PID namespace, no /proc.
+inline std::optional<long> locker_pid(const struct stat& file) {
   std::ifstream locks("/proc/locks");
   std::string line;
-  const std::string inode = ":" + std::to_string(status.st_ino) + " ";
+  const std::string inode = ":" + std::to_string(file.st_ino) + " ";
   while (std::getline(locks, line)) {
     if (line.find("FLOCK") == std::string::npos || line.find(inode) == std::string::npos) continue;
     std::istringstream fields(line);
-    std::string number, kind, advisory, mode, pid;
+    std::string number, kind, advisory, mode;
+    long pid = 0;
     fields >> number >> kind;
     if (kind == "->") fields >> kind;  // a waiter
     fields >> advisory >> mode >> pid;
-    if (mode == "WRITE" && !pid.empty() && pid != "-1" && pid != "0") return "pid " + pid;
+    if (mode == "WRITE" && pid > 0) return pid;
   }
-  return {};
+  return std::nullopt;
+}
+
+// Whether process `pid` has `file` (named `name`) open; nullopt when its descriptors cannot be read
+// (another user's process, one of another user namespace, or it has ended). Only a descriptor whose
+// link ends in `name` is followed (stat), so that a look never waits on another file's filesystem.
+inline std::optional<bool> has_open(long pid, const struct stat& file, const std::string& name) {
+  const std::string descriptors = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* entries = ::opendir(descriptors.c_str());
+  if (entries == nullptr) return std::nullopt;
+  std::optional<bool> found = false;
+  char target[PATH_MAX];
+  while (const dirent* entry = ::readdir(entries)) {
+    if (entry->d_name[0] == '.') continue;
+    const std::string link = descriptors + "/" + entry->d_name;
+    const ssize_t length = ::readlink(link.c_str(), target, sizeof target);
+    if (length < 0) {
+      if (errno == EACCES || errno == EPERM) found.reset();  // listed, but not to be read
+      continue;
+    }
+    const std::string_view text(target, static_cast<std::size_t>(length));
+    if (text.size() <= name.size() || text.substr(text.size() - name.size()) != name ||
+        text[text.size() - name.size() - 1] != '/')
+      continue;
+    struct stat status {};
+    if (::stat(link.c_str(), &status) == 0 && status.st_dev == file.st_dev && status.st_ino == file.st_ino) {
+      found = true;
+      break;
+    }
+  }
+  ::closedir(entries);
+  return found;
+}
+
+// Process `pid`'s name and start into `state`, from /proc; false when it has ended (or is
+// a zombie, which holds no file) or cannot be seen.
+inline bool read_process(long pid, LeaseState& state) {
+  const std::string base = "/proc/" + std::to_string(pid);
+  std::ifstream stat_file(base + "/stat");
+  const std::string text((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  const std::size_t name_end = text.rfind(')');  // the name may hold anything, ')' and spaces included
+  if (name_end == std::string::npos) return false;
+  std::istringstream fields(text.substr(name_end + 1));
+  std::string field, run_state;
+  fields >> run_state;
+  int number = 3;  // field 22: the start, in clock ticks after boot
+  while (number < 22 && fields >> field) ++number;
+  if (run_state.empty() || run_state == "Z" || run_state == "X") return false;
+  std::ifstream system_stat("/proc/stat");
+  std::string line;
+  long long boot = -1;
+  while (boot < 0 && std::getline(system_stat, line))
+    if (line.rfind("btime ", 0) == 0) boot = std::atoll(line.c_str() + 6);
+  const long ticks = ::sysconf(_SC_CLK_TCK);
+  state.pid = pid;
+  state.command = first_line_of(base + "/comm");
+  state.started.reset();
+  if (boot >= 0 && ticks > 0 && number == 22)
+    state.started = boot + static_cast<std::int64_t>(std::strtoull(field.c_str(), nullptr, 10) /
+                                                     static_cast<unsigned long long>(ticks));
+  return true;
+}
+
+// The earliest-started live process, other than this one, that has `file` open, of those whose
+// descriptors this user may read; nullopt when none.
+inline std::optional<long> earliest_opener(const struct stat& file, const std::string& name) {
+  DIR* processes = ::opendir("/proc");
+  if (processes == nullptr) return std::nullopt;
+  std::optional<long> earliest;
+  LeaseState earliest_state;
+  while (const dirent* entry = ::readdir(processes)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == ::getpid() || !has_open(pid, file, name).value_or(false)) continue;
+    LeaseState candidate;
+    if (!read_process(pid, candidate)) continue;
+    if (!earliest || candidate.started.value_or(0) < earliest_state.started.value_or(0)) {
+      earliest = pid;
+      earliest_state = std::move(candidate);
+    }
+  }
+  ::closedir(processes);
+  return earliest;
+}
+
+// A live process of the job that holds `file` locked, into `state` (Note [Lease files]): the
+// process /proc/locks names while it lives and has the file open (`gpusel run`), else the
+// earliest-started one with the file open (its command, which inherited the lock after a
+// kill -9 of run); where none is visible, `state.unseen` says why.
+inline void find_holder(const FileDescriptor& file, const std::string& name, LeaseState& state) {
+  struct stat status {};
+  if (::fstat(file.get(), &status) != 0) return;
+  const std::optional<long> locker = locker_pid(status);
+  if (locker && has_open(*locker, status, name).value_or(true) && read_process(*locker, state)) return;
+  if (const std::optional<long> opener = earliest_opener(status, name); opener && read_process(*opener, state)) return;
+  state.pid.reset();
+  state.unseen = locker ? "pid " + std::to_string(*locker) +
+                              ", which took it, has ended; no process of its job is visible to this user"
+                        : "its holder's pid is not visible from this PID namespace";
 }
 
 // flock(operation | LOCK_NB), tried again for a few milliseconds while another process only looks.
@@ -218,11 +333,14 @@ inline bool lock_briefly_retrying(int fd, int operation, bool retry) {
   }
 }
 
-inline std::string held_text(const LeaseFile& file, const std::string& directory) {
-  const std::string holder = lock_holder(file.file);
-  return "leased by another job (" + (holder.empty() ? std::string("holder not visible from here") : holder) +
-         (file.owner == ::geteuid() ? std::string() : ", " + user_text(file.owner)) + ", lock " + directory + "/" +
-         file.name + ")";
+// The state of a lease held on `file` (of `directory`).
+inline LeaseState held_state(const LeaseFile& file, const std::string& directory) {
+  LeaseState state;
+  state.held = true;
+  state.lock_file = directory + "/" + file.name;
+  state.owner = file.owner;
+  find_holder(file.file, file.name, state);
+  return state;
 }
 
 // One GPU's lock: taken, held by another job, or not to be had (with the reason).
@@ -265,7 +383,7 @@ inline LockAttempt lock_for_every_user(const FileDescriptor& directory, const st
       continue;
     }
     std::vector<LeaseFile> others =
-        other_users_files(directory, path, uuid, list_other_users_files(directory, path, uuid), attempt.reason);
+        other_files(directory, path, uuid, list_other_files(directory, path, uuid), attempt.reason);
     if (!attempt.reason.empty()) {
       attempt.own.file.reset();
       attempt.outcome = LockAttempt::Outcome::unusable;
@@ -349,18 +467,17 @@ GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu
   return result;
 }
 
-// Who holds `uuid` (and `parent`), or why it cannot be leased, as lease_holder says, from
-// `listing` of the opened lease directory.
-inline std::optional<std::string> holder_in(const FileDescriptor& directory, const std::string& path,
-                                            const LeaseListing& listing, std::string_view uuid,
-                                            std::string_view parent) {
-  if (uuid.empty()) return std::nullopt;  // no lease can name it, so none holds it
+// Who holds `uuid` (and `parent`), or why it cannot be leased, from `listing` of the opened
+// lease directory.
+inline LeaseState state_in(const FileDescriptor& directory, const std::string& path, const LeaseListing& listing,
+                           std::string_view uuid, std::string_view parent) {
+  LeaseState state;
+  if (uuid.empty()) return state;  // no lease can name it, so none holds it
   for (const std::string_view each : {uuid, parent}) {
     if (each.empty()) continue;
-    if (std::string why = unusable_name(each); !why.empty()) return "cannot be leased: " + why;
-    std::string problem;
-    std::vector<LeaseFile> files = other_users_files(directory, path, each, listing, problem);
-    if (!problem.empty()) return "cannot be leased: " + problem;
+    if (state.problem = unusable_name(each); !state.problem.empty()) return state;
+    std::vector<LeaseFile> files = other_files(directory, path, each, listing, state.problem);
+    if (!state.problem.empty()) return state;
     LeaseFile own{FileDescriptor(), lease_file_name(each, ::geteuid()), ::geteuid()};
     own.file =
         FileDescriptor(::openat(directory.get(), own.name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
@@ -370,43 +487,56 @@ inline std::optional<std::string> holder_in(const FileDescriptor& directory, con
       if (own.file.get() < 0 || ::fstat(own.file.get(), &status) != 0 || !S_ISREG(status.st_mode) ||
           status.st_uid != ::geteuid()) {
         own.file.reset();
-        (void)open_own_file(directory, path, own.name, problem);  // says what is wrong with it
-        if (!problem.empty()) return "cannot be leased: " + problem;
+        (void)open_own_file(directory, path, own.name, state.problem);  // says what is wrong with it
+        if (!state.problem.empty()) return state;
       } else {
         files.push_back(std::move(own));
       }
     }
     // A shared look fails only against an exclusive lease: on the instance itself, or on its whole GPU.
     for (const LeaseFile& file : files)
-      if (!lock_briefly_retrying(file.file.get(), LOCK_SH, false)) return held_text(file, path);
+      if (!lock_briefly_retrying(file.file.get(), LOCK_SH, false)) return held_state(file, path);
   }
-  return std::nullopt;
+  return state;
+}
+
+// The lease directory opened for a look, and its listing; `none` where it does not exist (only
+// a lease makes it: a look that made it would make it its caller's). Throws Error when it cannot be used.
+struct LeaseLook {
+  bool none = false;
+  FileDescriptor directory;
+  LeaseListing listing;
+  std::string path;
+};
+
+inline LeaseLook look_at_leases() {
+  LeaseLook look;
+  look.path = lease_directory();
+  struct stat status {};
+  look.none = ::lstat(look.path.c_str(), &status) != 0 && errno == ENOENT;
+  if (!look.none) {
+    look.directory = open_lease_directory(look.path);
+    look.listing = list_other_files(look.directory, look.path);
+  }
+  return look;
 }
 
 GPUSEL_API std::vector<std::optional<std::string>> lease_holders(
     const std::vector<std::pair<std::string, std::string>>& wanted) {
-  const std::string path = lease_directory();
-  // Only a lease makes the directory: where there is none, no lease holds anything, and a
-  // look that made it would make it its caller's (the shared default one included).
-  struct stat status {};
-  const bool none = ::lstat(path.c_str(), &status) != 0 && errno == ENOENT;
-  FileDescriptor directory;
-  LeaseListing listing;
-  if (!none) {
-    directory = open_lease_directory(path);
-    listing = list_other_users_files(directory, path);
-  }
+  const LeaseLook look = look_at_leases();
   std::vector<std::optional<std::string>> holders;
   holders.reserve(wanted.size());
   for (const auto& [uuid, parent] : wanted) {
-    if (std::string why = uuid.empty() ? std::string() : unusable_name(uuid); !why.empty())
-      holders.emplace_back("cannot be leased: " + why);
-    else if (none)  // nobody holds it; a GPU named so that no lease could hold it is said still
-      holders.push_back(parent.empty() || unusable_name(parent).empty()
-                            ? std::nullopt
-                            : std::optional<std::string>("cannot be leased: " + unusable_name(parent)));
-    else
-      holders.push_back(holder_in(directory, path, listing, uuid, parent_for(uuid, parent)));
+    LeaseState state;
+    if (!uuid.empty()) state.problem = unusable_name(uuid);
+    if (state.problem.empty() && !uuid.empty()) {
+      if (look.none)  // nobody holds it; a GPU named so that no lease could hold it is said still
+        state.problem = parent.empty() ? std::string() : unusable_name(parent);
+      else
+        state = state_in(look.directory, look.path, look.listing, uuid, parent_for(uuid, parent));
+    }
+    holders.push_back(state.held || !state.problem.empty() ? std::optional<std::string>(state.describe())
+                                                           : std::nullopt);
   }
   return holders;
 }
@@ -423,6 +553,37 @@ GPUSEL_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::str
 
 GPUSEL_API std::optional<std::string> lease_holder(std::string_view uuid, std::string_view parent_gpu_uuid) {
   return detail::lease_holders({{std::string(uuid), std::string(parent_gpu_uuid)}}).front();
+}
+
+GPUSEL_API std::string LeaseState::holder_text() const {
+  if (!pid) return unseen;
+  std::string text = "pid " + std::to_string(*pid);
+  if (!command.empty()) text += " " + escape_for_terminal(command);
+  if (started) text += " since " + detail::local_time_text(*started);
+  return text;
+}
+
+GPUSEL_API std::string LeaseState::describe() const {
+  if (!problem.empty()) return "cannot be leased: " + escape_for_terminal(problem);
+  if (!held) return "free";
+  std::string text = "leased by another job (" + holder_text();
+  if (owner && *owner != ::geteuid()) text += ", " + detail::user_text(*owner);
+  return text + ", lock " + escape_for_terminal(lock_file) + ")";
+}
+
+GPUSEL_API std::vector<LeaseState> lease_states(const std::vector<std::string>& uuids) {
+  const detail::LeaseLook look = detail::look_at_leases();
+  std::vector<LeaseState> states;
+  states.reserve(uuids.size());
+  for (const std::string& uuid : uuids) {
+    if (look.none || uuid.empty()) {
+      states.emplace_back();
+      if (!uuid.empty()) states.back().problem = detail::unusable_name(uuid);
+    } else {
+      states.push_back(detail::state_in(look.directory, look.path, look.listing, uuid, {}));
+    }
+  }
+  return states;
 }
 
 GPUSEL_API GpuLease lease_gpus(const std::vector<std::string>& uuids) {

@@ -58,6 +58,18 @@ namespace gpusel {
 // A lease is flock(LOCK_NB) on the caller's own file; a GPU whose files cannot
 // be used (not a regular file, another user's under the caller's name,
 // unreadable) is that GPU's problem alone: picks reject it with the reason.
+//
+// Whose file is whose: the <uid> of a name only keeps users' files apart. It is
+// the uid where the file was made, and a user namespace changes it: the same
+// user is 1000 on the host and 0 in a rootless container (podman, apptainer
+// --fakeroot), and each side sees the other's file under another uid than its
+// name's. So a name is trusted for nothing: a lease locks only the file of its
+// own name, which fstat must show to be the caller's, then tries every other
+// <UUID>.<n>.lock of the GPU, whoever owns it and whatever <n> says. Trying a
+// file more can refuse a lease, never give one GPU to two jobs. A held lock
+// whose holder /proc/locks does not show (a job in another PID namespace: a
+// container's, or the host's seen from one) is held all the same; its pid is
+// unknown here, and the messages say so.
 
 // Note [MIG leases]
 // ~~~~~~~~~~~~~~~~~
@@ -159,13 +171,37 @@ struct LeaseTry {
 }  // namespace detail
 
 // Who holds `uuid` (and, for a MIG instance, its GPU `parent_gpu_uuid`, looked up
-// through NVML when not given), in words ("leased by another job (pid 4242, lock
-// /tmp/gpusel-leases/GPU-....0.lock)", with the user when another's), or why it
+// through NVML when not given), in words (LeaseState::describe: "leased by another job (pid
+// 4242 python3 since ..., lock /tmp/gpusel-leases/GPU-....0.lock)", with the user when another's), or why it
 // cannot be leased ("cannot be leased: its lease file ... belongs to ..."); nullopt
 // when it is free. A lease of this very process counts too (flock locks belong to
 // open files, not processes). Throws Error when the lease directory cannot be used.
 [[nodiscard]] GPUSEL_API std::optional<std::string> lease_holder(std::string_view uuid,
                                                                  std::string_view parent_gpu_uuid = {});
+
+// A GPU's lease as `gpusel list` shows it (lease_states): free, held (by whom: the lock
+// file's owner, and a live process of the job that holds it, as /proc shows it), or not
+// to be had (why).
+struct LeaseState {
+  bool held = false;                    // a job holds it (this process's own leases included)
+  std::string problem;                  // why it cannot be leased, or ""
+  std::string lock_file;                // held: the lock file held
+  std::optional<uid_t> owner;           // held: that file's owner, as seen from here
+  std::optional<long> pid;              // held: a live process of the job, when one is visible
+  std::string command;                  // its name, /proc/<pid>/comm: any bytes (escape before printing)
+  std::optional<std::int64_t> started;  // its start, in seconds since the epoch
+  std::string unseen;                   // held, no pid: why none is named
+  // Held: "pid 4242 python3 since 2026-12-04 00:01:02" (local time), or why no pid is named; control bytes escaped.
+  GPUSEL_API std::string holder_text() const;
+  // "free", "leased by another job (pid 4242 python3 since 2026-12-04 00:01:02, alice (uid 1001), lock
+  // /tmp/gpusel-leases/GPU-....1001.lock)", or "cannot be leased: ..."; control bytes escaped.
+  GPUSEL_API std::string describe() const;
+};
+
+// The lease of each GPU or MIG instance of `uuids`, its own alone (an instance's, not its
+// GPU's), reading the lease directory once; where there is none, every GPU is free. Throws
+// Error when the lease directory cannot be used.
+[[nodiscard]] GPUSEL_API std::vector<LeaseState> lease_states(const std::vector<std::string>& uuids);
 
 // Leases every GPU of `uuids`, all or none: throws Error naming the first one
 // another process holds (or when the directory cannot be used).

@@ -41,8 +41,9 @@ namespace gpusel {
 // (directories sticky where others may write), else an Error names the owner and the
 // fix; and each user locks a file of its own, <UUID>.<uid>.lock, which only that user
 // and root can remove. A lease locks its own file, checks that the name still names it,
-// then tries every other user's file of the GPU (lock_for_every_user): two jobs cannot
-// both win, since each holds its own before it looks at the other's. A crashed job's
+// then tries every other file of the GPU, whoever owns it (lock_for_every_user; Note
+// [Lease files] says why no name is trusted): two jobs cannot both win, since each
+// holds its own before it looks at the other's. A crashed job's
 // file holds no lock. What remains: a file squatting under the caller's name, or
 // unreadable, makes that one GPU unusable, saying why; root can do anything; a user's
 // own clean-up (rm /tmp/gpusel-leases/* removes only their files) ends the leases of

@@ -207,9 +207,9 @@ case $scenario in
   list)
     run 0 list
     expect stdout "CUDA    PHYS  SMI  NAME         UUID"
-    expect stdout "cuda:0  0     0    NVIDIA H200  GPU-0a1b2c3d-0000-4000-8000-000000000000  00000000:17:00.0  117.2 GiB / 140.4 GiB   97%   pid 4000000001, owner unknown"
-    expect stdout "cuda:1  1     1    NVIDIA H200  GPU-1b2c3d4e-0000-4000-8000-000000000001  00000000:18:00.0  2.0 GiB / 140.4 GiB     3%    pid $$ of $(id -un)"
-    expect stdout "GPU-2c3d4e5f-0000-4000-8000-000000000002  00000000:3A:00.0  0 B / 140.4 GiB         0%    unknown"
+    expect stdout "cuda:0  0     0    NVIDIA H200  GPU-0a1b2c3d-0000-4000-8000-000000000000  00000000:17:00.0  117.2 GiB / 140.4 GiB   97%   free   pid 4000000001, owner unknown"
+    expect stdout "cuda:1  1     1    NVIDIA H200  GPU-1b2c3d4e-0000-4000-8000-000000000001  00000000:18:00.0  2.0 GiB / 140.4 GiB     3%    free   pid $$ of $(id -un)"
+    expect stdout "GPU-2c3d4e5f-0000-4000-8000-000000000002  00000000:3A:00.0  0 B / 140.4 GiB         0%    free   unknown"
     expect stdout "MIG mode; none"
     expect stdout "Caution: GPU 3 is in MIG mode"
     CUDA_VISIBLE_DEVICES=2,0 run 0 list
@@ -557,19 +557,60 @@ EOF
       holder=$!
       until_file "$work/holder_command"
       run 1 pick --exclude 1,2,3
-      expect stderr "leased by another job (pid $holder, lock $GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.$(id -u).lock)"
+      expect stderr "leased by another job (pid $holder gpusel since "
+      expect stderr ", lock $GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.$(id -u).lock)"
       run 1 pick --json --exclude 1,2,3
       expect_json
       expect stdout '"cuda_visible_devices": null'
       run 125 run --exclude 1,2,3 -- true
       run 125 run --no-lease --exclude 1,2,3 -- true
       expect stderr "leased by another job (pid $holder"
+      # list says who holds each GPU: the user, and a live process of the job (gpusel run, while it lives)
+      run 0 list
+      expect stdout "$(id -un) (uid $(id -u)): pid $holder gpusel since "
+      run 0 list --json
+      expect_json
+      expect_in_json "d['gpus'][0]['lease']['held'] and d['gpus'][0]['lease']['pid'] == $holder and d['gpus'][0]['lease']['command'] == 'gpusel' and d['gpus'][0]['lease']['uid'] == $(id -u) and d['gpus'][1]['lease']['text'] == 'free' and d['leases_problem'] is None"
+      # After kill -9 of run alone its command holds the lease, and is the process named, not the dead run.
+      kill -9 $holder
+      wait $holder 2>/dev/null
+      run 1 pick --exclude 1,2,3
+      expect stderr "leased by another job (pid $(cat "$work/holder_command") sleep since "
+      run 0 list
+      expect stdout "$(id -un) (uid $(id -u)): pid $(cat "$work/holder_command") sleep since "
       # kill -9 of the whole job (gpusel run and its command) releases it
-      kill -9 $holder "$(cat "$work/holder_command")"
+      kill -9 $holder "$(cat "$work/holder_command")" 2>/dev/null
       wait $holder 2>/dev/null
       until_free --exclude 1,2,3
       run 0 pick --exclude 1,2,3
       [ "$out" = 0 ] || { echo "FAILED: kill -9 of the job must release the lease"; failures=$((failures + 1)); }
+      # A holder's name is whatever its job made it: escaped on the terminal, exact as hex in JSON.
+      rm -f "$work/holder_command"
+      "$gpusel" run --exclude 1,2,3 -- python3 -c 'import os, sys, time
+open("/proc/self/comm", "wb").write(b"\x1b]0;owned\x07\xff")
+open(sys.argv[1], "w").write(str(os.getpid()))
+time.sleep(30)' "$work/holder_command" >/dev/null 2>&1 &
+      holder=$!
+      until_file "$work/holder_command"
+      kill -9 $holder
+      wait $holder 2>/dev/null
+      run 0 list
+      expect stdout "pid $(cat "$work/holder_command") \x1b]0;owned\x07\xff since "
+      expect_utf8
+      run 0 list --json
+      expect_json
+      expect_in_json "d['gpus'][0]['lease']['command_hex'] == '1b5d303b6f776e656407ff'"
+      kill -9 "$(cat "$work/holder_command")"
+      until_free --exclude 1,2,3
+      # list and explain work where the lease directory cannot be trusted, and list says so.
+      mkdir "$work/untrusted" && chmod 0777 "$work/untrusted"
+      GPUSEL_LEASE_DIR="$work/untrusted" run 0 list
+      expect stdout "Leases cannot be read (LEASE ?): the lease directory $work/untrusted is writable by other users but not sticky"
+      GPUSEL_LEASE_DIR="$work/untrusted" run 0 list --json
+      expect_in_json "'not sticky' in d['leases_problem'] and d['gpus'][0]['lease'] is None"
+      GPUSEL_LEASE_DIR="$work/untrusted" run 0 explain
+      GPUSEL_LEASE_DIR="$work/never-made" run 0 list
+      expect stdout "0%    free   "
       # One unusable lock file (a directory where GPU 3's would be, under either name gpusel
       # ever gave it) rejects GPU 3 alone, with the reason; the other GPUs are picked as before.
       rm -f "$GPUSEL_LEASE_DIR"/GPU-fa4e0000-0000-0000-0000-000000000003.*lock
@@ -965,8 +1006,8 @@ gpu uuid=GPU-1b000000-0000-4000-8000-000000000000 pci=00000000:18:00.0 used_mib=
 EOF
     export GPUSEL_FAKE_NVML_CONFIG="$work/reserved.txt"
     run 0 list
-    expect stdout "00000000:17:00.0  0 B / 140.4 GiB         0%    615.0 MiB reserved by the driver; none"
-    expect stdout "00000000:18:00.0  615.0 MiB / 140.4 GiB   0%    none"
+    expect stdout "00000000:17:00.0  0 B / 140.4 GiB         0%    free   615.0 MiB reserved by the driver; none"
+    expect stdout "00000000:18:00.0  615.0 MiB / 140.4 GiB   0%    free   none"
     run 0 list --json
     expect_json
     expect stdout '"memory_reserved_bytes": 644874240'
@@ -1130,7 +1171,8 @@ EOF
     expect stdout "MIG GI 2 CI 1  MIG-6c7d8e9f-0000-4000-8000-000000000002                    1.0 GiB / 35.0 GiB"
     run 0 list --json
     expect_json
-    expect_in_json 'd["gpus"][1]["mig_instances"][1] == {"uuid": "MIG-5b6c7d8e-0000-4000-8000-000000000001", "gpu_instance_id": 2, "compute_instance_id": 0, "memory_total_bytes": 35840 << 20, "memory_used_bytes": 0, "memory_free_bytes": 35840 << 20, "processes": []}'
+    expect_in_json 'd["gpus"][1]["mig_instances"][1] == {"uuid": "MIG-5b6c7d8e-0000-4000-8000-000000000001", "gpu_instance_id": 2, "compute_instance_id": 0, "memory_total_bytes": 35840 << 20, "memory_used_bytes": 0, "memory_free_bytes": 35840 << 20, "processes": [], "lease": d["gpus"][1]["mig_instances"][1]["lease"]}'
+    expect_in_json 'd["gpus"][1]["mig_instances"][1]["lease"]["text"] == "free"'
     expect_in_json 'd["gpus"][1]["mig_instances"][0]["processes"][0]["pid"] == 4000000001'
     # Each instance is one GPU for -n, judged by its own memory and processes, printed as its MIG- UUID.
     run 0 pick --min-free 30GiB
@@ -1171,8 +1213,8 @@ EOF
     export GPUSEL_FAKE_NVML_CONFIG="$work/topology.txt"
     # NUMA node and CPUs, as ranges, so host threads can be pinned.
     run 0 list
-    expect stdout "NUMA  CPUS         PROCESSES"
-    expect stdout "0%    1     16-31,48-63  none"
+    expect stdout "NUMA  CPUS         LEASE  PROCESSES"
+    expect stdout "0%    1     16-31,48-63  free   none"
     run 0 list --json --links
     expect_json
     expect_in_json 'd["gpus"][0]["numa_node"] == 0 and d["gpus"][0]["cpu_affinity"] == "0-15,32-47"'
