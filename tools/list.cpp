@@ -1,5 +1,4 @@
 // gpusel list: the machine's GPUs as a table, or as JSON.
-#include <gpusel/detail/machine/system_text.hpp>
 #include <gpusel/lease.hpp>
 #include <gpusel/memory_size.hpp>
 #include <gpusel/text.hpp>
@@ -72,7 +71,7 @@ std::string lease_text(const Leases& leases, const std::string& uuid) {
   const gpusel::LeaseState& lease = found->second;
   if (!lease.held) return lease.describe();
   if (!lease.owner) return lease.holder_text();
-  return gpusel::detail::user_text(*lease.owner) + ": " + lease.holder_text();
+  return lease.owner_text() + ": " + lease.holder_text();
 }
 
 std::string percent(const std::optional<int>& value) { return value ? std::to_string(*value) + "%" : "?"; }

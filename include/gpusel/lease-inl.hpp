@@ -563,6 +563,10 @@ GPUSEL_API std::string LeaseState::holder_text() const {
   return text;
 }
 
+GPUSEL_API std::string LeaseState::owner_text() const {
+  return owner ? escape_for_terminal(detail::user_text(*owner)) : std::string();
+}
+
 GPUSEL_API std::string LeaseState::describe() const {
   if (!problem.empty()) return "cannot be leased: " + escape_for_terminal(problem);
   if (!held) return "free";

@@ -193,6 +193,8 @@ struct LeaseState {
   std::string unseen;                   // held, no pid: why none is named
   // Held: "pid 4242 python3 since 2026-12-04 00:01:02" (local time), or why no pid is named; control bytes escaped.
   GPUSEL_API std::string holder_text() const;
+  // Held: the lock file's owner, "alice (uid 1001)", or "" when not known; control bytes escaped.
+  GPUSEL_API std::string owner_text() const;
   // "free", "leased by another job (pid 4242 python3 since 2026-12-04 00:01:02, alice (uid 1001), lock
   // /tmp/gpusel-leases/GPU-....1001.lock)", or "cannot be leased: ..."; control bytes escaped.
   GPUSEL_API std::string describe() const;
