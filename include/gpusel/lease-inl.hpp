@@ -19,38 +19,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "gpusel/detail/machine/leases/job_lease.hpp"
+#include "gpusel/detail/machine/system/process_files.hpp"
 #include "gpusel/detail/machine/system/system_text.hpp"
 #include "gpusel/text.hpp"
 
 namespace gpusel {
 
 namespace detail {
-
-// `seconds` since the epoch as local time: "2026-12-04 00:01:02".
-inline std::string local_time_text(std::int64_t seconds) {
-  const auto time = static_cast<std::time_t>(seconds);
-  std::tm local{};
-  char text[32] = "";
-  if (::localtime_r(&time, &local) == nullptr || std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &local) == 0)
-    return "@" + std::to_string(seconds);
-  return text;
-}
-
-// The first line of a file, without its newline; "" when it cannot be read.
-inline std::string first_line_of(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  if (in) std::getline(in, line);
-  return line;
-}
 
 // Whether `uuid` is written as NVML reports a UUID: "GPU-" or "MIG-", then 8-4-4-4-12
 // lower-case hexadecimal digits.
@@ -206,105 +186,15 @@ inline FileDescriptor open_own_file(const FileDescriptor& directory, const std::
   return FileDescriptor();
 }
 
-// The pid /proc/locks gives the exclusive flock on `file` (the process that took it, which
-// may have ended since); nullopt when it shows none: a holder in another PID namespace, no /proc.
-inline std::optional<long> locker_pid(const struct stat& file) {
-  std::ifstream locks("/proc/locks");
-  std::string line;
-  const std::string inode = ":" + std::to_string(file.st_ino) + " ";
-  while (std::getline(locks, line)) {
-    if (line.find("FLOCK") == std::string::npos || line.find(inode) == std::string::npos) continue;
-    std::istringstream fields(line);
-    std::string number, kind, advisory, mode;
-    long pid = 0;
-    fields >> number >> kind;
-    if (kind == "->") fields >> kind;  // a waiter
-    fields >> advisory >> mode >> pid;
-    if (mode == "WRITE" && pid > 0) return pid;
-  }
-  return std::nullopt;
-}
-
-// Whether process `pid` has `file` (named `name`) open; nullopt when its descriptors cannot be read
-// (another user's process, one of another user namespace, or it has ended). Only a descriptor whose
-// link ends in `name` is followed (stat), so that a look never waits on another file's filesystem.
-inline std::optional<bool> has_open(long pid, const struct stat& file, const std::string& name) {
-  const std::string descriptors = "/proc/" + std::to_string(pid) + "/fd";
-  DIR* entries = ::opendir(descriptors.c_str());
-  if (entries == nullptr) return std::nullopt;
-  std::optional<bool> found = false;
-  char target[PATH_MAX];
-  while (const dirent* entry = ::readdir(entries)) {
-    if (entry->d_name[0] == '.') continue;
-    const std::string link = descriptors + "/" + entry->d_name;
-    const ssize_t length = ::readlink(link.c_str(), target, sizeof target);
-    if (length < 0) {
-      if (errno == EACCES || errno == EPERM) found.reset();  // listed, but not to be read
-      continue;
-    }
-    const std::string_view text(target, static_cast<std::size_t>(length));
-    if (text.size() <= name.size() || text.substr(text.size() - name.size()) != name ||
-        text[text.size() - name.size() - 1] != '/')
-      continue;
-    struct stat status {};
-    if (::stat(link.c_str(), &status) == 0 && status.st_dev == file.st_dev && status.st_ino == file.st_ino) {
-      found = true;
-      break;
-    }
-  }
-  ::closedir(entries);
-  return found;
-}
-
-// Process `pid`'s name and start into `state`, from /proc; false when it has ended (or is
-// a zombie, which holds no file) or cannot be seen.
+// Process `pid`'s name and start into `state`; false when it has ended (or is a zombie,
+// which holds no file) or cannot be seen.
 inline bool read_process(long pid, LeaseState& state) {
-  const std::string base = "/proc/" + std::to_string(pid);
-  std::ifstream stat_file(base + "/stat");
-  const std::string text((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
-  const std::size_t name_end = text.rfind(')');  // the name may hold anything, ')' and spaces included
-  if (name_end == std::string::npos) return false;
-  std::istringstream fields(text.substr(name_end + 1));
-  std::string field, run_state;
-  fields >> run_state;
-  int number = 3;  // field 22: the start, in clock ticks after boot
-  while (number < 22 && fields >> field) ++number;
-  if (run_state.empty() || run_state == "Z" || run_state == "X") return false;
-  std::ifstream system_stat("/proc/stat");
-  std::string line;
-  long long boot = -1;
-  while (boot < 0 && std::getline(system_stat, line))
-    if (line.rfind("btime ", 0) == 0) boot = std::atoll(line.c_str() + 6);
-  const long ticks = ::sysconf(_SC_CLK_TCK);
+  const std::optional<ProcessInfo> process = process_info(pid);
+  if (!process || process->state == 'Z' || process->state == 'X') return false;
   state.pid = pid;
-  state.command = first_line_of(base + "/comm");
-  state.started.reset();
-  if (boot >= 0 && ticks > 0 && number == 22)
-    state.started = boot + static_cast<std::int64_t>(std::strtoull(field.c_str(), nullptr, 10) /
-                                                     static_cast<unsigned long long>(ticks));
+  state.command = process->command;
+  state.started = process->started;
   return true;
-}
-
-// The earliest-started live process, other than this one, that has `file` open, of those whose
-// descriptors this user may read; nullopt when none.
-inline std::optional<long> earliest_opener(const struct stat& file, const std::string& name) {
-  DIR* processes = ::opendir("/proc");
-  if (processes == nullptr) return std::nullopt;
-  std::optional<long> earliest;
-  LeaseState earliest_state;
-  while (const dirent* entry = ::readdir(processes)) {
-    char* end = nullptr;
-    const long pid = std::strtol(entry->d_name, &end, 10);
-    if (pid <= 0 || *end != '\0' || pid == ::getpid() || !has_open(pid, file, name).value_or(false)) continue;
-    LeaseState candidate;
-    if (!read_process(pid, candidate)) continue;
-    if (!earliest || candidate.started.value_or(0) < earliest_state.started.value_or(0)) {
-      earliest = pid;
-      earliest_state = std::move(candidate);
-    }
-  }
-  ::closedir(processes);
-  return earliest;
 }
 
 // A live process of the job that holds `file` locked, into `state` (Note [Lease files]): the
@@ -314,7 +204,7 @@ inline std::optional<long> earliest_opener(const struct stat& file, const std::s
 inline void find_holder(const FileDescriptor& file, const std::string& name, LeaseState& state) {
   struct stat status {};
   if (::fstat(file.get(), &status) != 0) return;
-  const std::optional<long> locker = locker_pid(status);
+  const std::optional<long> locker = exclusive_locker(flock_locks(), status);
   if (locker && has_open(*locker, status, name).value_or(true) && read_process(*locker, state)) return;
   if (const std::optional<long> opener = earliest_opener(status, name); opener && read_process(*opener, state)) return;
   state.pid.reset();

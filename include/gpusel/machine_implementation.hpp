@@ -30,6 +30,7 @@
 #include "gpusel/detail/machine/picking/wait_line-inl.hpp"
 #include "gpusel/detail/machine/system/nvml-inl.hpp"
 #include "gpusel/detail/machine/system/nvml_topology-inl.hpp"
+#include "gpusel/detail/machine/system/process_files-inl.hpp"
 #include "gpusel/detail/machine/system/system_text-inl.hpp"
 #include "gpusel/inventory-inl.hpp"
 #include "gpusel/lease-inl.hpp"

@@ -10,18 +10,16 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string_view>
 #include <vector>
 
+#include "gpusel/detail/machine/system/process_files.hpp"
 #include "gpusel/detail/machine/system/system_text.hpp"
 #include "gpusel/error.hpp"
 
@@ -74,46 +72,10 @@ inline long long ctime_ns(const struct stat& status) {
   return static_cast<long long>(status.st_ctim.tv_sec) * 1000000000ll + status.st_ctim.tv_nsec;
 }
 
-// The holders of flock locks as /proc/locks lists them (pids as this PID namespace sees them).
-struct FlockHolder {
-  unsigned int major_number = 0, minor_number = 0;
-  unsigned long long inode = 0;
-  long pid = 0;
-};
-inline std::vector<FlockHolder> flock_holders() {
-  std::vector<FlockHolder> holders;
-  std::ifstream locks("/proc/locks");
-  std::string line;
-  while (std::getline(locks, line)) {
-    if (line.find("->") != std::string::npos || line.find("FLOCK") == std::string::npos) continue;
-    std::istringstream words(line);
-    std::string number, kind, advisory, access, device;
-    FlockHolder holder;
-    if ((words >> number >> kind >> advisory >> access >> holder.pid >> device) &&
-        std::sscanf(device.c_str(), "%x:%x:%llu", &holder.major_number, &holder.minor_number, &holder.inode) == 3)
-      holders.push_back(holder);
-  }
-  return holders;
-}
-
-// The pid that holds the flock lock of the file `status` describes; 0 when none is visible.
-inline long flock_holder(const std::vector<FlockHolder>& holders, const struct stat& status) {
-  for (const FlockHolder& holder : holders)
-    if (holder.major_number == major(status.st_dev) && holder.minor_number == minor(status.st_dev) &&
-        holder.inode == status.st_ino)
-      return holder.pid;
-  return 0;
-}
-
 // Whether process `pid` is stopped (Ctrl-Z, SIGSTOP) or stopped by a tracer; false when it cannot be told.
-inline bool stopped(long pid) {
-  if (pid <= 0) return false;
-  std::ifstream stat_file("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  std::getline(stat_file, text);
-  const std::size_t name_end = text.rfind(')');
-  return name_end != std::string::npos && name_end + 2 < text.size() &&
-         (text[name_end + 2] == 'T' || text[name_end + 2] == 't');
+inline bool stopped(std::optional<long> pid) {
+  const std::optional<ProcessInfo> process = pid ? process_info(*pid) : std::nullopt;
+  return process && (process->state == 'T' || process->state == 't');
 }
 
 GPUSEL_API WaitLine::WaitLine() : path_(lease_directory()), directory_(open_lease_directory(path_)) {}
@@ -166,7 +128,7 @@ GPUSEL_API std::string WaitLine::ahead() const {
   }
   std::optional<std::pair<long long, std::string>> first;  // arrival and name
   struct stat first_status {};
-  std::optional<std::vector<FlockHolder>> holders;
+  std::optional<std::vector<FlockLock>> locks;
   while (const dirent* entry = ::readdir(entries)) {
     const std::optional<unsigned long> uid = ticket_uid(entry->d_name);
     if (!uid || entry->d_name == name_) continue;
@@ -183,8 +145,8 @@ GPUSEL_API std::string WaitLine::ahead() const {
       if (still_named(directory_, entry->d_name, ticket)) (void)::unlinkat(directory_.get(), entry->d_name, 0);
       continue;
     }
-    if (!holders) holders = flock_holders();                // read once, and only when a live ticket is ahead
-    if (stopped(flock_holder(*holders, status))) continue;  // Ctrl-Z holds up no one
+    if (!locks) locks = flock_locks();                        // read once, and only when a live ticket is ahead
+    if (stopped(exclusive_locker(*locks, status))) continue;  // Ctrl-Z holds up no one
     first = place;
     first_status = status;
   }
@@ -192,10 +154,10 @@ GPUSEL_API std::string WaitLine::ahead() const {
   if (!first) return {};
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);
-  const long pid = flock_holder(*holders, first_status);
+  const std::optional<long> pid = exclusive_locker(*locks, first_status);
   const long long since =
       (static_cast<long long>(now.tv_sec) * 1000000000ll + now.tv_nsec - ctime_ns(first_status)) / 1000000000ll;
-  const std::string who = pid > 0 ? "pid " + std::to_string(pid) : std::string("a job");
+  const std::string who = pid ? "pid " + std::to_string(*pid) : std::string("a job");
   const std::string whose =
       first_status.st_uid == ::geteuid() ? std::string() : " of " + user_text(first_status.st_uid);
   return who + whose + ", waiting for " + duration_text(since);
