@@ -445,6 +445,20 @@ GPUSEL_API std::optional<std::string> lease_holder(std::string_view uuid, std::s
   return detail::lease_holders({{std::string(uuid), std::string(parent_gpu_uuid)}}).front();
 }
 
+GPUSEL_API std::vector<int> GpuLease::exclusive_descriptors() const {
+  std::vector<int> numbers;
+  for (const std::size_t position : exclusive_) numbers.push_back(descriptors_[position].get());
+  return numbers;
+}
+
+GPUSEL_API void GpuLease::merge(GpuLease&& other) {
+  for (const std::size_t position : other.exclusive_) exclusive_.push_back(descriptors_.size() + position);
+  for (auto& descriptor : other.descriptors_) descriptors_.push_back(std::move(descriptor));
+  for (auto& uuid : other.uuids_) uuids_.push_back(std::move(uuid));
+  for (auto& uuid : other.job_uuids_) job_uuids_.push_back(std::move(uuid));
+  other.release();
+}
+
 GPUSEL_API std::string LeaseState::holder_text() const {
   if (!pid) return unseen;
   std::string text = "pid " + std::to_string(*pid);

@@ -140,19 +140,9 @@ class [[nodiscard]] GpuLease {
   }
   // For each of uuids(), in order, the descriptor that holds its lock exclusively (one
   // of file_descriptors(); a MIG instance's GPU is held shared by another of them).
-  std::vector<int> exclusive_descriptors() const {
-    std::vector<int> numbers;
-    for (const std::size_t position : exclusive_) numbers.push_back(descriptors_[position].get());
-    return numbers;
-  }
+  GPUSEL_API std::vector<int> exclusive_descriptors() const;
   // Takes over `other`'s GPUs too.
-  void merge(GpuLease&& other) {
-    for (const std::size_t position : other.exclusive_) exclusive_.push_back(descriptors_.size() + position);
-    for (auto& descriptor : other.descriptors_) descriptors_.push_back(std::move(descriptor));
-    for (auto& uuid : other.uuids_) uuids_.push_back(std::move(uuid));
-    for (auto& uuid : other.job_uuids_) job_uuids_.push_back(std::move(uuid));
-    other.release();
-  }
+  GPUSEL_API void merge(GpuLease&& other);
 
  private:
   friend detail::LeaseTry detail::lease_one(std::string_view uuid, std::string_view parent_gpu_uuid);
