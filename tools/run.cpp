@@ -43,6 +43,7 @@ int pci_bus_index(const gpusel::DeviceMap& map, int physical) {
 Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
   Attempt attempt;
   require_allotment(map, "run");  // throws: no wait can fix it
+  if (arguments.wait) gpusel::check_wait_can_serve(arguments.criteria, map);
   std::vector<gpusel::Candidate> assessed =
       gpusel::assess(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
   gpusel::reject_leased_gpus(assessed);

@@ -56,19 +56,26 @@ struct MachineForWaiter {
   bool lease_could_serve = false;  // enough would fit once the GPUs that leases hold end
 };
 
-// Throws Error, saying why, when no GPU of `map` could meet `criteria` even idle: no wait can.
-inline MachineForWaiter look_at_machine(const PickCriteria& criteria, const DeviceMap& map) {
-  const auto caller = static_cast<unsigned int>(getpid());
+// The GPUs of `map` assessed as if idle; throws Error, saying why, when too few of them meet
+// `criteria` (`function` throws it): no wait can.
+inline std::vector<Candidate> assess_idle(const PickCriteria& criteria, const DeviceMap& map, const char* function) {
   DeviceMap idle_map = map;
   for (Gpu& gpu : idle_map.inventory.gpus) make_idle(gpu);
-  std::vector<Candidate> idle = assess(criteria, idle_map, current_user(), caller);
+  std::vector<Candidate> idle = assess(criteria, idle_map, current_user(), static_cast<unsigned int>(getpid()));
   try {
     (void)choose(criteria, idle);
   } catch (const Error& error) {
     std::string why = error.what();
     if (why.rfind("gpusel::pick: ", 0) == 0) why.erase(0, std::string_view("gpusel::pick: ").size());
-    throw Error("gpusel::lease_free_gpus: no wait can meet this request: even with every GPU idle, " + why);
+    throw Error(std::string(function) + ": no wait can meet this request: even with every GPU idle, " + why);
   }
+  return idle;
+}
+
+// Throws Error, saying why, when no GPU of `map` could meet `criteria` even idle: no wait can.
+inline MachineForWaiter look_at_machine(const PickCriteria& criteria, const DeviceMap& map) {
+  const auto caller = static_cast<unsigned int>(getpid());
+  const std::vector<Candidate> idle = assess_idle(criteria, map, "gpusel::lease_free_gpus");
   MachineForWaiter look;
   look.now = assess(criteria, map, current_user(), caller);
   std::vector<std::size_t> reasons;
@@ -120,6 +127,10 @@ inline LookInLine look_in_line(const PickCriteria& criteria, const DeviceMap& ma
 }
 
 }  // namespace detail
+
+GPUSEL_API void check_wait_can_serve(const PickCriteria& criteria, const DeviceMap& map) {
+  (void)detail::assess_idle(criteria, map, "gpusel::check_wait_can_serve");
+}
 
 GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait) {
   using Clock = std::chrono::steady_clock;

@@ -59,6 +59,12 @@ class WaitTimedOut : public Error {
 // gives no UUID, no NVML. `gpusel run --wait` waits so.
 [[nodiscard]] GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait);
 
+// Throws Error, saying why, when no GPU of `map` could meet `criteria` even idle (more
+// GPUs than there are, more memory than any has): no wait can serve the request.
+// lease_free_gpus and use_free_gpus with a wait check it first; a program that waits in
+// a loop of its own (`gpusel run --wait --no-lease`) calls it before waiting.
+GPUSEL_API void check_wait_can_serve(const PickCriteria& criteria, const DeviceMap& map);
+
 // use_free_gpus(criteria), waiting for the GPUs as lease_free_gpus(criteria, wait) does.
 [[nodiscard]] GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait);
 

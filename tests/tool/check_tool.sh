@@ -715,6 +715,9 @@ time.sleep(30)' "$work/holder_command" >/dev/null 2>&1 &
       expect stderr "gpusel: not waiting: no wait can fix this"
       run 125 run --min-free 500GiB --wait -- true
       expect stderr "500.0 GiB needed"
+      run 125 run --no-lease -n 5 --wait -- true  # not in line, and no wait can serve it either
+      expect stderr "no wait can meet this request: even with every GPU idle"
+      expect stderr "gpusel: not waiting: no wait can fix this"
       launcher=()
       # A lease directory no wait can fix (writable by everyone, not sticky): 125 at once, with the reason.
       mkdir "$work/loose" && chmod 0777 "$work/loose"
