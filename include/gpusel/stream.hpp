@@ -93,9 +93,10 @@ class StreamView {
   // resolved now): the device the stream was created on, which its owner
   // knows (c10's CUDAStream::device_index(), or the device that was current
   // at your cudaStreamCreate). gpusel cannot check a handle against its
-  // device; a wrong one makes gpusel's calls on it fail or order nothing. 0 is the default stream as gpusel's code is compiled (the legacy
-  // one, unless with --default-stream per-thread). Throws Error naming the
-  // device when it is not a CUDA device, does not exist, or no GPU is usable.
+  // device; a wrong one makes gpusel's calls on it fail or order nothing. 0
+  // is the default stream as gpusel's code is compiled (the legacy one,
+  // unless with --default-stream per-thread). Throws Error naming the device
+  // when it is not a CUDA device, does not exist, or no GPU is usable.
   StreamView(cudaStream_t handle, const Device& device)
       : handle_(handle),
         device_index_(detail::resolve_cuda_index(device, [&] { return "gpusel::StreamView(" + device.str() + ")"; })) {}

@@ -24,10 +24,11 @@ namespace gpusel::detail {
 // lets earlier ones go first for at most WaitForGpus::yield_at_most in all (5 min)
 // while enough GPUs for it are free, then takes them; so no ticket, honest or
 // forged, delays anyone longer, and a large job goes first when the jobs on the
-// GPUs it waits for end within that time (the price: a GPU idle that long). Only a waiter that leases could serve keeps a
-// ticket: one that waits for what no lease holds (another's process) waits out of
-// line, and one no GPU could serve even idle fails at once. Jobs that do not wait
-// take what is free: a ticket holds up only later waiters, never anyone's GPUs.
+// GPUs it waits for end within that time (the price: a GPU idle that long).
+// Only a waiter that leases could serve keeps a ticket: one that waits for what
+// no lease holds (another's process) waits out of line, and one no GPU could
+// serve even idle fails at once. Jobs that do not wait take what is free: a
+// ticket holds up only later waiters, never anyone's GPUs.
 
 class WaitLine {
  public:
