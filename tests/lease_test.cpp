@@ -194,6 +194,11 @@ TEST(JobLease, AGpuTheJobHoldsIsLeasedAsTheJobsWithNoLockOfItsOwn) {
   EXPECT_TRUE(
       contains(gpusel::allotment(0).describe(), "gpusel run leased this job 1 GPU (GPUSEL_JOB_LEASE=" + kInstanceA +
                                                     ":" + std::to_string(inherited) + "); choosing among them.\n"));
+  const std::optional<std::string> holder = gpusel::lease_holder(kInstanceA, kGpu);
+  ASSERT_TRUE(holder.has_value());
+  EXPECT_TRUE(contains(*holder, "leased by this job (pid " + std::to_string(getpid()))) << *holder;
+  EXPECT_TRUE(gpusel::lease_states({kInstanceA}).front().this_job) << "what gpusel list shows inside the job";
+  EXPECT_FALSE(gpusel::lease_states({kInstanceB}).front().this_job);
   std::optional<gpusel::GpuLease> inside = gpusel::try_lease_gpu(kInstanceA, kGpu);
   ASSERT_TRUE(inside.has_value()) << "the job's own lock is no other job's";
   EXPECT_NE(inside->exclusive_descriptors().front(), inherited) << "a copy of the job's descriptor";

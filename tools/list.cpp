@@ -70,8 +70,9 @@ std::string lease_text(const Leases& leases, const std::string& uuid) {
   if (found == leases.states.end()) return "?";
   const gpusel::LeaseState& lease = found->second;
   if (!lease.held) return lease.describe();
-  if (!lease.owner) return lease.holder_text();
-  return lease.owner_text() + ": " + lease.holder_text();
+  const std::string job = lease.this_job ? "this job, " : "";
+  if (!lease.owner) return job + lease.holder_text();
+  return job + lease.owner_text() + ": " + lease.holder_text();
 }
 
 std::string percent(const std::optional<int>& value) { return value ? std::to_string(*value) + "%" : "?"; }

@@ -70,6 +70,7 @@ static void lease_member(JsonWriter& json, const std::string& uuid, const LeaseS
   const gpusel::LeaseState& lease = found->second;
   json.begin_object();
   json.key("held").value(lease.held);
+  json.key("this_job").value(lease.this_job);
   json.key("problem");
   if (lease.problem.empty())
     json.null();

@@ -414,6 +414,7 @@ inline LeaseLook look_at_leases() {
 GPUSEL_API std::vector<std::optional<std::string>> lease_holders(
     const std::vector<std::pair<std::string, std::string>>& wanted) {
   const LeaseLook look = look_at_leases();
+  const JobLease job = job_lease();  // inside gpusel run: its GPUs are this job's (Note [The job's lease])
   std::vector<std::optional<std::string>> holders;
   holders.reserve(wanted.size());
   for (const auto& [uuid, parent] : wanted) {
@@ -425,6 +426,7 @@ GPUSEL_API std::vector<std::optional<std::string>> lease_holders(
       else
         state = state_in(look.directory, look.path, look.listing, uuid, parent_for(uuid, parent));
     }
+    state.this_job = state.held && job.held(uuid) != nullptr;
     holders.push_back(state.held || !state.problem.empty() ? std::optional<std::string>(state.describe())
                                                            : std::nullopt);
   }
@@ -474,13 +476,14 @@ GPUSEL_API std::string LeaseState::owner_text() const {
 GPUSEL_API std::string LeaseState::describe() const {
   if (!problem.empty()) return "cannot be leased: " + escape_for_terminal(problem);
   if (!held) return "free";
-  std::string text = "leased by another job (" + holder_text();
+  std::string text = (this_job ? "leased by this job (" : "leased by another job (") + holder_text();
   if (owner && *owner != ::geteuid()) text += ", " + detail::user_text(*owner);
   return text + ", lock " + escape_for_terminal(lock_file) + ")";
 }
 
 GPUSEL_API std::vector<LeaseState> lease_states(const std::vector<std::string>& uuids) {
   const detail::LeaseLook look = detail::look_at_leases();
+  const detail::JobLease job = detail::job_lease();
   std::vector<LeaseState> states;
   states.reserve(uuids.size());
   for (const std::string& uuid : uuids) {
@@ -489,6 +492,7 @@ GPUSEL_API std::vector<LeaseState> lease_states(const std::vector<std::string>& 
       if (!uuid.empty()) states.back().problem = detail::unusable_name(uuid);
     } else {
       states.push_back(detail::state_in(look.directory, look.path, look.listing, uuid, {}));
+      states.back().this_job = states.back().held && job.held(uuid) != nullptr;
     }
   }
   return states;

@@ -181,12 +181,14 @@ struct LeaseState {
   std::string command;                  // its name, /proc/<pid>/comm: any bytes (escape before printing)
   std::optional<std::int64_t> started;  // its start, in seconds since the epoch
   std::string unseen;                   // held, no pid: why none is named
+  bool this_job = false;                // held by the job this process runs in (GPUSEL_JOB_LEASE, checked)
   // Held: "pid 4242 python3 since 2026-12-04 00:01:02" (local time), or why no pid is named; control bytes escaped.
   GPUSEL_API std::string holder_text() const;
   // Held: the lock file's owner, "alice (uid 1001)", or "" when not known; control bytes escaped.
   GPUSEL_API std::string owner_text() const;
   // "free", "leased by another job (pid 4242 python3 since 2026-12-04 00:01:02, alice (uid 1001), lock
-  // /tmp/gpusel-leases/GPU-....1001.lock)", or "cannot be leased: ..."; control bytes escaped.
+  // /tmp/gpusel-leases/GPU-....1001.lock)" ("leased by this job (...)" for this_job), or "cannot be
+  // leased: ..."; control bytes escaped.
   GPUSEL_API std::string describe() const;
 };
 

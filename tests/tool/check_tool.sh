@@ -943,6 +943,12 @@ EOF
     expect_in_json 'd["allotment"]["job_gpus"] == ["'"$g0"'", "'"$g1"'"] and d["allotment"]["job_lease"].startswith("'"$g0"':")'
     run 0 explain --json
     expect_in_json 'd["allotment"]["job_gpus"] == [] and d["allotment"]["job_lease"] is None'
+    # list inside the job says which GPUs are the job's own, not another job's.
+    run 0 run -n 2 -- "$gpusel" list
+    expect stdout "this job, "
+    expect_not stdout "leased by another job"
+    run 0 run -n 2 -- "$gpusel" list --json
+    expect_in_json '[g["lease"]["this_job"] for g in d["gpus"]] == [True, True, False, False]'
     # The variable is not the lease: named outside a job, with a descriptor that holds no lock, or another job's
     # lock, it counts for nothing, and says why.
     "$gpusel" run --format uuid -n 1 -- sh -c 'echo ready >"$1"; exec sleep 30' sh "$work/holding" 2>/dev/null &
