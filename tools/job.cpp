@@ -8,7 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gpusel/detail/machine/leases/job_lease.hpp>
 #include <gpusel/text.hpp>
 
 #include <cerrno>
@@ -229,12 +228,12 @@ LentLease::LentLease(const gpusel::GpuLease& lease) {
     copies_.push_back(fcntl(descriptor, F_DUPFD_CLOEXEC, 10));
     if (copies_.back() < 0 && failure_.empty()) failure_ = std::string("fcntl: ") + std::strerror(errno);
   }
-  std::vector<std::pair<std::string, int>> named;  // each GPU and the copy that holds it exclusively
+  // GPUSEL_JOB_LEASE: "UUID:descriptor,..." for each GPU and the copy that holds it exclusively
   const std::vector<int> exclusive = lease.exclusive_descriptors();
   for (std::size_t i = 0; i < exclusive.size(); ++i)
     for (std::size_t copy = 0; copy < descriptors.size(); ++copy)
-      if (descriptors[copy] == exclusive[i] && copies_[copy] >= 0) named.emplace_back(lease.uuids()[i], copies_[copy]);
-  variable_ = gpusel::detail::job_lease_value(named);
+      if (descriptors[copy] == exclusive[i] && copies_[copy] >= 0)
+        variable_ += (variable_.empty() ? "" : ",") + lease.uuids()[i] + ":" + std::to_string(copies_[copy]);
 }
 
 LentLease::~LentLease() {

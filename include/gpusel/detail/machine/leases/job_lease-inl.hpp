@@ -55,13 +55,6 @@ GPUSEL_API JobLease parse_job_lease(std::string_view value) {
   return job;
 }
 
-GPUSEL_API std::string job_lease_value(const std::vector<std::pair<std::string, int>>& gpus) {
-  std::string value;
-  for (const auto& [uuid, descriptor] : gpus)
-    value += (value.empty() ? "" : ",") + uuid + ":" + std::to_string(descriptor);
-  return value;
-}
-
 // The name in `directory` of a lock file of `uuid` that is the file `status` describes
 // ("<UUID>.<...>.lock"), or "" when none is.
 inline std::string lock_file_named(const FileDescriptor& directory, std::string_view uuid, const struct stat& status) {

@@ -7,7 +7,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "gpusel/detail/core/compile_once.hpp"
@@ -58,8 +57,6 @@ struct JobLease {
 // GPUSEL_JOB_LEASE's value `value` read, nothing checked. Pure.
 GPUSEL_API JobLease parse_job_lease(std::string_view value);
 
-// What `gpusel run` sets GPUSEL_JOB_LEASE to for (UUID, descriptor) pairs. Pure.
-GPUSEL_API std::string job_lease_value(const std::vector<std::pair<std::string, int>>& gpus);
 
 // GPUSEL_JOB_LEASE of this process's environment, each GPU checked (Note [The job's lease]).
 GPUSEL_API JobLease job_lease();
