@@ -222,7 +222,7 @@ GPUSEL_API void prepare_exported_free(UntypedBuffer& memory, const dlpack::Consu
     return;
   }
   if (!consumer.stream() || memory.place().kind != MemoryKind::device) return;
-  const cudaStream_t stream = consumer.stream()->handle();
+  cudaStream_t stream = consumer.stream()->handle();
   release_on_device(memory.place().device, "gpusel freeing an exported Buffer", [stream]() noexcept {
     cudaEvent_t queued = nullptr;
     if (cudaEventCreateWithFlags(&queued, cudaEventDisableTiming) == cudaSuccess) {

@@ -85,8 +85,10 @@ GPUSEL_API void WaitLine::join() {
   const std::string start = "wait-" + std::to_string(::geteuid()) + "-";
   int error = EEXIST;
   for (int attempt = 0; attempt < 16 && error == EEXIST; ++attempt) {  // a name taken: another, unpredictable
-    const std::string random = unpredictable_text();
-    const std::string temporary = "." + start + random + ".new", name = start + random + ".ticket";
+    std::string name = start + unpredictable_text();
+    std::string temporary = "." + name;
+    temporary += ".new";  // made under ".wait-<uid>-<hex>.new", then linked as "wait-<uid>-<hex>.ticket"
+    name += ".ticket";
     FileDescriptor file(
         ::openat(directory_.get(), temporary.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
     if (file.get() < 0) {
