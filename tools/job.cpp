@@ -28,8 +28,8 @@ namespace {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A lease lasts as long as the job, whatever happens to `gpusel run`. The command
 // starts with a copy of each lock file's descriptor, named in GPUSEL_JOB_LEASE so that
-// picks and leases inside the job reuse it (Note [The job's lease] in
-// gpusel/detail/machine/leases/job_lease.hpp), and a flock lock ends only when
+// picks and leases inside the job reuse it (Note [The job's lease], in the library's
+// leases), and a flock lock ends only when
 // the last descriptor on its open file description closes (Note [Lease files]). So
 // `kill -9` of run (the OOM killer, a scheduler's cleanup) leaves the GPU leased while
 // the command lives, and a command that puts its work in the background
