@@ -1,6 +1,6 @@
-// Specification of the NVML inventory (include/gpusel/inventory.hpp), against
+// Specification of the NVML inventory (include/gpusel/machine/inventory.hpp), against
 // the fake NVML in tests/fake_nvml. A pure test: no CUDA runtime is linked.
-#include "gpusel/inventory.hpp"
+#include "gpusel/machine/inventory.hpp"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "fake_nvml_machine.hpp"
-#include "gpusel/visibility.hpp"
+#include "gpusel/machine/visibility.hpp"
 #include "text_checks.hpp"
 
 // InventoryFork.ChildrenForkedWhileAnotherThreadQueriesNeverHang forks while

@@ -1,10 +1,10 @@
-// Specification of the lease directory (include/gpusel/lease_directory.hpp):
+// Specification of the lease directory (include/gpusel/machine/lease_directory.hpp):
 // GPUSEL_LEASE_DIR or /tmp/gpusel-leases, trusted only when it and every
 // directory above it belong to root or the caller and are sticky where others
 // may write (Note [Who can break a lease]), never on a network filesystem. What
 // another local user could do is staged with other uids in forked children, and
 // in a private mount namespace for /tmp itself: those tests need root.
-#include "gpusel/lease_directory.hpp"
+#include "gpusel/machine/lease_directory.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -23,7 +23,7 @@
 #include <string>
 #include <thread>
 
-#include "gpusel/lease.hpp"
+#include "gpusel/machine/lease.hpp"
 #include "lease_directory.hpp"
 #include "staged_users.hpp"
 #include "text_checks.hpp"

@@ -1,11 +1,11 @@
-// Specification of leases (include/gpusel/lease.hpp): a GPU leased once cannot be
+// Specification of leases (include/gpusel/machine/lease.hpp): a GPU leased once cannot be
 // leased again until the lease ends, whoever asks; its files are made and checked
 // safely (the directory's own rules: lease_directory_test.cpp). flock locks belong to open files, so two
 // leases in one process exclude each other as two processes' do (the command's
 // tests, tests/tool, check it across processes). The attacks of another local
 // user (Note [Who can break a lease]) are staged with other uids in forked
 // children, and in a private mount namespace for /tmp itself: they need root.
-#include "gpusel/lease.hpp"
+#include "gpusel/machine/lease.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "gpusel/local_rank.hpp"
+#include "gpusel/machine/local_rank.hpp"
 #include "lease_directory.hpp"
 #include "staged_users.hpp"
 #include "text_checks.hpp"

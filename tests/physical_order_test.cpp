@@ -1,8 +1,8 @@
-// Specification of CUDA's physical order (include/gpusel/physical_order.hpp):
+// Specification of CUDA's physical order (include/gpusel/machine/physical_order.hpp):
 // what CUDA's indices mean under CUDA_DEVICE_ORDER, for inventories read from the
 // fake NVML in tests/fake_nvml or made by hand. A pure test: no CUDA runtime is
 // linked.
-#include "gpusel/physical_order.hpp"
+#include "gpusel/machine/physical_order.hpp"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 
 #include "fake_nvml_machine.hpp"
 #include "gpusel/error.hpp"
-#include "gpusel/inventory.hpp"
+#include "gpusel/machine/inventory.hpp"
 #include "text_checks.hpp"
 
 namespace {

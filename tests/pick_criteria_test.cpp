@@ -1,8 +1,8 @@
-// Specification of the picking criteria (include/gpusel/pick_criteria.hpp):
+// Specification of the picking criteria (include/gpusel/machine/pick_criteria.hpp):
 // PickCriteria in words. What the criteria pick, and the errors for criteria that
 // make no sense or an exclusion that names no GPU, are select_test's, which
 // judges GPUs by them. A pure test: no CUDA runtime is linked.
-#include "gpusel/pick_criteria.hpp"
+#include "gpusel/machine/pick_criteria.hpp"
 
 #include <gtest/gtest.h>
 

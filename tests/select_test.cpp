@@ -1,8 +1,8 @@
-// Specification of picking free GPUs (include/gpusel/select.hpp). The choice is
+// Specification of picking free GPUs (include/gpusel/machine/pick.hpp). The choice is
 // pure and checked on machines written down here; pick() and use_free_gpus() are
 // checked end to end through the fake NVML, on the emulated runtime (which
 // counts CUDA calls: picking makes none) and on the real one.
-#include "gpusel/select.hpp"
+#include "gpusel/machine/pick.hpp"
 
 #include <gtest/gtest.h>
 
@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "fake_nvml_machine.hpp"
-#include "gpusel/detail/machine/picking/connected_sets.hpp"
-#include "gpusel/physical_order.hpp"
+#include "gpusel/machine/detail/picking/connected_sets.hpp"
+#include "gpusel/machine/physical_order.hpp"
 #include "gpusel_test.hpp"
 #include "lease_directory.hpp"
 #include "pick_criteria_builders.hpp"
@@ -437,7 +437,7 @@ TEST(PickConnected, CountsMigInstancesAsJoinedByNothing) {
 }
 
 // The search beneath PickPlacement::connected, which knows the GPUs by rank only
-// (gpusel/detail/machine/picking/connected_sets.hpp).
+// (gpusel/machine/detail/picking/connected_sets.hpp).
 TEST(ConnectedSet, TakesTheNearestSetByRankAndEveryGpuWhenThereAreTooFew) {
   using gpusel::GpuLink;
   // Ranked 0 (best) to 3: 1 and 3 joined by NVLink, every other pair across NUMA nodes.

@@ -1,15 +1,15 @@
-// Specification of the topology (include/gpusel/topology.hpp, and link_between
+// Specification of the topology (include/gpusel/machine/topology.hpp, and link_between
 // in inventory.hpp): how the GPUs reach each other and the CPUs, as the inventory
 // reads them from the fake NVML in tests/fake_nvml. A pure test: no CUDA runtime
 // is linked.
-#include "gpusel/topology.hpp"
+#include "gpusel/machine/topology.hpp"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "fake_nvml_machine.hpp"
-#include "gpusel/inventory.hpp"
+#include "gpusel/machine/inventory.hpp"
 
 namespace {
 

@@ -1,7 +1,7 @@
-// Specification of this process's view of its GPUs (include/gpusel/visibility.hpp)
+// Specification of this process's view of its GPUs (include/gpusel/machine/visibility.hpp)
 // and of what it changes in runtime.hpp: device_count() without starting CUDA, and
 // errors that name the map. Built against the emulated runtime and the real one.
-#include "gpusel/visibility.hpp"
+#include "gpusel/machine/visibility.hpp"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -16,8 +16,8 @@
 
 #include "fake_nvml_machine.hpp"
 #include "gpusel/launcher.hpp"
+#include "gpusel/machine/pick.hpp"
 #include "gpusel/runtime.hpp"
-#include "gpusel/select.hpp"
 #include "gpusel_test.hpp"
 #include "text_checks.hpp"
 

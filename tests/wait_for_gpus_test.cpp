@@ -1,7 +1,7 @@
-// Specification of waiting for free GPUs (include/gpusel/wait_for_gpus.hpp):
+// Specification of waiting for free GPUs (include/gpusel/machine/wait_for_gpus.hpp):
 // lease_free_gpus(criteria, wait) and use_free_gpus(criteria, wait), end to end
 // through the fake NVML, in line with other waiting processes (Note [Waiting in line]).
-#include "gpusel/wait_for_gpus.hpp"
+#include "gpusel/machine/wait_for_gpus.hpp"
 
 #include <gtest/gtest.h>
 
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "fake_nvml_machine.hpp"
-#include "gpusel/detail/machine/picking/wait_line.hpp"
+#include "gpusel/machine/detail/picking/wait_line.hpp"
 #include "gpusel_test.hpp"
 #include "lease_directory.hpp"
 #include "pick_criteria_builders.hpp"

@@ -2,7 +2,7 @@
 // Arguments they parse into (arguments.cpp).
 #pragma once
 
-#include <gpusel/pick_criteria.hpp>
+#include <gpusel/machine/pick_criteria.hpp>
 
 #include <chrono>
 #include <optional>

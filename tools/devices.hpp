@@ -1,9 +1,9 @@
 // Reading the GPUs through NVML with a time limit (devices.cpp).
 #pragma once
 
-#include <gpusel/inventory.hpp>
-#include <gpusel/local_rank.hpp>
-#include <gpusel/visibility.hpp>
+#include <gpusel/machine/inventory.hpp>
+#include <gpusel/machine/local_rank.hpp>
+#include <gpusel/machine/visibility.hpp>
 
 #include <chrono>
 #include <optional>

@@ -1,6 +1,6 @@
 // gpusel explain: how CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER map cuda:N to the physical GPUs.
+#include <gpusel/machine/visibility.hpp>
 #include <gpusel/text.hpp>
-#include <gpusel/visibility.hpp>
 
 #include <iostream>
 #include <string>

@@ -1,7 +1,7 @@
 // Starting run's command and waiting for it, the lease held with it (job.cpp).
 #pragma once
 
-#include <gpusel/lease.hpp>
+#include <gpusel/machine/lease.hpp>
 
 #include <optional>
 #include <string>

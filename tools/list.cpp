@@ -1,8 +1,8 @@
 // gpusel list: the machine's GPUs as a table, or as JSON.
-#include <gpusel/lease.hpp>
+#include <gpusel/machine/lease.hpp>
+#include <gpusel/machine/topology.hpp>
 #include <gpusel/memory_size.hpp>
 #include <gpusel/text.hpp>
-#include <gpusel/topology.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -40,7 +40,7 @@ std::string describe_processes(const gpusel::Gpu& gpu) {
 }
 
 // Each GPU's and MIG instance's lease, and why they cannot be read where the lease directory
-// cannot be used (list still lists: Note [Leases] in gpusel/lease.hpp).
+// cannot be used (list still lists: Note [Leases] in gpusel/machine/lease.hpp).
 struct Leases {
   LeaseStates states;
   std::string problem;

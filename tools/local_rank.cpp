@@ -1,9 +1,9 @@
 // run --local-rank: the GPU of this process's rank in a launcher's job, leased.
 #include <unistd.h>
 
-#include <gpusel/lease.hpp>
-#include <gpusel/local_rank.hpp>
-#include <gpusel/select.hpp>
+#include <gpusel/machine/lease.hpp>
+#include <gpusel/machine/local_rank.hpp>
+#include <gpusel/machine/pick.hpp>
 #include <gpusel/text.hpp>
 
 #include <iostream>

@@ -3,11 +3,11 @@
 #pragma once
 
 #include <gpusel/error.hpp>
-#include <gpusel/inventory.hpp>
-#include <gpusel/lease.hpp>
-#include <gpusel/select.hpp>
-#include <gpusel/topology.hpp>
-#include <gpusel/visibility.hpp>
+#include <gpusel/machine/inventory.hpp>
+#include <gpusel/machine/lease.hpp>
+#include <gpusel/machine/pick.hpp>
+#include <gpusel/machine/topology.hpp>
+#include <gpusel/machine/visibility.hpp>
 
 #include <map>
 #include <optional>

@@ -1,8 +1,8 @@
 // gpusel pick: free GPUs chosen and printed, for scripts.
 #include <unistd.h>
 
-#include <gpusel/physical_order.hpp>
-#include <gpusel/select.hpp>
+#include <gpusel/machine/physical_order.hpp>
+#include <gpusel/machine/pick.hpp>
 #include <gpusel/text.hpp>
 
 #include <algorithm>

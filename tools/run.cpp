@@ -2,11 +2,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <gpusel/lease.hpp>
-#include <gpusel/physical_order.hpp>
-#include <gpusel/select.hpp>
+#include <gpusel/machine/lease.hpp>
+#include <gpusel/machine/physical_order.hpp>
+#include <gpusel/machine/pick.hpp>
+#include <gpusel/machine/wait_for_gpus.hpp>
 #include <gpusel/text.hpp>
-#include <gpusel/wait_for_gpus.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -1,10 +1,10 @@
 // run's parts: one attempt at the GPUs, by picking (run.cpp) or as a launcher's rank (local_rank.cpp).
 #pragma once
 
-#include <gpusel/inventory.hpp>
-#include <gpusel/lease.hpp>
-#include <gpusel/select.hpp>
-#include <gpusel/visibility.hpp>
+#include <gpusel/machine/inventory.hpp>
+#include <gpusel/machine/lease.hpp>
+#include <gpusel/machine/pick.hpp>
+#include <gpusel/machine/visibility.hpp>
 
 #include <string>
 #include <vector>

@@ -6,13 +6,9 @@
 #include "gpusel/current_device.hpp"
 #include "gpusel/device.hpp"
 #include "gpusel/error.hpp"
+#include "gpusel/memory_size.hpp"
 #include "gpusel/runtime.hpp"
 #include "gpusel/version.hpp"
-// Which GPUs this process sees, and why
-#include "gpusel/inventory.hpp"
-#include "gpusel/physical_order.hpp"
-#include "gpusel/topology.hpp"
-#include "gpusel/visibility.hpp"
 #include "gpusel/visible_devices.hpp"
 // Scoped devices
 #include "gpusel/guard.hpp"
@@ -21,10 +17,7 @@
 #include "gpusel/default_device.hpp"
 #include "gpusel/module.hpp"
 #include "gpusel/stream.hpp"
-// Choosing GPUs, and one per rank
+// The machine: which GPUs this process sees and why, choosing free GPUs, leases,
+// one GPU per rank (gpusel/machine.hpp, CUDA-free)
 #include "gpusel/launcher.hpp"
-#include "gpusel/local_rank.hpp"
-#include "gpusel/memory_size.hpp"
-#include "gpusel/pick_criteria.hpp"
-#include "gpusel/select.hpp"
-#include "gpusel/wait_for_gpus.hpp"
+#include "gpusel/machine.hpp"

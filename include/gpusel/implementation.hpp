@@ -6,7 +6,7 @@
 //   #include <gpusel/implementation.hpp>
 //
 // In exactly one file of the program, before any other gpusel header. A program
-// that links no CUDA runtime includes <gpusel/machine_implementation.hpp> instead.
+// that links no CUDA runtime includes <gpusel/machine/implementation.hpp> instead.
 // Layer: top (docs/layers.md).
 #pragma once
 
@@ -14,5 +14,5 @@
 #error "gpusel/implementation.hpp must come before every other gpusel header of its file (Note [Compile-once mode])"
 #endif
 
-#include "gpusel/machine_implementation.hpp"
+#include "gpusel/machine/implementation.hpp"
 #include "gpusel/runtime_implementation.hpp"

@@ -3,14 +3,14 @@
 //   const gpusel::Device device = gpusel::local_rank_device();  // cpu on a machine without a GPU
 //   if (device.is_cuda()) gpusel::set_device(device);           // torch.cuda.set_device(local_rank)
 //
-// local_rank() and device_for_local_rank() (gpusel/local_rank.hpp) decide;
+// local_rank() and device_for_local_rank() (gpusel/machine/local_rank.hpp) decide;
 // local_rank_device() applies them to the devices this process sees.
 // Layer: top (docs/layers.md).
 #pragma once
 
 #include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/device.hpp"
-#include "gpusel/local_rank.hpp"
+#include "gpusel/machine/local_rank.hpp"
 #include "gpusel/runtime.hpp"
 
 namespace gpusel {

@@ -9,7 +9,7 @@
 //   gpusel::synchronize()       torch.cuda.synchronize()
 //
 // This header joins the two layers beneath it: device_count() asks NVML and
-// the environment (gpusel/visibility.hpp) before CUDA starts, and the CUDA
+// the environment (gpusel/machine/visibility.hpp) before CUDA starts, and the CUDA
 // runtime (gpusel/current_device.hpp) after. Code that only switches devices
 // includes gpusel/guard.hpp or gpusel/current_device.hpp and pays for no NVML.
 // Layer: top (docs/layers.md).
@@ -21,7 +21,7 @@
 
 #include "gpusel/current_device.hpp"
 #include "gpusel/device.hpp"
-#include "gpusel/visibility.hpp"
+#include "gpusel/machine/visibility.hpp"
 
 namespace gpusel {
 

@@ -4,10 +4,10 @@
 // synchronize(device)), the data layer's engine (allocation, the copy engine, its
 // options and caches, and Module's functions), and local_rank_device(), which
 // joins the machine and the runtime. src/gpusel.cpp is this file; libgpusel.a
-// holds it beside the machine layer's (gpusel/machine_implementation.hpp).
+// holds it beside the machine layer's (gpusel/machine/implementation.hpp).
 //
 // In exactly one file of the program, before any other gpusel header, and only
-// beside gpusel/machine_implementation.hpp: <gpusel/implementation.hpp> includes both.
+// beside gpusel/machine/implementation.hpp: <gpusel/implementation.hpp> includes both.
 // Layer: top (docs/layers.md).
 #pragma once
 

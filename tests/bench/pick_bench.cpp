@@ -16,7 +16,7 @@
 #include <system_error>
 #include <vector>
 
-#include "gpusel/select.hpp"
+#include "gpusel/machine/pick.hpp"
 
 namespace {
 

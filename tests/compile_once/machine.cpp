@@ -1,10 +1,10 @@
 // The machine layer alone, in compile-once mode: pick and assess, the criteria
 // and the topology in words, and CUDA's physical order, declared here, defined
 // in libgpusel.a.
-#include <gpusel/physical_order.hpp>
-#include <gpusel/pick_criteria.hpp>
-#include <gpusel/select.hpp>
-#include <gpusel/topology.hpp>
+#include <gpusel/machine/physical_order.hpp>
+#include <gpusel/machine/pick.hpp>
+#include <gpusel/machine/pick_criteria.hpp>
+#include <gpusel/machine/topology.hpp>
 
 #include <cstddef>
 #include <string>

@@ -4,8 +4,8 @@ file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 # The machine layer alone, as a program without the CUDA runtime uses it (the gpusel command).
 file(WRITE ${WORK_DIR}/main.cpp
-  "#include <gpusel/inventory.hpp>\nint main() { return gpusel::query_inventory().ok() ? 0 : 1; }\n")
-file(WRITE ${WORK_DIR}/implementation.cpp "#include <gpusel/machine_implementation.hpp>\n")
+  "#include <gpusel/machine/inventory.hpp>\nint main() { return gpusel::query_inventory().ok() ? 0 : 1; }\n")
+file(WRITE ${WORK_DIR}/implementation.cpp "#include <gpusel/machine/implementation.hpp>\n")
 set(flags -std=c++17 -DGPUSEL_COMPILE_ONCE -I${INCLUDE_DIR})
 
 function(build what expect_success output_variable)

@@ -4,7 +4,7 @@
     check_reference.py --clang clang++ --cuda-include DIR [--list]
 
 The names come from clang's own reading of the headers (its JSON AST of one
-file that includes every include/gpusel/*.hpp), not from a pattern guessed
+file that includes every public header), not from a pattern guessed
 over the text:
   - every declaration in namespace gpusel (and its nested namespaces other
     than detail): functions, classes, enums, aliases, variables, templates;
@@ -37,12 +37,16 @@ MEMBER_KINDS = {"CXXMethodDecl", "FunctionTemplateDecl", "FieldDecl", "VarDecl",
                 "ClassTemplateDecl", "EnumDecl", "TypedefDecl", "TypeAliasDecl", "TypeAliasTemplateDecl"}
 
 
+def public_headers():
+    """Every public header: include/gpusel/*.hpp and the machine component's, include/gpusel/machine/*.hpp."""
+    return glob.glob(os.path.join(INCLUDE, "gpusel", "*.hpp")) + glob.glob(os.path.join(INCLUDE, "gpusel", "machine", "*.hpp"))
+
+
 def ast_objects(clang, cuda_include):
     # The implementation headers must come first in their files, and declare no name the others do not.
-    headers = sorted(h for h in glob.glob(os.path.join(INCLUDE, "gpusel", "*.hpp"))
-                     if not os.path.basename(h).endswith("implementation.hpp"))
+    headers = sorted(h for h in public_headers() if not os.path.basename(h).endswith("implementation.hpp"))
     with tempfile.NamedTemporaryFile("w", suffix=".cpp", delete=False) as unit:
-        unit.write("".join(f'#include "gpusel/{os.path.basename(h)}"\n' for h in headers))
+        unit.write("".join(f'#include "{os.path.relpath(h, INCLUDE)}"\n' for h in headers))
     try:
         # The filter dumps each `namespace gpusel` whole (and std::hash<gpusel::Device>).
         text = subprocess.run([clang, "-std=c++17", "-fsyntax-only", "-Xclang", "-ast-dump=json", "-Xclang",
@@ -109,7 +113,7 @@ def namespace_names(namespace, prefix, names):
 
 def macros():
     found = set()
-    for header in glob.glob(os.path.join(INCLUDE, "gpusel", "*.hpp")):
+    for header in public_headers():
         with open(header, encoding="utf-8") as file:
             found.update(re.findall(r"^\s*#\s*define\s+(GPUSEL_[A-Z0-9_]+)", file.read(), re.MULTILINE))
     return found
@@ -165,7 +169,7 @@ def main():
         print(f"{os.path.relpath(REFERENCE, ROOT)} does not mention {len(missing)} of {len(names)} public names:")
         print("\n".join(f"  {name}" for name in missing))
         return 1
-    print(f"{os.path.relpath(REFERENCE, ROOT)} mentions all {len(names)} public names of include/gpusel/*.hpp")
+    print(f"{os.path.relpath(REFERENCE, ROOT)} mentions all {len(names)} public names of include/gpusel/*.hpp and include/gpusel/machine/*.hpp")
     return 0
 
 

@@ -4,7 +4,7 @@
 // a process built on the emulation shows the driver library loaded exactly when
 // a real one would. It answers the one driver call gpusel makes itself,
 // cuDeviceGetCount, which tells whether the driver is initialized
-// (Note [Knowing whether CUDA has started] in gpusel/visibility-inl.hpp).
+// (Note [Knowing whether CUDA has started] in gpusel/machine/visibility-inl.hpp).
 #include <atomic>
 
 namespace {

@@ -10,7 +10,7 @@
 //    holds no control character, and as a JSON string it is valid UTF-8.
 //
 // Input: the command line's words, separated by NUL bytes.
-#include <gpusel/pick_criteria.hpp>
+#include <gpusel/machine/pick_criteria.hpp>
 #include <gpusel/text.hpp>
 
 #include <algorithm>

@@ -3,10 +3,11 @@
 
     tests/hardening/layers.py [--root DIR] [--list]
 
-A header's layer is read from the header itself: a detail header's from the
-first folder under detail/ (gpusel/detail/<layer>/, or a room of it,
-gpusel/detail/<layer>/<room>/), a public header's from its `// Layer: <layer>`
-line. Fails, naming the line to change, for
+A header's layer is read from its path where a folder names it: a component's
+folder, gpusel/<component>/ with its detail rooms gpusel/<component>/detail/<room>/
+(COMPONENTS), or the first folder under gpusel/detail/ (gpusel/detail/<layer>/,
+or a room of it, gpusel/detail/<layer>/<room>/); a header in gpusel/ itself says
+its layer in a `// Layer: <layer>` line. Fails, naming the line to change, for
   - a header with no layer, or with a layer that does not exist;
   - a detail header outside the rooms its layer has (ROOMS), or one that
     includes a header of a room above its own: a layer's rooms are ordered
@@ -21,6 +22,7 @@ line. Fails, naming the line to change, for
     layer, and an include of an -inl.hpp leads nowhere;
   - a CUDA header (<cuda*.h>, <cuda/...>, ...) included by a core or machine
     header, or by one that says "This header includes no CUDA header";
+  - a `// Layer:` line in a component's folder that names another layer;
   - <nvml.h> anywhere (NVML is declared by hand and loaded with dlopen);
   - a folder of gpusel/detail/ holding more than MAX_FILES_PER_FOLDER files
     (-inl.hpp files counted): a folder that grows past it is split into rooms;
@@ -28,7 +30,9 @@ line. Fails, naming the line to change, for
     includes another -inl.hpp (a helper two definitions files share is
     declared in a header), an -inl.hpp included by anything but its own
     header and the implementation lists, and an -inl.hpp listed in no
-    implementation list, in both, or in the one of other layers.
+    implementation list, in both, or in the one of other layers;
+  - an include in the command (tools/) of anything but a public core or
+    machine header.
 Includes are checked where they are made, not transitively. --list prints each
 header with its layer and whether it is CUDA-free.
 """
@@ -39,6 +43,9 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# The components with a folder of their own, gpusel/<component>/, and the layer
+# of every header in it; its detail headers are in gpusel/<component>/detail/.
+COMPONENTS = {"machine": "machine"}
 # What each layer may include; the order is bottom to top.
 MAY_INCLUDE = {
     "core": {"core"},
@@ -48,16 +55,19 @@ MAY_INCLUDE = {
     "top": {"core", "machine", "cuda", "data", "top"},
 }
 CUDA_FREE_LAYERS = {"core", "machine"}
+# What the gpusel command (tools/) may include: public headers of the CUDA-free layers.
+COMMAND_MAY_INCLUDE = ["core", "machine"]
 # The most files one folder of gpusel/detail/ holds, -inl.hpp files counted.
 MAX_FILES_PER_FOLDER = 12
 # The implementation lists (Note [Compile-once mode]): each holds the definitions
 # files of its layers.
 IMPLEMENTATION_LISTS = {
-    "gpusel/machine_implementation.hpp": {"core", "machine"},
+    "gpusel/machine/implementation.hpp": {"core", "machine"},
     "gpusel/runtime_implementation.hpp": {"cuda", "data", "top"},
 }
-# The rooms of a layer's detail folder (gpusel/detail/<layer>/<room>/), bottom
-# to top; a layer not named here keeps its detail headers in its folder itself.
+# The rooms of a layer's detail folder (gpusel/detail/<layer>/<room>/, or
+# gpusel/<component>/detail/<room>/), bottom to top; a layer not named here keeps
+# its detail headers in its folder itself.
 ROOMS = {
     "machine": ["system", "leases", "picking"],
     "data": ["memory", "engine", "buffer"],
@@ -66,6 +76,8 @@ ROOMS = {
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 LAYER_LINE_RE = re.compile(r"^// Layer: ([a-z]+)\b")
 DETAIL_RE = re.compile(r"^gpusel/detail/([a-z]+)/(?:([a-z_]+)/)?[^/]+\.hpp$")
+COMPONENT_DETAIL_RE = re.compile(r"^gpusel/([a-z]+)/detail/(?:([a-z_]+)/)?[^/]+\.hpp$")
+COMPONENT_RE = re.compile(r"^gpusel/([a-z]+)/[^/]+\.hpp$")
 CUDA_FREE_PROMISE_RE = re.compile(r"^//.*[Ii]ncludes? no CUDA header")
 CUDA_HEADER_RE = re.compile(r"^(cuda[^/]*\.h|cuda/.*|nv[^/]*\.h|cub/.*|thrust/.*)$")
 
@@ -76,14 +88,20 @@ class Header:
         with open(os.path.join(include_dir, name), encoding="utf-8") as f:
             self.lines = f.read().splitlines()
         detail = DETAIL_RE.match(name)
-        self.is_detail = detail is not None or name.startswith("gpusel/detail/")
+        component_detail = COMPONENT_DETAIL_RE.match(name)
+        component = COMPONENT_RE.match(name)
+        self.is_detail = detail is not None or component_detail is not None or "/detail/" in name
         self.is_definitions = name.endswith("-inl.hpp")
         self.room = None
+        self.marks = [m.group(1) for m in map(LAYER_LINE_RE.match, self.lines) if m]
         if detail:
             self.layer, self.room = detail.group(1), detail.group(2)
+        elif component_detail and component_detail.group(1) in COMPONENTS:
+            self.layer, self.room = COMPONENTS[component_detail.group(1)], component_detail.group(2)
+        elif component and component.group(1) in COMPONENTS:
+            self.layer = COMPONENTS[component.group(1)]
         else:
-            marks = [m.group(1) for m in map(LAYER_LINE_RE.match, self.lines) if m]
-            self.layer = marks[0] if len(marks) == 1 else None
+            self.layer = self.marks[0] if len(self.marks) == 1 else None
         promise = any(CUDA_FREE_PROMISE_RE.match(line) for line in self.lines)
         self.cuda_free = promise or self.layer in CUDA_FREE_LAYERS
 
@@ -99,8 +117,9 @@ def read_headers(include_dir):
 
 
 def folder_of(header):
-    """A detail header's layer folder, gpusel/detail/<layer> (its room, if any, is inside)."""
-    return f"gpusel/detail/{header.layer}"
+    """A detail header's layer folder, gpusel/<component>/detail or gpusel/detail/<layer> (rooms are inside)."""
+    component = next((c for c, layer in COMPONENTS.items() if layer == header.layer), None)
+    return f"gpusel/{component}/detail" if component else f"gpusel/detail/{header.layer}"
 
 
 def includes_of(header):
@@ -122,10 +141,12 @@ def room_problem(header):
     """Why a detail header is outside the rooms of its layer, or None."""
     rooms = ROOMS.get(header.layer)
     if rooms is None and header.room is not None:
-        return f"include/{header.name}: the {header.layer} layer has no rooms; it goes in gpusel/detail/{header.layer}/"
+        return f"include/{header.name}: the {header.layer} layer has no rooms; it goes in {folder_of(header)}/"
     if rooms is not None and header.room not in rooms:
         return (f"include/{header.name}: the {header.layer} layer's detail headers live in its rooms, "
-                f"gpusel/detail/{header.layer}/<room>/, one of {', '.join(rooms)} (ROOMS in this test)")
+                f"{folder_of(header)}/<room>/, one of {', '.join(rooms)} (ROOMS in this test)")
+    if not header.name.startswith(folder_of(header) + "/"):
+        return f"include/{header.name}: the {header.layer} layer's detail headers live in {folder_of(header)}/"
     return None
 
 
@@ -144,6 +165,9 @@ def problems_of(header, headers):
         place = "its folder, gpusel/detail/<layer>/," if header.is_detail else "a `// Layer: <layer>` line"
         return [f"include/{header.name}: no layer; give it one with {place} one of {', '.join(MAY_INCLUDE)}"]
     problems = []
+    if any(mark != header.layer for mark in header.marks):
+        problems.append(f"include/{header.name}: its `// Layer:` line says {header.marks[0]}, but its folder "
+                        f"says {header.layer}")
     if header.is_detail and room_problem(header):
         problems.append(room_problem(header))
     for number, line in enumerate(header.lines, 1):
@@ -167,7 +191,7 @@ def problems_of(header, headers):
                                 f"detail/ lies beneath what it serves (forward-declare, or move what it needs "
                                 f"into {folder_of(header)}/)")
         elif included == "nvml.h":
-            problems.append(f"{where} includes <nvml.h>: NVML is loaded with dlopen, through detail/machine/system/nvml.hpp")
+            problems.append(f"{where} includes <nvml.h>: NVML is loaded with dlopen, through machine/detail/system/nvml.hpp")
         elif CUDA_HEADER_RE.match(included) and header.cuda_free:
             why = f"the {header.layer} layer has no CUDA" if header.layer in CUDA_FREE_LAYERS else "it says so"
             problems.append(f"{where} includes <{included}>, but it includes no CUDA header ({why})")
@@ -175,13 +199,34 @@ def problems_of(header, headers):
 
 
 def crowded_folders(include_dir):
-    """A problem for each folder of gpusel/detail/ that holds more than MAX_FILES_PER_FOLDER files."""
+    """A problem for each detail folder (gpusel/detail/, gpusel/<component>/detail/) over MAX_FILES_PER_FOLDER files."""
     problems = []
-    for directory, _, files in sorted(os.walk(os.path.join(include_dir, "gpusel", "detail"))):
-        if len(files) > MAX_FILES_PER_FOLDER:
+    for directory, _, files in sorted(os.walk(os.path.join(include_dir, "gpusel"))):
+        in_detail = "detail" in os.path.relpath(directory, include_dir).split(os.sep)
+        if in_detail and len(files) > MAX_FILES_PER_FOLDER:
             folder = os.path.relpath(directory, os.path.dirname(include_dir))
             problems.append(f"{folder}/: {len(files)} files, more than {MAX_FILES_PER_FOLDER}: give it rooms "
                             f"that say what they hold (ROOMS in this test, docs/layers.md)")
+    return problems
+
+
+def command_problems(root, headers):
+    """The command (tools/) includes only core headers and the machine component's public headers."""
+    problems = []
+    tools = os.path.join(root, "tools")
+    for name in sorted(os.listdir(tools)):
+        if not name.endswith((".cpp", ".hpp")):
+            continue
+        with open(os.path.join(tools, name), encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                match = INCLUDE_RE.match(line)
+                if not match or not match.group(2).startswith("gpusel/"):
+                    continue
+                target = headers.get(match.group(2))
+                if target is None or target.is_detail or target.layer not in COMMAND_MAY_INCLUDE:
+                    layer = "missing" if target is None else ("detail" if target.is_detail else target.layer)
+                    problems.append(f"tools/{name}:{number}: the command includes {match.group(2)} ({layer}); it "
+                                    f"includes only public headers of the {' and '.join(COMMAND_MAY_INCLUDE)} layers")
     return problems
 
 
@@ -232,6 +277,7 @@ def main():
     problems = [problem for header in headers.values() for problem in problems_of(header, headers)]
     problems += crowded_folders(os.path.join(args.root, "include"))
     problems += definitions_problems(headers)
+    problems += command_problems(args.root, headers)
     for problem in problems:
         print(problem)
     print(f"{len(headers)} headers checked against docs/layers.md's rule: "

@@ -146,7 +146,7 @@ if(compiled)
     message(FATAL_ERROR "pkg-config gpusel_machine_compiled names CUDA: ${machine_flags}")
   endif()
   file(WRITE "${WORK_DIR}/machine.cpp"
-    "#include <gpusel/inventory.hpp>\n#include <iostream>\nint main() { std::cout << gpusel::query_inventory().gpus.size() << \" GPUs\\n\"; }\n")
+    "#include <gpusel/machine/inventory.hpp>\n#include <iostream>\nint main() { std::cout << gpusel::query_inventory().gpus.size() << \" GPUs\\n\"; }\n")
   run(ignored ${CMAKE_CXX_COMPILER} -std=c++17 "${WORK_DIR}/machine.cpp" -o "${WORK_DIR}/machine" ${machine_flags})
   run(output "${WORK_DIR}/machine")
   message(STATUS "gpusel_machine_compiled: ${output}")

@@ -11,8 +11,8 @@
 #include "gpusel/detail/cuda/primary_context.hpp"
 #include "gpusel/detail/data/engine/peer_access.hpp"
 #include "gpusel/detail/data/engine/staging_pool.hpp"
-#include "gpusel/detail/machine/system/nvml.hpp"
 #include "gpusel/guard.hpp"
+#include "gpusel/machine/detail/system/nvml.hpp"
 
 #define GPUSEL_STATE_CAT2(a, b) a##_##b
 #define GPUSEL_STATE_CAT(a, b) GPUSEL_STATE_CAT2(a, b)

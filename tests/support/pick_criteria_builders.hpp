@@ -3,7 +3,7 @@
 
 #include <optional>
 
-#include "gpusel/pick_criteria.hpp"
+#include "gpusel/machine/pick_criteria.hpp"
 
 namespace gpusel_test {
 

@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "gpusel/lease.hpp"
+#include "gpusel/machine/lease.hpp"
 #include "lease_directory.hpp"
 
 namespace gpusel_test::staged {

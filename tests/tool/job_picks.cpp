@@ -7,8 +7,8 @@
 //                       CUDA_VISIBLE_DEVICES
 //   job_picks lease U   gpusel::lease_gpu(U): prints U and "job" or "own"
 // An Error prints its text on stderr and exits 1.
-#include <gpusel/lease.hpp>
-#include <gpusel/select.hpp>
+#include <gpusel/machine/lease.hpp>
+#include <gpusel/machine/pick.hpp>
 
 #include <algorithm>
 #include <cstdlib>

@@ -7,16 +7,15 @@
 // that link no CUDA runtime, as the gpusel command) and into libgpusel.a.
 //
 //   // gpusel_machine.cpp, compiled with -DGPUSEL_COMPILE_ONCE like every other file
-//   #include <gpusel/machine_implementation.hpp>
+//   #include <gpusel/machine/implementation.hpp>
 //
 // In exactly one file of the program, before any other gpusel header. Like the
 // headers it defines, it includes no CUDA header.
-// Layer: machine (docs/layers.md).
 #pragma once
 
 #if defined(GPUSEL_API) && !defined(GPUSEL_COMPILE_ONCE)
 #error \
-    "gpusel/machine_implementation.hpp must come before every other gpusel header of its file (Note [Compile-once mode])"
+    "gpusel/machine/implementation.hpp must come before every other gpusel header of its file (Note [Compile-once mode])"
 #endif
 #ifndef GPUSEL_COMPILE_ONCE
 #define GPUSEL_COMPILE_ONCE
@@ -24,23 +23,23 @@
 
 #include "gpusel/detail/core/pci_address-inl.hpp"
 #include "gpusel/detail/core/visible_tokens-inl.hpp"
-#include "gpusel/detail/machine/leases/job_lease-inl.hpp"
-#include "gpusel/detail/machine/picking/connected_sets-inl.hpp"
-#include "gpusel/detail/machine/picking/criteria_checks-inl.hpp"
-#include "gpusel/detail/machine/picking/wait_line-inl.hpp"
-#include "gpusel/detail/machine/system/nvml-inl.hpp"
-#include "gpusel/detail/machine/system/nvml_topology-inl.hpp"
-#include "gpusel/detail/machine/system/process_files-inl.hpp"
-#include "gpusel/detail/machine/system/system_text-inl.hpp"
-#include "gpusel/inventory-inl.hpp"
-#include "gpusel/lease-inl.hpp"
-#include "gpusel/lease_directory-inl.hpp"
-#include "gpusel/local_rank-inl.hpp"
-#include "gpusel/physical_order-inl.hpp"
-#include "gpusel/pick_criteria-inl.hpp"
-#include "gpusel/select-inl.hpp"
+#include "gpusel/machine/detail/leases/job_lease-inl.hpp"
+#include "gpusel/machine/detail/picking/connected_sets-inl.hpp"
+#include "gpusel/machine/detail/picking/criteria_checks-inl.hpp"
+#include "gpusel/machine/detail/picking/wait_line-inl.hpp"
+#include "gpusel/machine/detail/system/nvml-inl.hpp"
+#include "gpusel/machine/detail/system/nvml_topology-inl.hpp"
+#include "gpusel/machine/detail/system/process_files-inl.hpp"
+#include "gpusel/machine/detail/system/system_text-inl.hpp"
+#include "gpusel/machine/inventory-inl.hpp"
+#include "gpusel/machine/lease-inl.hpp"
+#include "gpusel/machine/lease_directory-inl.hpp"
+#include "gpusel/machine/local_rank-inl.hpp"
+#include "gpusel/machine/physical_order-inl.hpp"
+#include "gpusel/machine/pick-inl.hpp"
+#include "gpusel/machine/pick_criteria-inl.hpp"
+#include "gpusel/machine/topology-inl.hpp"
+#include "gpusel/machine/visibility-inl.hpp"
+#include "gpusel/machine/wait_for_gpus-inl.hpp"
 #include "gpusel/text-inl.hpp"
-#include "gpusel/topology-inl.hpp"
-#include "gpusel/visibility-inl.hpp"
 #include "gpusel/visible_devices-inl.hpp"
-#include "gpusel/wait_for_gpus-inl.hpp"

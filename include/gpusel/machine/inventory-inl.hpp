@@ -1,10 +1,9 @@
-// The definitions of gpusel/inventory.hpp's out-of-line functions (Note
+// The definitions of gpusel/machine/inventory.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
-// Layer: machine (docs/layers.md).
 #pragma once
 
-#include "gpusel/inventory.hpp"
+#include "gpusel/machine/inventory.hpp"
 
 #include <pwd.h>
 #include <unistd.h>
@@ -18,8 +17,8 @@
 
 #include "gpusel/detail/core/environment.hpp"
 #include "gpusel/detail/core/pci_address.hpp"
-#include "gpusel/detail/machine/system/nvml.hpp"
-#include "gpusel/detail/machine/system/nvml_topology.hpp"
+#include "gpusel/machine/detail/system/nvml.hpp"
+#include "gpusel/machine/detail/system/nvml_topology.hpp"
 
 namespace gpusel {
 

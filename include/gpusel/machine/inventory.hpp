@@ -10,11 +10,10 @@
 // to act as if there were no NVML; ignored by a setuid program, read with
 // secure_getenv), else libnvidia-ml.so.1.
 // How the GPUs reach each other and the CPUs (GpuLink, describe, format_cpu_list)
-// is gpusel/topology.hpp, which this header includes. What CUDA's indices mean
-// (CudaPhysicalOrder, cuda_physical_order) is gpusel/physical_order.hpp, above
+// is gpusel/machine/topology.hpp, which this header includes. What CUDA's indices mean
+// (CudaPhysicalOrder, cuda_physical_order) is gpusel/machine/physical_order.hpp, above
 // this header.
 // This header includes no CUDA header and makes no CUDA call.
-// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <cstdint>
@@ -25,8 +24,8 @@
 
 #include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/error.hpp"
+#include "gpusel/machine/topology.hpp"
 #include "gpusel/memory_size.hpp"
-#include "gpusel/topology.hpp"
 #include "gpusel/visible_devices.hpp"
 
 namespace gpusel {
@@ -57,7 +56,7 @@ struct MigInstance {
 // Who may create a CUDA context on a GPU, as its administrator set it
 // (`nvidia-smi -c`): NVML's nvmlComputeMode_t, with its values. The driver
 // enforces it, machine-wide and for every user: the alternative to leases where
-// an administrator wants it (Note [Compute modes in picking] in select.hpp).
+// an administrator wants it (Note [Compute modes in picking] in pick.hpp).
 enum class ComputeMode {
   default_mode = 0,       // any number of processes ("Default")
   exclusive_thread = 1,   // one thread of one process (NVIDIA deprecated it for exclusive_process)
@@ -91,7 +90,7 @@ struct Gpu {
   std::optional<int> memory_utilization_percent;     // of time memory was read or written
   std::optional<std::vector<GpuProcess>> processes;  // compute processes; nullopt when NVML could not list them
   std::optional<ComputeMode> compute_mode;           // nullopt when NVML could not tell
-  // Where it sits, read with usage (Note [GPU topology] in gpusel/topology.hpp):
+  // Where it sits, read with usage (Note [GPU topology] in gpusel/machine/topology.hpp):
   std::optional<int> numa_node;   // its NUMA node (nvmlDeviceGetNumaNodeId); nullopt when NVML cannot tell
   std::vector<int> cpu_affinity;  // the CPUs near it, ascending (nvmlDeviceGetCpuAffinity); empty: unknown
   std::vector<GpuLink> links;     // links[i]: how it reaches the GPU nvidia-smi numbers i; empty: not read
@@ -158,7 +157,7 @@ struct Inventory {
 
 // How `a` reaches `b` (two GPUs of one inventory read with usage): GpuLink::unknown
 // when NVML could not tell, or for a GPU and itself. Part of the topology
-// (gpusel/topology.hpp), but declared here, with the Gpu whose links it reads:
+// (gpusel/machine/topology.hpp), but declared here, with the Gpu whose links it reads:
 // topology.hpp sits beneath this header.
 GPUSEL_API GpuLink link_between(const Gpu& a, const Gpu& b) noexcept;
 
@@ -193,5 +192,5 @@ GPUSEL_API std::string process_user(unsigned int pid);
 }  // namespace gpusel
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/inventory-inl.hpp"
+#include "gpusel/machine/inventory-inl.hpp"
 #endif

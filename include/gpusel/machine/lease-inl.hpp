@@ -1,10 +1,9 @@
-// The definitions of gpusel/lease.hpp's out-of-line functions (Note
+// The definitions of gpusel/machine/lease.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
-// Layer: machine (docs/layers.md).
 #pragma once
 
-#include "gpusel/lease.hpp"
+#include "gpusel/machine/lease.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -23,9 +22,9 @@
 #include <map>
 #include <thread>
 
-#include "gpusel/detail/machine/leases/job_lease.hpp"
-#include "gpusel/detail/machine/system/process_files.hpp"
-#include "gpusel/detail/machine/system/system_text.hpp"
+#include "gpusel/machine/detail/leases/job_lease.hpp"
+#include "gpusel/machine/detail/system/process_files.hpp"
+#include "gpusel/machine/detail/system/system_text.hpp"
 #include "gpusel/text.hpp"
 
 namespace gpusel {

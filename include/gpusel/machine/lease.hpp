@@ -7,10 +7,9 @@
 // A lease is an advisory lock (flock) on a file named after the GPU's UUID and
 // the user, in one directory per machine (Note [Leases]). The kernel drops it when the lease
 // is destroyed or the process ends, however it ends (kill -9 included), so a
-// crashed job never keeps a GPU. Picking (select.hpp) counts a leased GPU as
+// crashed job never keeps a GPU. Picking (pick.hpp) counts a leased GPU as
 // busy; `gpusel run` and `gpusel::use_free_gpus` take leases on what they pick.
 // This header includes no CUDA header and makes no CUDA call.
-// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <cstddef>
@@ -23,8 +22,8 @@
 
 #include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/error.hpp"
-#include "gpusel/inventory.hpp"
-#include "gpusel/lease_directory.hpp"
+#include "gpusel/machine/inventory.hpp"
+#include "gpusel/machine/lease_directory.hpp"
 
 namespace gpusel {
 
@@ -120,7 +119,7 @@ class [[nodiscard]] GpuLease {
   // Those of uuids() that the job this process belongs to held already: `gpusel run`
   // leased them for it (GPUSEL_JOB_LEASE). Leased with no lock of their own, they stay
   // held while the job or this lease lives (Note [The job's lease] in
-  // gpusel/detail/machine/leases/job_lease.hpp).
+  // gpusel/machine/detail/leases/job_lease.hpp).
   const std::vector<std::string>& job_uuids() const noexcept { return job_uuids_; }
   bool empty() const noexcept { return uuids_.empty(); }
   // Releases every GPU now (but those the job holds, which stay the job's).
@@ -207,5 +206,5 @@ GPUSEL_API GpuLease lease_gpu(const std::string& uuid);
 }  // namespace gpusel
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/lease-inl.hpp"
+#include "gpusel/machine/lease-inl.hpp"
 #endif

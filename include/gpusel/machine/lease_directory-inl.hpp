@@ -1,10 +1,9 @@
-// The definitions of gpusel/lease_directory.hpp's out-of-line functions (Note
+// The definitions of gpusel/machine/lease_directory.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
-// Layer: machine (docs/layers.md).
 #pragma once
 
-#include "gpusel/lease_directory.hpp"
+#include "gpusel/machine/lease_directory.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -20,7 +19,7 @@
 #include <vector>
 
 #include "gpusel/detail/core/environment.hpp"
-#include "gpusel/detail/machine/system/system_text.hpp"
+#include "gpusel/machine/detail/system/system_text.hpp"
 
 namespace gpusel {
 

@@ -1,11 +1,10 @@
-// The lease directory: where this machine's leases (gpusel/lease.hpp) live, and
+// The lease directory: where this machine's leases (gpusel/machine/lease.hpp) live, and
 // whom gpusel trusts with it.
 //
 //   gpusel::lease_directory();        // GPUSEL_LEASE_DIR, "/run/gpusel-leases" or "/tmp/gpusel-leases"
 //   gpusel::check_lease_directory();  // an Error saying what is wrong with it, and how to fix it
 //
 // This header includes no CUDA header and makes no CUDA call.
-// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <unistd.h>
@@ -136,5 +135,5 @@ GPUSEL_API void check_lease_directory();
 }  // namespace gpusel
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/lease_directory-inl.hpp"
+#include "gpusel/machine/lease_directory-inl.hpp"
 #endif

@@ -1,16 +1,15 @@
-// The definitions of gpusel/local_rank.hpp's out-of-line functions (Note
+// The definitions of gpusel/machine/local_rank.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
-// Layer: machine (docs/layers.md).
 #pragma once
 
-#include "gpusel/local_rank.hpp"
+#include "gpusel/machine/local_rank.hpp"
 
 #include <algorithm>
 
 #include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/detail/core/environment.hpp"
-#include "gpusel/detail/machine/leases/job_lease.hpp"
+#include "gpusel/machine/detail/leases/job_lease.hpp"
 #include "gpusel/text.hpp"
 
 namespace gpusel {

@@ -10,7 +10,6 @@
 // device_for_local_rank(), so it can be checked without launching anything.
 // gpusel::allotment() says which GPUs the process may choose among at all:
 // inside a Slurm step, the step's (Note [The GPUs this process may choose among]).
-// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <array>
@@ -144,7 +143,7 @@ enum class Placement {
 // shown as they are, never mapped to devices. Inside `gpusel run` (srun's step
 // included) the job's GPUs are those run leased (GPUSEL_JOB_LEASE), each counted
 // only once its descriptor is seen to hold its lock (Note [The job's lease] in
-// gpusel/detail/machine/leases/job_lease.hpp): picking chooses among them, and
+// gpusel/machine/detail/leases/job_lease.hpp): picking chooses among them, and
 // leasing one is the job's lease.
 
 // The GPUs this process may choose among (Note [The GPUs this process may choose among]).
@@ -207,5 +206,5 @@ GPUSEL_API Device device_for_local_rank(const std::optional<LocalRank>& rank, in
 }  // namespace gpusel
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/local_rank-inl.hpp"
+#include "gpusel/machine/local_rank-inl.hpp"
 #endif

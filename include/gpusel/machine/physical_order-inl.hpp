@@ -1,10 +1,9 @@
-// The definitions of gpusel/physical_order.hpp's out-of-line functions (Note
+// The definitions of gpusel/machine/physical_order.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
-// Layer: machine (docs/layers.md).
 #pragma once
 
-#include "gpusel/physical_order.hpp"
+#include "gpusel/machine/physical_order.hpp"
 
 #include <algorithm>
 

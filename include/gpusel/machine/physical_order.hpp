@@ -9,7 +9,6 @@
 // It orders the Gpus of inventory.hpp, which it includes; visibility.hpp (the
 // DeviceMap) includes this header.
 // This header includes no CUDA header and makes no CUDA call.
-// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <cstddef>
@@ -19,7 +18,7 @@
 #include <vector>
 
 #include "gpusel/detail/core/compile_once.hpp"
-#include "gpusel/inventory.hpp"
+#include "gpusel/machine/inventory.hpp"
 
 namespace gpusel {
 
@@ -61,5 +60,5 @@ struct CudaPhysicalOrder {
 }  // namespace gpusel
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/physical_order-inl.hpp"
+#include "gpusel/machine/physical_order-inl.hpp"
 #endif

@@ -1,10 +1,9 @@
-// The definitions of gpusel/select.hpp's out-of-line functions (Note
+// The definitions of gpusel/machine/pick.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
-// Layer: machine (docs/layers.md).
 #pragma once
 
-#include "gpusel/select.hpp"
+#include "gpusel/machine/pick.hpp"
 
 #include <unistd.h>
 
@@ -14,9 +13,9 @@
 
 #include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/detail/core/environment.hpp"
-#include "gpusel/detail/machine/leases/job_lease.hpp"
-#include "gpusel/detail/machine/picking/connected_sets.hpp"
-#include "gpusel/detail/machine/picking/criteria_checks.hpp"
+#include "gpusel/machine/detail/leases/job_lease.hpp"
+#include "gpusel/machine/detail/picking/connected_sets.hpp"
+#include "gpusel/machine/detail/picking/criteria_checks.hpp"
 
 namespace gpusel {
 

@@ -10,7 +10,6 @@
 // Picking reads NVML only (inventory.hpp): it creates no CUDA context and makes
 // no CUDA call, so it can run before CUDA starts, as use_free_gpus must.
 // This header includes no CUDA header.
-// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <cstdint>
@@ -22,13 +21,13 @@
 
 #include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/error.hpp"
-#include "gpusel/inventory.hpp"
-#include "gpusel/lease.hpp"
+#include "gpusel/machine/inventory.hpp"
+#include "gpusel/machine/lease.hpp"
+#include "gpusel/machine/physical_order.hpp"
+#include "gpusel/machine/pick_criteria.hpp"
+#include "gpusel/machine/visibility.hpp"
 #include "gpusel/memory_size.hpp"
-#include "gpusel/physical_order.hpp"
-#include "gpusel/pick_criteria.hpp"
 #include "gpusel/text.hpp"
-#include "gpusel/visibility.hpp"
 
 namespace gpusel {
 
@@ -191,5 +190,5 @@ GPUSEL_API void make_visible(const LeasedGpus& picked, const PickCriteria& crite
 }  // namespace gpusel
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/select-inl.hpp"
+#include "gpusel/machine/pick-inl.hpp"
 #endif

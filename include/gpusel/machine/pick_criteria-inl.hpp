@@ -1,14 +1,13 @@
-// The definitions of gpusel/pick_criteria.hpp's out-of-line functions (Note
+// The definitions of gpusel/machine/pick_criteria.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
-// Layer: machine (docs/layers.md).
 #pragma once
 
-#include "gpusel/pick_criteria.hpp"
+#include "gpusel/machine/pick_criteria.hpp"
 
 #include <string>
 
-#include "gpusel/detail/machine/picking/criteria_checks.hpp"
+#include "gpusel/machine/detail/picking/criteria_checks.hpp"
 #include "gpusel/text.hpp"
 
 namespace gpusel {

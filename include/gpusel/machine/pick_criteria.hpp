@@ -1,4 +1,4 @@
-// What a GPU must be to be picked (select.hpp's pick, assess, choose): PickCriteria,
+// What a GPU must be to be picked (pick.hpp's pick, assess, choose): PickCriteria,
 // its order and placement, the criteria in words, and what the names in its
 // `exclude` list mean against a DeviceMap.
 //
@@ -8,9 +8,8 @@
 //   criteria.exclude = {"3", "smi:0", "GPU-8d2a"};  // CUDA's index, nvidia-smi's, a UUID prefix
 //   gpusel::describe(criteria);  // "at least 2 GPUs (at most 2); at least 8.0 GiB free; ..."
 //
-// select.hpp, which judges GPUs by these criteria, includes this header.
+// pick.hpp, which judges GPUs by these criteria, includes this header.
 // This header includes no CUDA header and makes no CUDA call.
-// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <climits>
@@ -31,7 +30,7 @@ enum class PickOrder {
 };
 
 // Whether the GPUs picked should be near each other (Note [Connected GPUs] in
-// gpusel/detail/machine/picking/connected_sets.hpp).
+// gpusel/machine/detail/picking/connected_sets.hpp).
 enum class PickPlacement {
   any,        // wherever they are
   connected,  // prefer GPUs joined by NVLink, else under one PCIe switch, else one host bridge, else one
@@ -40,7 +39,7 @@ enum class PickPlacement {
 
 // What a GPU must be to be picked. The defaults pick one GPU that runs no
 // compute process (this user's own included, the calling process's excepted:
-// Note [Whose process is it] in select.hpp), among those this process may see.
+// Note [Whose process is it] in pick.hpp), among those this process may see.
 struct PickCriteria {
   // Fewer fitting GPUs than this is an Error.
   int at_least = 1;
@@ -52,7 +51,7 @@ struct PickCriteria {
   // Highest utilization (percent of time a kernel ran, NVML's last sample) allowed; nullopt: any.
   std::optional<int> max_utilization;
   // Whether a GPU where another user runs a compute process may be picked.
-  // See Note [Whose process is it] in select.hpp.
+  // See Note [Whose process is it] in pick.hpp.
   bool allow_other_users = false;
   // Whether a GPU where only this user's own compute processes run may be picked (a
   // job sharing its own GPUs on purpose); allow_other_users allows them too.
@@ -78,5 +77,5 @@ GPUSEL_API std::string describe(const PickCriteria& criteria);
 }  // namespace gpusel
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/pick_criteria-inl.hpp"
+#include "gpusel/machine/pick_criteria-inl.hpp"
 #endif

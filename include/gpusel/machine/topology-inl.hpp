@@ -1,10 +1,9 @@
-// The definitions of gpusel/topology.hpp's out-of-line functions (Note
+// The definitions of gpusel/machine/topology.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
-// Layer: machine (docs/layers.md).
 #pragma once
 
-#include "gpusel/topology.hpp"
+#include "gpusel/machine/topology.hpp"
 
 namespace gpusel {
 

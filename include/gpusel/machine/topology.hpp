@@ -10,7 +10,6 @@
 // inventory.hpp, which includes this header; link_between reads two Gpus, so
 // it is declared there, with Gpu.
 // This header includes no CUDA header and makes no CUDA call.
-// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <string>
@@ -53,5 +52,5 @@ GPUSEL_API std::string format_cpu_list(const std::vector<int>& cpus);
 }  // namespace gpusel
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/topology-inl.hpp"
+#include "gpusel/machine/topology-inl.hpp"
 #endif

@@ -1,10 +1,9 @@
-// The definitions of gpusel/visibility.hpp's out-of-line functions (Note
+// The definitions of gpusel/machine/visibility.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
-// Layer: machine (docs/layers.md).
 #pragma once
 
-#include "gpusel/visibility.hpp"
+#include "gpusel/machine/visibility.hpp"
 
 #include <dlfcn.h>
 
@@ -13,7 +12,7 @@
 #include <utility>
 
 #include "gpusel/detail/core/environment.hpp"
-#include "gpusel/local_rank.hpp"
+#include "gpusel/machine/local_rank.hpp"
 
 namespace gpusel {
 

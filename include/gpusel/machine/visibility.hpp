@@ -12,7 +12,6 @@
 //                                       what is visible now
 //
 // This header includes no CUDA header and makes no CUDA call.
-// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <initializer_list>
@@ -23,8 +22,8 @@
 
 #include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/error.hpp"
-#include "gpusel/inventory.hpp"
-#include "gpusel/physical_order.hpp"
+#include "gpusel/machine/inventory.hpp"
+#include "gpusel/machine/physical_order.hpp"
 #include "gpusel/text.hpp"
 #include "gpusel/visible_devices.hpp"
 
@@ -138,5 +137,5 @@ GPUSEL_API void keep_visible_devices(std::initializer_list<int> logical_indices)
 }  // namespace gpusel
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/visibility-inl.hpp"
+#include "gpusel/machine/visibility-inl.hpp"
 #endif

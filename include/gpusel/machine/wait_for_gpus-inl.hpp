@@ -1,10 +1,9 @@
-// The definitions of gpusel/wait_for_gpus.hpp's out-of-line functions (Note
+// The definitions of gpusel/machine/wait_for_gpus.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
-// Layer: machine (docs/layers.md).
 #pragma once
 
-#include "gpusel/wait_for_gpus.hpp"
+#include "gpusel/machine/wait_for_gpus.hpp"
 
 #include <unistd.h>
 
@@ -15,8 +14,8 @@
 #include <vector>
 
 #include "gpusel/detail/core/environment.hpp"
-#include "gpusel/detail/machine/picking/criteria_checks.hpp"
-#include "gpusel/detail/machine/picking/wait_line.hpp"
+#include "gpusel/machine/detail/picking/criteria_checks.hpp"
+#include "gpusel/machine/detail/picking/wait_line.hpp"
 
 namespace gpusel {
 

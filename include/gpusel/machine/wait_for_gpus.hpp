@@ -8,7 +8,6 @@
 //   gpusel::LeasedGpus gpus = gpusel::use_free_gpus(criteria, wait);  // then cuda:0, cuda:1, ...
 //
 // This header includes no CUDA header.
-// Layer: machine (docs/layers.md).
 #pragma once
 
 #include <chrono>
@@ -18,9 +17,9 @@
 
 #include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/error.hpp"
-#include "gpusel/pick_criteria.hpp"
-#include "gpusel/select.hpp"
-#include "gpusel/visibility.hpp"
+#include "gpusel/machine/pick.hpp"
+#include "gpusel/machine/pick_criteria.hpp"
+#include "gpusel/machine/visibility.hpp"
 
 namespace gpusel {
 
@@ -71,5 +70,5 @@ GPUSEL_API void check_wait_can_serve(const PickCriteria& criteria, const DeviceM
 }  // namespace gpusel
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/wait_for_gpus-inl.hpp"
+#include "gpusel/machine/wait_for_gpus-inl.hpp"
 #endif

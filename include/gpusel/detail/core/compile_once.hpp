@@ -13,11 +13,11 @@
 // GPUSEL_API in x-inl.hpp beside it; a member function defined there is
 // declared GPUSEL_API in its class too. Header-only (GPUSEL_HEADER_ONLY), x.hpp
 // ends by including x-inl.hpp; compiled once, the implementation headers
-// (gpusel/machine_implementation.hpp: core and machine layers;
+// (gpusel/machine/implementation.hpp: core and machine layers;
 // gpusel/runtime_implementation.hpp: the layers on the CUDA runtime) list every
 // x-inl.hpp, each in one. Definitions include headers, never other definitions:
 // a helper that two -inl.hpp files use is declared in a detail header of its
-// own and defined in its -inl.hpp (detail/machine/system/system_text.hpp), and an
+// own and defined in its -inl.hpp (machine/detail/system/system_text.hpp), and an
 // -inl.hpp is included only by its header and the lists (ctest header_layers).
 // What stays inline in both modes: types, templates (Buffer<T>), constexpr
 // functions, members defined in their class, the cuda layer's switching

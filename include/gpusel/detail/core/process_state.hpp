@@ -138,7 +138,7 @@ struct ProcessState {
   std::atomic<RestoreErrorHandler> restore_error_handler{nullptr};
   std::atomic<bool> restore_error_printed{false};
   DriverEntryPoints driver{};
-  // The loaded NVML libraries, newest first (detail/machine/system/nvml.hpp), published with
+  // The loaded NVML libraries, newest first (machine/detail/system/nvml.hpp), published with
   // a compare-exchange and never removed: no lock is held across dlopen and
   // nvmlInit (Note [Loading NVML without a lock]).
   // The slot's object is the newest nvml::Library.

@@ -1,8 +1,8 @@
-// The definitions of gpusel/detail/machine/leases/job_lease.hpp's out-of-line functions
+// The definitions of gpusel/machine/detail/leases/job_lease.hpp's out-of-line functions
 // (Note [Compile-once mode] in gpusel/detail/core/compile_once.hpp).
 #pragma once
 
-#include "gpusel/detail/machine/leases/job_lease.hpp"
+#include "gpusel/machine/detail/leases/job_lease.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -15,8 +15,8 @@
 
 #include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/detail/core/environment.hpp"
-#include "gpusel/detail/machine/system/system_text.hpp"
-#include "gpusel/lease_directory.hpp"
+#include "gpusel/machine/detail/system/system_text.hpp"
+#include "gpusel/machine/lease_directory.hpp"
 
 namespace gpusel::detail {
 

@@ -76,5 +76,5 @@ GPUSEL_API std::string job_lease_not_counted(const JobLease& job, std::string_vi
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/machine/leases/job_lease-inl.hpp"
+#include "gpusel/machine/detail/leases/job_lease-inl.hpp"
 #endif

@@ -1,7 +1,7 @@
 // The search beneath PickPlacement::connected (pick_criteria.hpp): among GPUs
 // ranked best first, the set of a given size whose GPUs are nearest one another
 // (Note [Connected GPUs]). It knows GPUs only by rank and the GpuLink between
-// each two, so it reads no Candidate: select.hpp's choose() gives it those links.
+// each two, so it reads no Candidate: pick.hpp's choose() gives it those links.
 // This header includes no CUDA header and makes no CUDA call.
 #pragma once
 
@@ -11,7 +11,7 @@
 #include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel {
-enum class GpuLink;  // gpusel/topology.hpp: nearer links compare lower
+enum class GpuLink;  // gpusel/machine/topology.hpp: nearer links compare lower
 }  // namespace gpusel
 
 namespace gpusel::detail {
@@ -20,7 +20,7 @@ namespace gpusel::detail {
 // ~~~~~~~~~~~~~~~~~~~~~
 // PickPlacement::connected chooses, among the GPUs that fit, the set of the wanted
 // size whose farthest pair is nearest (GpuLink's order: NVLink, one PCIe switch, one
-// host bridge, one NUMA node, across nodes; Note [GPU topology] in gpusel/topology.hpp),
+// host bridge, one NUMA node, across nodes; Note [GPU topology] in gpusel/machine/topology.hpp),
 // and among sets as near, the one holding the best GPUs by criteria.order. The search is
 // greedy (a set is started from each fitting GPU, best first, and takes every other GPU
 // near all it holds), which is exact for the PCIe and NUMA levels and for all-to-all
@@ -39,5 +39,5 @@ GPUSEL_API std::vector<std::size_t> connected_set(const std::vector<std::vector<
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/machine/picking/connected_sets-inl.hpp"
+#include "gpusel/machine/detail/picking/connected_sets-inl.hpp"
 #endif

@@ -1,9 +1,9 @@
-// The definitions of gpusel/detail/machine/picking/criteria_checks.hpp's out-of-line functions (Note
+// The definitions of gpusel/machine/detail/picking/criteria_checks.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
 #pragma once
 
-#include "gpusel/detail/machine/picking/criteria_checks.hpp"
+#include "gpusel/machine/detail/picking/criteria_checks.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -11,11 +11,11 @@
 #include "gpusel/detail/core/decimal.hpp"
 #include "gpusel/detail/core/environment.hpp"
 #include "gpusel/error.hpp"
-#include "gpusel/inventory.hpp"
-#include "gpusel/physical_order.hpp"
-#include "gpusel/pick_criteria.hpp"
+#include "gpusel/machine/inventory.hpp"
+#include "gpusel/machine/physical_order.hpp"
+#include "gpusel/machine/pick_criteria.hpp"
+#include "gpusel/machine/visibility.hpp"
 #include "gpusel/text.hpp"
-#include "gpusel/visibility.hpp"
 #include "gpusel/visible_devices.hpp"
 
 namespace gpusel::detail {
@@ -23,7 +23,7 @@ namespace gpusel::detail {
 // Whether CUDA_VISIBLE_DEVICES, set, lets this process see `instance` of physical GPU
 // `physical`: when it names the instance's UUID (or a prefix), or the GPU; which of a
 // named GPU's instances CUDA then shows is CUDA's to decide (Note [MIG instances as
-// picks] in select.hpp).
+// picks] in pick.hpp).
 GPUSEL_API bool mig_instance_visible(const DeviceMap& map, int physical, const MigInstance& instance) {
   if (map.visible.logical(physical)) return true;
   for (const VisibleToken& token : map.visible.tokens())

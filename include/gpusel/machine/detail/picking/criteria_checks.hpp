@@ -1,4 +1,4 @@
-// The pick criteria's checks and the exclusion list's parser, which select.hpp's
+// The pick criteria's checks and the exclusion list's parser, which pick.hpp's
 // definitions (assess, choose) and describe(const PickCriteria&) call.
 // This header includes no CUDA header and makes no CUDA call.
 #pragma once
@@ -10,10 +10,10 @@
 #include "gpusel/detail/core/compile_once.hpp"
 
 namespace gpusel {
-struct DeviceMap;         // gpusel/visibility.hpp
-struct InventoryOptions;  // gpusel/inventory.hpp
-struct MigInstance;       // gpusel/inventory.hpp
-struct PickCriteria;      // gpusel/pick_criteria.hpp
+struct DeviceMap;         // gpusel/machine/visibility.hpp
+struct InventoryOptions;  // gpusel/machine/inventory.hpp
+struct MigInstance;       // gpusel/machine/inventory.hpp
+struct PickCriteria;      // gpusel/machine/pick_criteria.hpp
 }  // namespace gpusel
 
 namespace gpusel::detail {
@@ -28,7 +28,7 @@ struct Excluded {
 // Whether CUDA_VISIBLE_DEVICES, set, lets this process see `instance` of physical GPU
 // `physical`: when it names the instance's UUID (or a prefix), or the GPU; which of a
 // named GPU's instances CUDA then shows is CUDA's to decide (Note [MIG instances as
-// picks] in select.hpp).
+// picks] in pick.hpp).
 GPUSEL_API bool mig_instance_visible(const DeviceMap& map, int physical, const MigInstance& instance);
 
 // Which GPUs of `map` `exclude` names: CUDA physical indices as pick prints them
@@ -52,5 +52,5 @@ GPUSEL_API void check_criteria(const PickCriteria& criteria);
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/machine/picking/criteria_checks-inl.hpp"
+#include "gpusel/machine/detail/picking/criteria_checks-inl.hpp"
 #endif

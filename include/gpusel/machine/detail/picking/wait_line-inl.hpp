@@ -1,9 +1,9 @@
-// The definitions of gpusel/detail/machine/picking/wait_line.hpp's out-of-line functions (Note
+// The definitions of gpusel/machine/detail/picking/wait_line.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
 #pragma once
 
-#include "gpusel/detail/machine/picking/wait_line.hpp"
+#include "gpusel/machine/detail/picking/wait_line.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -19,9 +19,9 @@
 #include <string_view>
 #include <vector>
 
-#include "gpusel/detail/machine/system/process_files.hpp"
-#include "gpusel/detail/machine/system/system_text.hpp"
 #include "gpusel/error.hpp"
+#include "gpusel/machine/detail/system/process_files.hpp"
+#include "gpusel/machine/detail/system/system_text.hpp"
 
 namespace gpusel::detail {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "gpusel/detail/core/compile_once.hpp"
-#include "gpusel/lease_directory.hpp"
+#include "gpusel/machine/lease_directory.hpp"
 
 namespace gpusel::detail {
 
@@ -59,5 +59,5 @@ GPUSEL_API std::string duration_text(long long seconds);
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/machine/picking/wait_line-inl.hpp"
+#include "gpusel/machine/detail/picking/wait_line-inl.hpp"
 #endif

@@ -150,5 +150,5 @@ GPUSEL_API LoadResult load(const std::string& path);
 }  // namespace gpusel::detail::nvml
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/machine/system/nvml-inl.hpp"
+#include "gpusel/machine/detail/system/nvml-inl.hpp"
 #endif

@@ -1,4 +1,4 @@
-// The NVML readers of the topology (Note [GPU topology] in gpusel/topology.hpp),
+// The NVML readers of the topology (Note [GPU topology] in gpusel/machine/topology.hpp),
 // which query_inventory (inventory.hpp) calls for each GPU read with usage, and
 // for each pair of them.
 // This header includes no CUDA header and makes no CUDA call.
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "gpusel/detail/core/compile_once.hpp"
-#include "gpusel/detail/machine/system/nvml.hpp"
-#include "gpusel/topology.hpp"
+#include "gpusel/machine/detail/system/nvml.hpp"
+#include "gpusel/machine/topology.hpp"
 
 namespace gpusel::detail {
 
@@ -25,5 +25,5 @@ GPUSEL_API GpuLink read_link(const nvml::Library& library, nvml::Device a, nvml:
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/machine/system/nvml_topology-inl.hpp"
+#include "gpusel/machine/detail/system/nvml_topology-inl.hpp"
 #endif

@@ -1,9 +1,9 @@
-// The definitions of gpusel/detail/machine/system/process_files.hpp's out-of-line functions (Note
+// The definitions of gpusel/machine/detail/system/process_files.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
 #pragma once
 
-#include "gpusel/detail/machine/system/process_files.hpp"
+#include "gpusel/machine/detail/system/process_files.hpp"
 
 #include <dirent.h>
 #include <sys/sysmacros.h>

@@ -59,5 +59,5 @@ GPUSEL_API std::string local_time_text(std::int64_t seconds);
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/machine/system/process_files-inl.hpp"
+#include "gpusel/machine/detail/system/process_files-inl.hpp"
 #endif

@@ -21,5 +21,5 @@ GPUSEL_API std::string user_text(uid_t uid);
 }  // namespace gpusel::detail
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
-#include "gpusel/detail/machine/system/system_text-inl.hpp"
+#include "gpusel/machine/detail/system/system_text-inl.hpp"
 #endif
