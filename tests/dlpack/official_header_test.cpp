@@ -13,8 +13,8 @@ namespace {
 using namespace dlpack_official_header;
 
 static_assert(sizeof(DLManagedTensorVersioned) == sizeof(gpusel::dlpack::ManagedTensorVersioned));
-static_assert(offsetof(DLManagedTensorVersioned, dl_tensor) == offsetof(gpusel::dlpack::ManagedTensorVersioned,
-                                                                         dl_tensor));
+static_assert(offsetof(DLManagedTensorVersioned, dl_tensor) ==
+              offsetof(gpusel::dlpack::ManagedTensorVersioned, dl_tensor));
 static_assert(sizeof(DLManagedTensor) == sizeof(gpusel::dlpack::ManagedTensor));
 static_assert(gpusel::detail::has_dlpack_layout<DLManagedTensorVersioned>());
 static_assert(gpusel::detail::has_dlpack_layout<DLManagedTensor>());

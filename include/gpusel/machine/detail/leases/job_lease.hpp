@@ -57,7 +57,6 @@ struct JobLease {
 // GPUSEL_JOB_LEASE's value `value` read, nothing checked. Pure.
 GPUSEL_API JobLease parse_job_lease(std::string_view value);
 
-
 // GPUSEL_JOB_LEASE of this process's environment, each GPU checked (Note [The job's lease]).
 GPUSEL_API JobLease job_lease();
 
