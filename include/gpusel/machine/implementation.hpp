@@ -24,6 +24,8 @@
 #include "gpusel/detail/core/pci_address-inl.hpp"
 #include "gpusel/detail/core/visible_tokens-inl.hpp"
 #include "gpusel/machine/detail/leases/job_lease-inl.hpp"
+#include "gpusel/machine/detail/leases/lease_states-inl.hpp"
+#include "gpusel/machine/detail/leases/lock_files-inl.hpp"
 #include "gpusel/machine/detail/picking/connected_sets-inl.hpp"
 #include "gpusel/machine/detail/picking/criteria_checks-inl.hpp"
 #include "gpusel/machine/detail/picking/wait_line-inl.hpp"

@@ -1,0 +1,85 @@
+// A lease's lock files (Note [Lease files] in gpusel/machine/lease.hpp): the UUID
+// checked as a file's name, the lease directory listed for other users' files of a
+// GPU, this user's own file opened, and a GPU locked against every user. lease.hpp's
+// definitions take leases with them; lease_states.hpp looks at the leases others hold.
+// This header includes no CUDA header and makes no CUDA call.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpusel/detail/core/compile_once.hpp"
+#include "gpusel/machine/lease_directory.hpp"
+
+namespace gpusel::detail {
+
+// `uuid` checked as a lease's name. A lock file is named by the UUID, so only NVML's own
+// spelling may name one: an upper-case UUID or a prefix would lock a file of its own,
+// excluding no job that names the GPU as NVML does (and none of it leaves the directory).
+GPUSEL_API void check_lease_name(std::string_view uuid);
+
+// Why `uuid` cannot name a lease file, without "gpusel: ", or "".
+GPUSEL_API std::string unusable_name(std::string_view uuid);
+
+// The lock file of `uuid` for user `uid`: "<UUID>.<uid>.lock" (Note [Who can break a lease]).
+GPUSEL_API std::string lease_file_name(std::string_view uuid, uid_t uid);
+
+// A lock file of a GPU, opened read-only; `owner` as fstat tells it here.
+struct LeaseFile {
+  FileDescriptor file;
+  std::string name;
+  uid_t owner = 0;
+};
+
+// The directory's lock files other than this process's own, by UUID: each "<UUID>.<n>.lock"
+// whose name is not lease_file_name(UUID, geteuid()). The uid <n> names no owner (Note [Lease
+// files]): a rootless container's user writes its own uid, 0. Read once for every GPU a pick looks at.
+struct LeaseListing {
+  std::map<std::string, std::vector<std::string>, std::less<>> others;
+  std::string problem;  // why the directory cannot be listed, or ""
+};
+
+// Lists `directory`; with `only`, keeps that UUID's files alone.
+GPUSEL_API LeaseListing list_other_files(const FileDescriptor& directory, const std::string& path,
+                                         std::string_view only = {});
+
+// The lock files of `uuid` that other jobs' leases may hold, from `listing`: every regular
+// file, whoever owns it (Note [Lease files]), opened read-only. `problem` is set, naming the
+// file and its owner, for one that cannot be opened: it might hold a lease unseen; or when
+// the directory could not be listed.
+GPUSEL_API std::vector<LeaseFile> other_files(const FileDescriptor& directory, const std::string& path,
+                                              std::string_view uuid, const LeaseListing& listing, std::string& problem);
+
+// This user's lock file of `uuid`, made when missing; "" in `problem` unless it cannot be
+// used, then why (naming its owner).
+GPUSEL_API FileDescriptor open_own_file(const FileDescriptor& directory, const std::string& path,
+                                        const std::string& name, std::string& problem);
+
+// flock(operation | LOCK_NB), tried again for a few milliseconds while another process only looks.
+GPUSEL_API bool lock_briefly_retrying(int fd, int operation, bool retry);
+
+// One GPU's lock: taken, held by another job, or not to be had (with the reason).
+struct LockAttempt {
+  enum class Outcome { taken, held, unusable } outcome = Outcome::held;
+  LeaseFile own;       // taken: this user's file, locked
+  std::string reason;  // unusable: why, naming the file and its owner
+};
+
+// Locks `uuid` in `mode` (LOCK_EX or LOCK_SH) against every user (Note [Who can break
+// a lease]): this user's file first, verified, then a conflicting lock tried on every
+// other user's file of the GPU; any one held is another job's lease. On a conflict
+// this user's lock is let go and the round tried again, a bounded number of times,
+// so two jobs that lock at once do not both lose for long.
+GPUSEL_API LockAttempt lock_for_every_user(const FileDescriptor& directory, const std::string& path,
+                                           std::string_view uuid, int mode);
+
+}  // namespace gpusel::detail
+
+#if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]
+#include "gpusel/machine/detail/leases/lock_files-inl.hpp"
+#endif
