@@ -28,7 +28,7 @@ namespace gpusel {
 namespace detail {
 template <class T>
 class TypedBufferEntry;  // Module's view of a Buffer (detail/data/buffer/module_entries.hpp)
-struct DlpackAccess;     // to_dlpack and from_dlpack (gpusel/dlpack.hpp)
+struct DlpackAccess;     // to_dlpack and from_dlpack (detail/data/buffer/dlpack_exchange.hpp)
 }  // namespace detail
 
 // Note [A Buffer never aliases another]

@@ -1,10 +1,11 @@
-// The definitions of gpusel/dlpack.hpp's out-of-line functions (Note
+// The definitions of gpusel/detail/data/buffer/dlpack_exchange.hpp's out-of-line functions (Note
 // [Compile-once mode] in gpusel/detail/core/compile_once.hpp): header-only,
 // the header includes this file; compiled once, an implementation header does.
-// Layer: data (docs/layers.md).
 #pragma once
 
-#include "gpusel/dlpack.hpp"
+#include "gpusel/dlpack.hpp"  // the structs, then dlpack_exchange.hpp (which needs them first)
+
+#include <cuda_runtime_api.h>
 
 #include <limits>
 #include <string>
