@@ -29,6 +29,7 @@
 #include "gpusel/machine/detail/picking/connected_sets-inl.hpp"
 #include "gpusel/machine/detail/picking/criteria_checks-inl.hpp"
 #include "gpusel/machine/detail/picking/wait_line-inl.hpp"
+#include "gpusel/machine/detail/system/explain_parts-inl.hpp"
 #include "gpusel/machine/detail/system/nvml-inl.hpp"
 #include "gpusel/machine/detail/system/nvml_topology-inl.hpp"
 #include "gpusel/machine/detail/system/process_files-inl.hpp"
