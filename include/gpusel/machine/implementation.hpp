@@ -26,6 +26,8 @@
 #include "gpusel/machine/detail/leases/job_lease-inl.hpp"
 #include "gpusel/machine/detail/leases/lease_states-inl.hpp"
 #include "gpusel/machine/detail/leases/lock_files-inl.hpp"
+#include "gpusel/machine/detail/picking/candidate_checks-inl.hpp"
+#include "gpusel/machine/detail/picking/choosing-inl.hpp"
 #include "gpusel/machine/detail/picking/connected_sets-inl.hpp"
 #include "gpusel/machine/detail/picking/criteria_checks-inl.hpp"
 #include "gpusel/machine/detail/picking/wait_line-inl.hpp"
