@@ -1,5 +1,4 @@
 // run --local-rank: the GPU of this process's rank in a launcher's job, leased.
-#include <unistd.h>
 
 #include <gpusel/machine/lease.hpp>
 #include <gpusel/machine/local_rank.hpp>
@@ -53,11 +52,10 @@ Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& 
   rule.allow_other_users = arguments.criteria.allow_other_users;
   rule.share_own = arguments.criteria.share_own;
   rule.only_visible = false;  // the rank's GPU is visible: no other GPU's verdict matters
-  for (const gpusel::Candidate& verdict :
-       gpusel::assess(rule, map, gpusel::current_user(), static_cast<unsigned>(getpid()))) {
+  for (const gpusel::Candidate& verdict : gpusel::assess(rule, map)) {
     if (verdict.physical_index != physical || verdict.mig_instance || verdict.fits()) continue;
     std::string reasons;
-    for (const std::string& reason : verdict.rejected_because) reasons += (reasons.empty() ? "" : "; ") + reason;
+    for (const gpusel::Rejection& reason : verdict.rejections) reasons += (reasons.empty() ? "" : "; ") + reason.text;
     attempt.failure = who + ": " + its_gpu + "busy: " + reasons +
                       "; a rank keeps its GPU rather than take another (--share-own or --allow-other-users to "
                       "share it)";

@@ -44,8 +44,7 @@ Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
   Attempt attempt;
   require_allotment(map, "run");  // throws: no wait can fix it
   if (arguments.wait) gpusel::check_wait_can_serve(arguments.criteria, map);
-  std::vector<gpusel::Candidate> assessed =
-      gpusel::assess(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
+  std::vector<gpusel::Candidate> assessed = gpusel::assess(arguments.criteria, map);
   gpusel::reject_leased_gpus(assessed);
   try {
     attempt.chosen = gpusel::choose(arguments.criteria, std::move(assessed));
@@ -58,8 +57,7 @@ Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
     if (candidate.uuid().empty())  // a lock file is named by the UUID
       throw gpusel::Error("cannot lease " + gpusel::describe(candidate) + ": NVML reports no UUID for it");
   try {  // leases as it chooses again, passing over a GPU another job leases first
-    gpusel::LeasedGpus leased =
-        gpusel::lease_free_gpus(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
+    gpusel::LeasedGpus leased = gpusel::lease_free_gpus(arguments.criteria, map);
     attempt.chosen = std::move(leased.gpus);
     attempt.lease = std::move(leased.lease);
   } catch (const gpusel::Error& error) {

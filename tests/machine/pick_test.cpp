@@ -23,6 +23,7 @@
 
 namespace {
 
+using gpusel_test::alice;
 using gpusel_test::connected;
 using gpusel_test::contains;
 using gpusel_test::count;
@@ -38,31 +39,31 @@ using gpusel_test::whole_and_mig;
 
 TEST(Pick, TakesTheGpuWithTheMostFreeMemoryByDefault) {
   const auto map = machine({gpu(0, 20, 0), gpu(1, 120, 50), gpu(2, 80, 0)});
-  EXPECT_EQ(indices(gpusel::pick({}, map, "alice")), std::vector<int>{1});
-  EXPECT_EQ(indices(gpusel::pick(count(3), map, "alice")), (std::vector<int>{1, 2, 0}));
+  EXPECT_EQ(indices(gpusel::pick({}, map, alice)), std::vector<int>{1});
+  EXPECT_EQ(indices(gpusel::pick(count(3), map, alice)), (std::vector<int>{1, 2, 0}));
 }
 
 TEST(Pick, OrdersByLeastUtilizationOrByIndexWhenAsked) {
   const auto map = machine({gpu(0, 20, 30), gpu(1, 120, 50), gpu(2, 80, 0), gpu(3, 90, 30)});
   gpusel::PickCriteria criteria = count(4);
   criteria.order = gpusel::PickOrder::least_utilized;
-  EXPECT_EQ(indices(gpusel::pick(criteria, map, "alice")), (std::vector<int>{2, 3, 0, 1}))
+  EXPECT_EQ(indices(gpusel::pick(criteria, map, alice)), (std::vector<int>{2, 3, 0, 1}))
       << "ties in utilization go to the GPU with more free memory";
   criteria.order = gpusel::PickOrder::index;
-  EXPECT_EQ(indices(gpusel::pick(criteria, map, "alice")), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(indices(gpusel::pick(criteria, map, alice)), (std::vector<int>{0, 1, 2, 3}));
 }
 
 TEST(Pick, TiesGoToTheLowerIndex) {
   const auto map = machine({gpu(0, 100, 0), gpu(1, 100, 0), gpu(2, 100, 0)});
-  EXPECT_EQ(indices(gpusel::pick(count(3), map, "alice")), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(indices(gpusel::pick(count(3), map, alice)), (std::vector<int>{0, 1, 2}));
 }
 
 TEST(Pick, ReturnsAtMostTheCountAskedFor) {
   const auto map = machine({gpu(0, 100, 0), gpu(1, 110, 0), gpu(2, 120, 0), gpu(3, 130, 0)});
-  EXPECT_EQ(indices(gpusel::pick(count(2), map, "alice")), (std::vector<int>{3, 2})) << "at_most defaults to at_least";
-  EXPECT_EQ(indices(gpusel::pick(count(1, 3), map, "alice")), (std::vector<int>{3, 2, 1}));
-  EXPECT_EQ(gpusel::pick(count(1, gpusel::PickCriteria::all), map, "alice").size(), 4u);
-  EXPECT_TRUE(gpusel::pick(count(0), map, "alice").empty());
+  EXPECT_EQ(indices(gpusel::pick(count(2), map, alice)), (std::vector<int>{3, 2})) << "at_most defaults to at_least";
+  EXPECT_EQ(indices(gpusel::pick(count(1, 3), map, alice)), (std::vector<int>{3, 2, 1}));
+  EXPECT_EQ(gpusel::pick(count(1, gpusel::PickCriteria::all), map, alice).size(), 4u);
+  EXPECT_TRUE(gpusel::pick(count(0), map, alice).empty());
 }
 
 // Four GPUs: 0-1 and 2-3 joined by NVLink, each pair on a NUMA node of its own; by
@@ -81,14 +82,14 @@ std::vector<gpusel::Gpu> two_nvlink_pairs() {
 
 TEST(PickConnected, PrefersGpusJoinedByNvlinkOverTheMostFreeMemory) {
   const auto map = machine(two_nvlink_pairs());
-  EXPECT_EQ(indices(gpusel::pick(count(2), map, "alice")), (std::vector<int>{0, 2})) << "without it";
-  const auto picked = gpusel::pick(connected(2), map, "alice");
+  EXPECT_EQ(indices(gpusel::pick(count(2), map, alice)), (std::vector<int>{0, 2})) << "without it";
+  const auto picked = gpusel::pick(connected(2), map, alice);
   EXPECT_EQ(indices(picked), (std::vector<int>{0, 1}));
   EXPECT_EQ(gpusel::weakest_link(picked), gpusel::GpuLink::nvlink);
   EXPECT_EQ(gpusel::describe_connection(picked, connected(2)), "GPUs 0 and 1 are joined by NVLink");
   gpusel::PickCriteria without_zero = connected(2);
   without_zero.exclude = {"0"};
-  EXPECT_EQ(indices(gpusel::pick(without_zero, map, "alice")), (std::vector<int>{2, 3}));
+  EXPECT_EQ(indices(gpusel::pick(without_zero, map, alice)), (std::vector<int>{2, 3}));
 }
 
 TEST(PickConnected, FallsBackToOnePcieSwitchThenOneNumaNode) {
@@ -97,16 +98,16 @@ TEST(PickConnected, FallsBackToOnePcieSwitchThenOneNumaNode) {
   gpus[0].links[1] = gpus[1].links[0] = gpusel::GpuLink::numa_node;
   gpus[0].links[2] = gpus[2].links[0] = gpusel::GpuLink::pcie_switch;
   gpus[1].links[2] = gpus[2].links[1] = gpusel::GpuLink::system;
-  EXPECT_EQ(indices(gpusel::pick(connected(2), machine(gpus), "alice")), (std::vector<int>{0, 2}));
+  EXPECT_EQ(indices(gpusel::pick(connected(2), machine(gpus), alice)), (std::vector<int>{0, 2}));
   gpus[0].links[2] = gpus[2].links[0] = gpusel::GpuLink::system;
-  EXPECT_EQ(indices(gpusel::pick(connected(2), machine(gpus), "alice")), (std::vector<int>{0, 1}));
+  EXPECT_EQ(indices(gpusel::pick(connected(2), machine(gpus), alice)), (std::vector<int>{0, 1}));
 }
 
 TEST(PickConnected, WhenNoConnectedSetFitsPicksTheBestThatDoesAndSaysSo) {
   const auto map = machine(two_nvlink_pairs());
   gpusel::PickCriteria criteria = connected(2);
   criteria.exclude = {"1", "3"};
-  const auto picked = gpusel::pick(criteria, map, "alice");
+  const auto picked = gpusel::pick(criteria, map, alice);
   EXPECT_EQ(indices(picked), (std::vector<int>{0, 2}));
   EXPECT_EQ(gpusel::weakest_link(picked), gpusel::GpuLink::system);
   EXPECT_EQ(gpusel::describe_connection(picked, criteria),
@@ -117,7 +118,7 @@ TEST(PickConnected, WhenNoConnectedSetFitsPicksTheBestThatDoesAndSaysSo) {
 }
 
 TEST(PickConnected, CountsMigInstancesAsJoinedByNothing) {
-  const auto picked = gpusel::pick(connected(2), machine(whole_and_mig()), "alice");
+  const auto picked = gpusel::pick(connected(2), machine(whole_and_mig()), alice);
   EXPECT_EQ(gpusel::weakest_link(picked), gpusel::GpuLink::unknown);
   EXPECT_TRUE(contains(gpusel::describe_connection(picked, connected(2)), "MIG instances have no peer-to-peer path"));
 }
@@ -128,7 +129,7 @@ TEST(Pick, TooFewFittingGpusIsAnErrorThatSaysWhyEachWasRejected) {
   gpusel::PickCriteria criteria = count(2);
   criteria.min_free_memory = "8GiB";
   criteria.max_utilization = 10;
-  const std::string message = error_from([&] { (void)gpusel::pick(criteria, machine(gpus), "alice"); });
+  const std::string message = error_from([&] { (void)gpusel::pick(criteria, machine(gpus), alice); });
   EXPECT_EQ(message,
             "gpusel::pick: 1 of 3 GPUs fit, 2 are needed (at least 2 GPUs (at most 2); at least 8.0 GiB free; at most "
             "10% utilized; no compute process (this user's own included); most free memory first):\n"
@@ -142,20 +143,20 @@ TEST(Pick, TooFewFittingGpusIsAnErrorThatSaysWhyEachWasRejected) {
 
 TEST(Pick, RejectsCriteriaThatMakeNoSense) {
   const auto map = machine({gpu(0, 130, 0)});
-  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::pick(count(2, 1), map, "alice"); }),
-                       "at_most (1) is below at_least (2)"));
-  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::pick(count(-1), map, "alice"); }), "cannot be negative"));
+  EXPECT_TRUE(
+      contains(error_from([&] { (void)gpusel::pick(count(2, 1), map, alice); }), "at_most (1) is below at_least (2)"));
+  EXPECT_TRUE(contains(error_from([&] { (void)gpusel::pick(count(-1), map, alice); }), "cannot be negative"));
   gpusel::PickCriteria criteria;
   criteria.max_utilization = 101;
   EXPECT_TRUE(
-      contains(error_from([&] { (void)gpusel::pick(criteria, map, "alice"); }), "a percentage from 0 to 100, got 101"));
+      contains(error_from([&] { (void)gpusel::pick(criteria, map, alice); }), "a percentage from 0 to 100, got 101"));
 }
 
 TEST(Pick, WithoutNvmlSaysItCannotSeeTheGpus) {
   gpusel::DeviceMap map;
   map.inventory.status = gpusel::InventoryStatus::library_not_found;
   map.inventory.reason = "libnvidia-ml.so.1 was not found";
-  EXPECT_EQ(error_from([&] { (void)gpusel::pick({}, map, "alice"); }),
+  EXPECT_EQ(error_from([&] { (void)gpusel::pick({}, map, alice); }),
             "gpusel::pick: cannot see the GPUs without NVML: libnvidia-ml.so.1 was not found");
 }
 
@@ -190,13 +191,13 @@ TEST(Pick, ScalesToThousandsOfGpus) {
   for (int logical = 0; logical < kCount; ++logical)
     ASSERT_EQ(map.visible.physical(logical), kCount - 1 - logical) << "cuda:" << logical;
 
-  const auto verdicts = gpusel::assess({}, map, "alice");
+  const auto verdicts = gpusel::assess({}, map, alice);
   ASSERT_EQ(verdicts.size(), static_cast<std::size_t>(kCount));
   for (int physical = 0; physical < kCount; ++physical) {
     ASSERT_EQ(verdicts[static_cast<std::size_t>(physical)].gpu.nvml_index, kCount - 1 - physical);
     ASSERT_TRUE(verdicts[static_cast<std::size_t>(physical)].fits());
   }
-  const auto picked = gpusel::pick(count(kCount), map, "alice");
+  const auto picked = gpusel::pick(count(kCount), map, alice);
   ASSERT_EQ(picked.size(), static_cast<std::size_t>(kCount));
   EXPECT_EQ(picked.front().gpu.memory_free_bytes, 106 * kGiB) << "the most free memory first";
   EXPECT_EQ(picked.back().gpu.memory_free_bytes, 100 * kGiB);
@@ -210,9 +211,9 @@ TEST(Choose, PicksAmongVerdictsAlreadyReachedWithoutAssessingAgain) {
   const auto map = machine({gpu(0, 20, 0), gpu(1, 120, 50), gpu(2, 80, 0)});
   gpusel::PickCriteria criteria = count(1, gpusel::PickCriteria::all);
   criteria.max_utilization = 10;
-  const std::vector<gpusel::Candidate> verdicts = gpusel::assess(criteria, map, "alice");
+  const std::vector<gpusel::Candidate> verdicts = gpusel::assess(criteria, map, alice);
   EXPECT_EQ(indices(gpusel::choose(criteria, verdicts)), (std::vector<int>{2, 0}));
-  EXPECT_EQ(indices(gpusel::choose(criteria, verdicts)), indices(gpusel::pick(criteria, map, "alice")))
+  EXPECT_EQ(indices(gpusel::choose(criteria, verdicts)), indices(gpusel::pick(criteria, map, alice)))
       << "pick is choose after assess";
   criteria.at_least = 3;
   EXPECT_TRUE(contains(error_from([&] { (void)gpusel::choose(criteria, verdicts); }), "2 of 3 GPUs fit, 3 are needed"));
@@ -247,7 +248,7 @@ TEST(DescribeProcess, EscapesControlCharactersInTheCommandAndUser) {
   std::vector<gpusel::Gpu> gpus = {gpu(0, 130, 0)};
   gpus[0].name = "NVIDIA \x1b[31mH200";
   gpus[0].processes->push_back(hostile);
-  const std::string message = error_from([&] { (void)gpusel::pick(count(1), machine(gpus), "alice"); });
+  const std::string message = error_from([&] { (void)gpusel::pick(count(1), machine(gpus), alice); });
   EXPECT_EQ(message.find('\x1b'), std::string::npos) << message;
   EXPECT_EQ(message.find('\r'), std::string::npos) << message;
   EXPECT_NE(message.find("NVIDIA \\x1b[31mH200"), std::string::npos) << message;

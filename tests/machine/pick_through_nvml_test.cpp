@@ -212,6 +212,27 @@ TEST(PickThroughNvml, AGpuThatCannotBeLeasedIsPassedOverWithTheReason) {
   EXPECT_TRUE(contains(none, "leased by another job")) << none;
 }
 
+TEST(PickThroughNvml, RejectingLeasedGpusSaysWhyAsAReasonToSwitchOn) {
+  ScopedLeaseDirectory leases;
+  FakeNvmlMachine nvml(four_gpus());
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  const gpusel::GpuLease held = gpusel::lease_gpu("GPU-33333333-aaaa-0000-0000-000000000000");
+  const std::string planted =
+      leases.leases() + "/GPU-22222222-aaaa-0000-0000-000000000000." + std::to_string(geteuid()) + ".lock";
+  ASSERT_EQ(mkdir(planted.c_str(), 0700), 0);
+  std::vector<gpusel::Candidate> assessed =
+      gpusel::assess(count(1), gpusel::visible_devices(gpusel::InventoryOptions::with_usage()));
+  gpusel::reject_leased_gpus(assessed);
+  ASSERT_EQ(assessed.size(), 4u);
+  ASSERT_EQ(assessed[3].rejections.size(), 1u);
+  EXPECT_EQ(assessed[3].rejections[0].reason, gpusel::RejectReason::leased);
+  EXPECT_TRUE(contains(assessed[3].rejections[0].text, "leased by another job (pid "))
+      << assessed[3].rejections[0].text;
+  EXPECT_TRUE(assessed[2].rejected_for(gpusel::RejectReason::cannot_be_leased));
+  EXPECT_TRUE(assessed[2].rejected_for(gpusel::RejectReason::compute_process)) << "its process, judged by assess";
+  EXPECT_FALSE(assessed[0].rejected_for(gpusel::RejectReason::leased));
+}
+
 TEST(PickThroughNvml, UseFreeGpusOverTheWholeMachineLeavesTheAllocationAsAsked) {
 #if GPUSEL_TEST_EMULATED
   gpusel_emulated::reset(gpusel_emulated::devices(4));

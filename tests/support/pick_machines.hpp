@@ -71,6 +71,16 @@ inline std::vector<std::string> uuids(const std::vector<gpusel::Candidate>& cand
   return result;
 }
 
+// Who picks in these tests: alice, no process of the machine (Note [Whose process is it]).
+inline const gpusel::Caller alice{"alice", 0};
+
+// The sentences of `candidate`'s rejections, in their order.
+inline std::vector<std::string> reasons(const gpusel::Candidate& candidate) {
+  std::vector<std::string> result;
+  for (const gpusel::Rejection& rejection : candidate.rejections) result.push_back(rejection.text);
+  return result;
+}
+
 // A MIG instance of GPU `gpu_index`: GPU instance `gi`, compute instance `ci`, `free_gib` of 35 GiB free.
 inline gpusel::MigInstance mig_instance(int gpu_index, unsigned gi, unsigned ci, std::uint64_t free_gib) {
   gpusel::MigInstance instance;

@@ -238,6 +238,7 @@ case $scenario in
     expect_json
     # One GPU that cannot be leased is that GPU's problem alone (Note [Who can break a lease]): rejected, with why.
     expect_in_json 'd["ok"] is False and d["error"] == "nothing_fits" and any("not a GPU or MIG UUID" in r for r in d["assessed"][0]["rejected_because"])'
+    expect_in_json 'd["assessed"][0]["rejected_for"][-1] == "cannot_be_leased"'
     # A lease directory that cannot be trusted: one JSON document too.
     mkdir -m 0777 "$work/open_leases" && chmod 0777 "$work/open_leases"
     GPUSEL_LEASE_DIR="$work/open_leases" run 1 pick --json

@@ -158,6 +158,7 @@ time.sleep(30)' "$work/holder_command" >/dev/null 2>&1 &
     expect stderr "GPU-fa4e0000-0000-0000-0000-000000000003), 140.4 GiB free, 0% utilized: cannot be leased: its lease file $GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000003.$(id -u).lock is not a regular file (it belongs to "
     run 0 pick --json --order index
     expect_in_json 'any("not a regular file" in r for r in d["assessed"][3]["rejected_because"])'
+    expect_in_json 'd["assessed"][3]["rejected_for"] == ["cannot_be_leased"] and d["assessed"][0]["rejected_for"] == []'
     run 125 run --exclude 0,1,2 -- true
     expect stderr "cannot be leased: its lease file"
     rmdir "$GPUSEL_LEASE_DIR"/GPU-fa4e0000-0000-0000-0000-000000000003.*lock
