@@ -9,13 +9,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "fake_nvml_machine.hpp"
 #include "gpusel/machine/detail/system/process_files.hpp"
+#include "gpusel/machine/wait_for_gpus.hpp"
 #include "gpusel_test.hpp"
 #include "lease_directory.hpp"
 #include "pick_criteria_builders.hpp"
@@ -61,6 +64,41 @@ TEST(PickThroughNvml, ReadsTheMachineAndMakesNoCudaCall) {
   EXPECT_EQ(gpusel_emulated::call_log(), std::vector<std::string>{}) << "picking makes no CUDA call";
   EXPECT_EQ(gpusel_emulated::primary_context_count(), 0);
 #endif
+}
+
+// How many looks at the machine the fake NVML logged to `log` (GPUSEL_FAKE_NVML_LOG: one
+// nvmlDeviceGetCount_v2 a look) since the last call, which empties it.
+int looks_since(const std::string& log) {
+  std::ifstream in(log);
+  int looks = 0;
+  for (std::string line; std::getline(in, line);) ++looks;
+  std::ofstream(log, std::ios::trunc);
+  return looks;
+}
+
+TEST(PickThroughNvml, EachAttemptLooksAtTheMachineOnce) {
+#if GPUSEL_TEST_EMULATED
+  gpusel_emulated::reset(gpusel_emulated::devices(4));
+#endif
+  ScopedLeaseDirectory leases;
+  FakeNvmlMachine nvml(four_gpus());
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  const std::string log = leases.parent() + "/nvml.log";
+  ScopedEnvironment logged("GPUSEL_FAKE_NVML_LOG", log);
+  (void)gpusel::pick(count(1));
+  EXPECT_EQ(looks_since(log), 1) << "pick()";
+  (void)gpusel::lease_free_gpus(count(1));
+  EXPECT_EQ(looks_since(log), 1) << "lease_free_gpus()";
+  if (gpusel::cuda_started()) GTEST_SKIP() << "CUDA has started in this test process: use_free_gpus refuses";
+  {
+    const gpusel::LeasedGpus used = gpusel::use_free_gpus(count(1));
+    EXPECT_EQ(looks_since(log), 1) << "use_free_gpus(): making the GPUs visible looks at the machine no more";
+  }
+  ScopedEnvironment unset_again("CUDA_VISIBLE_DEVICES", std::nullopt);
+  gpusel::WaitForGpus wait;
+  wait.at_most = std::chrono::seconds(10);
+  const gpusel::LeasedGpus waited = gpusel::use_free_gpus(count(1), wait);
+  EXPECT_EQ(looks_since(log), 1) << "use_free_gpus(criteria, wait), served at its first look";
 }
 
 TEST(PickThroughNvml, SaysWhyNothingFits) {
@@ -231,6 +269,34 @@ TEST(PickThroughNvml, RejectingLeasedGpusSaysWhyAsAReasonToSwitchOn) {
   EXPECT_TRUE(assessed[2].rejected_for(gpusel::RejectReason::cannot_be_leased));
   EXPECT_TRUE(assessed[2].rejected_for(gpusel::RejectReason::compute_process)) << "its process, judged by assess";
   EXPECT_FALSE(assessed[0].rejected_for(gpusel::RejectReason::leased));
+}
+
+TEST(PickThroughNvml, ChooseAndLeaseLeasesFromTheVerdictsGivenPassingOverWhatCannotBeHad) {
+  ScopedLeaseDirectory leases;
+  FakeNvmlMachine nvml(
+      "gpu uuid= used_mib=0\n"
+      "gpu uuid=GPU-1b2c3d4e-0000-4000-8000-000000000001 used_mib=1000\n"
+      "gpu uuid=GPU-2c3d4e5f-0000-4000-8000-000000000002 used_mib=2000\n"
+      "gpu uuid=GPU-3d4e5f60-0000-4000-8000-000000000003 used_mib=3000\n");
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  std::vector<gpusel::Candidate> assessed =
+      gpusel::assess(count(1), gpusel::visible_devices(gpusel::InventoryOptions::with_usage()));
+  gpusel::reject_leased_gpus(assessed);
+  ASSERT_EQ(assessed.size(), 4u);
+  ASSERT_TRUE(assessed[0].fits() && assessed[1].fits() && assessed[2].fits() && assessed[3].fits());
+  // Since the look another job leased GPU 1; and these verdicts say GPU 2 does not fit.
+  const gpusel::GpuLease taken = gpusel::lease_gpu("GPU-1b2c3d4e-0000-4000-8000-000000000001");
+  assessed[2].rejections.push_back({gpusel::RejectReason::excluded, "excluded by this test"});
+  const gpusel::LeasedGpus got = gpusel::choose_and_lease(count(1), assessed);
+  EXPECT_EQ(uuids(got.gpus), std::vector<std::string>{"GPU-3d4e5f60-0000-4000-8000-000000000003"})
+      << "GPU 0 has no UUID, 1 was taken, 2 these verdicts reject: they are not judged again";
+  const std::string none = error_from([&] { (void)gpusel::choose_and_lease(count(2), assessed); });
+  EXPECT_TRUE(contains(none, "gpusel::pick: 1 of 4 GPUs fit, 2 are needed")) << none;
+  EXPECT_TRUE(contains(none, "cannot be leased: cannot lease a GPU without a UUID")) << none;
+  EXPECT_TRUE(
+      contains(none, "GPU-1b2c3d4e-0000-4000-8000-000000000001), 139.4 GiB free, 0% utilized: leased by another job"))
+      << none;
+  EXPECT_TRUE(contains(none, "excluded by this test")) << none;
 }
 
 TEST(PickThroughNvml, UseFreeGpusOverTheWholeMachineLeavesTheAllocationAsAsked) {

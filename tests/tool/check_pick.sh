@@ -7,8 +7,9 @@
 
 case $scenario in
   pick)
-    run 0 pick --share-own
+    GPUSEL_FAKE_NVML_LOG="$work/looks" run 0 pick --share-own
     [ "$out" = 1 ] || { echo "FAILED: pick printed [$out], expected 1"; failures=$((failures + 1)); }
+    expect_looks 1 "gpusel pick"  # Note [One look per attempt]
     # By default this user's own process (the shell running this script, not gpusel) makes GPU 1 busy too,
     # and the report says which process did.
     run 1 pick

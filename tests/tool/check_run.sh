@@ -19,6 +19,11 @@ EOF
     run 0 run -n 2 -- sh -c 'echo "$CUDA_VISIBLE_DEVICES ${CUDA_DEVICE_ORDER-unset}"'
     [ "$out" = "GPU-0a000000-0000-4000-8000-000000000000,GPU-2c000000-0000-4000-8000-000000000000 unset" ] ||
       { echo "FAILED: expected the two GPUs with the most free memory, best first, as UUIDs"; failures=$((failures + 1)); }
+    # One look at the machine an attempt (Note [One look per attempt]): leased as judged, not judged again.
+    for how in --no-lease --wait=5s --connected ""; do
+      GPUSEL_FAKE_NVML_LOG="$work/looks" run 0 run -n 2 $how -- true
+      expect_looks 1 "gpusel run -n 2 $how"
+    done
     run 7 run -- sh -c 'exit 7'
     run 143 run -- sh -c 'kill -TERM $$'
     # A command that cannot be run is said before any GPU is chosen or leased: as execvp finds it, by path or

@@ -136,6 +136,18 @@ expect_in_json() {
   fi
 }
 
+# expect_looks <n> <what>: the runs since the last call looked at the machine n times, as the fake NVML logged
+# to $work/looks (GPUSEL_FAKE_NVML_LOG, one line a look: Note [One look per attempt]); starts the count again.
+expect_looks() {
+  local looks
+  looks=$(cat "$work/looks" 2>/dev/null | wc -l)
+  rm -f "$work/looks"
+  if [ "$looks" != "$1" ]; then
+    echo "FAILED: $2 looked at the machine $looks times, not $1"
+    failures=$((failures + 1))
+  fi
+}
+
 # until_free <pick options>: waits, 10 s at most, until pick finds a GPU (a lease has ended).
 until_free() {
   for _ in $(seq 100); do "$gpusel" pick "$@" >/dev/null 2>&1 && return; sleep 0.1; done

@@ -214,10 +214,7 @@ GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria) {
   return choose(criteria, std::move(assessed));
 }
 
-GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map, const Caller& caller) {
-  if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
-  std::vector<Candidate> assessed = assess(criteria, map, caller);
-  reject_leased_gpus(assessed);
+GPUSEL_API LeasedGpus choose_and_lease(const PickCriteria& criteria, std::vector<Candidate> assessed) {
   // Choose, lease what was chosen, and choose again without any GPU another job leased
   // between the look and the lease: each round rejects one more, so this ends, and
   // choose throws, saying why each GPU was rejected, once too few are left.
@@ -244,6 +241,13 @@ GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const Device
   }
 }
 
+GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map, const Caller& caller) {
+  if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
+  std::vector<Candidate> assessed = assess(criteria, map, caller);
+  reject_leased_gpus(assessed);
+  return choose_and_lease(criteria, std::move(assessed));
+}
+
 GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria) {
   return lease_free_gpus(criteria, visible_devices(detail::usage_for(criteria)));
 }
@@ -255,17 +259,18 @@ GPUSEL_API void detail::require_cuda_not_started(const char* function) {
                 detail::variable_in_force("CUDA_VISIBLE_DEVICES") + "); call it before the first CUDA call");
 }
 
-GPUSEL_API void detail::make_visible(const LeasedGpus& picked, const PickCriteria& criteria) {
+GPUSEL_API void detail::make_visible(const LeasedGpus& picked, const PickCriteria& criteria, const DeviceMap& map) {
   std::vector<std::string> uuids;
   uuids.reserve(picked.gpus.size());
   for (const Candidate& candidate : picked.gpus) uuids.push_back(candidate.uuid());
-  set_visible_devices(uuids, criteria.only_visible ? VisibleScope::within_visible : VisibleScope::whole_machine);
+  set_visible_uuids(uuids, criteria.only_visible ? VisibleScope::within_visible : VisibleScope::whole_machine, &map);
 }
 
 GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria) {
   detail::require_cuda_not_started("gpusel::use_free_gpus");
-  LeasedGpus picked = lease_free_gpus(criteria);
-  detail::make_visible(picked, criteria);
+  const DeviceMap map = visible_devices(detail::usage_for(criteria));  // read once: Note [One look per attempt]
+  LeasedGpus picked = lease_free_gpus(criteria, map);
+  detail::make_visible(picked, criteria, map);
   return picked;
 }
 

@@ -115,6 +115,17 @@ struct Rejection {
   friend bool operator!=(const Rejection& a, const Rejection& b) { return !(a == b); }
 };
 
+// Note [One look per attempt]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An attempt at GPUs reads the machine once (visible_devices: one NVML query) and judges
+// each GPU once (assess, then reject_leased_gpus, which reads the lease directory once);
+// choose_and_lease leases from those verdicts, and a GPU taken since the look is rejected
+// there, not judged again. So the verdicts a user reads are the ones the lease followed,
+// and two judgements cannot disagree. pick(), lease_free_gpus, use_free_gpus (which makes
+// the GPUs visible on the same map), each look of lease_free_gpus(criteria, wait), and
+// `gpusel pick` and `gpusel run` keep to it; tests/machine/pick_through_nvml_test.cpp and
+// tests/tool count the fake NVML's reads per attempt.
+
 // One GPU, or one MIG instance of a GPU (Note [MIG instances as picks]), and the verdict on it.
 struct Candidate {
   Gpu gpu;                                  // what NVML said
@@ -209,16 +220,22 @@ struct [[nodiscard]] LeasedGpus {
   GpuLease lease;
 };
 
-// Picks GPUs of `map` as pick(criteria, map, caller) does, and leases them: GPUs
-// held by another lease are rejected with that reason, and a GPU another job
-// leases between the look and the lease, or whose UUID or lease files cannot be
-// used, is passed over for the next best (with the reason: RejectReason::leased,
-// cannot_be_leased), so two jobs never get the same GPU. Throws Error, holding
-// nothing, when too few fit or can be leased, or the lease directory cannot be used.
+// Chooses among `assessed` (assess's verdicts, leased GPUs rejected: reject_leased_gpus)
+// as choose() does, and leases what it chose, judging nothing again: a GPU another job
+// leased since the look, or whose UUID or lease files cannot be used, is rejected with
+// the reason (RejectReason::leased, cannot_be_leased) and the choice made again without
+// it, so two jobs never get the same GPU. Throws Error, holding nothing, when too few
+// fit or can be leased (choose's message, naming each GPU and why), or the lease
+// directory cannot be used.
+[[nodiscard]] GPUSEL_API LeasedGpus choose_and_lease(const PickCriteria& criteria, std::vector<Candidate> assessed);
+
+// Picks GPUs of `map` as pick(criteria, map, caller) does, and leases them: assess,
+// reject_leased_gpus and choose_and_lease, each once. Throws Error, holding nothing, when
+// too few fit or can be leased, or the lease directory cannot be used.
 [[nodiscard]] GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map,
                                                     const Caller& caller = Caller::this_process());
 
-// The same on this machine, read through NVML now, for this process.
+// The same on this machine, read through NVML once, for this process.
 [[nodiscard]] GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria = {});
 
 // Picks and leases GPUs (lease_free_gpus(criteria)) and makes exactly those
@@ -232,9 +249,10 @@ struct [[nodiscard]] LeasedGpus {
 
 namespace detail {
 // What use_free_gpus and its waiting form share: the Error, naming `function`, when
-// CUDA has started; and making `picked` this process's GPUs as `criteria` scope them.
+// CUDA has started; and making `picked` this process's GPUs as `criteria` scope them,
+// on `map`, the machine they were picked on (NVML is not read again).
 GPUSEL_API void require_cuda_not_started(const char* function);
-GPUSEL_API void make_visible(const LeasedGpus& picked, const PickCriteria& criteria);
+GPUSEL_API void make_visible(const LeasedGpus& picked, const PickCriteria& criteria, const DeviceMap& map);
 }  // namespace detail
 
 }  // namespace gpusel

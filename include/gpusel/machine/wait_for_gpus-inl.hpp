@@ -119,7 +119,7 @@ inline LookInLine look_in_line(const PickCriteria& criteria, const DeviceMap& ma
   }
   std::vector<Candidate> chosen;
   try {
-    chosen = choose(criteria, std::move(machine.now));
+    chosen = choose(criteria, machine.now);
   } catch (const Error& error) {  // too few fit
     look.why = error.what();
     return look;
@@ -127,8 +127,8 @@ inline LookInLine look_in_line(const PickCriteria& criteria, const DeviceMap& ma
   for (const Candidate& candidate : chosen)
     if (candidate.uuid().empty())  // a lock file is named by the UUID
       throw Error("gpusel: cannot lease " + describe(candidate) + ": NVML reports no UUID for it");
-  try {  // leases as it chooses again, passing over a GPU another job leases first
-    look.leased = lease_free_gpus(criteria, map, caller);
+  try {  // leases from these verdicts, passing over a GPU another job leases first
+    look.leased = choose_and_lease(criteria, std::move(machine.now));
   } catch (const Error& error) {
     look.why = error.what();
   }
@@ -141,7 +141,7 @@ GPUSEL_API void check_wait_can_serve(const PickCriteria& criteria, const DeviceM
   (void)detail::assess_idle(criteria, map, Caller::this_process(), "gpusel::check_wait_can_serve");
 }
 
-GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait) {
+GPUSEL_API LeasedGpus detail::lease_in_line(const PickCriteria& criteria, const WaitForGpus& wait, DeviceMap& map) {
   using Clock = std::chrono::steady_clock;
   const Caller caller = Caller::this_process();
   const auto started = Clock::now();
@@ -150,7 +150,7 @@ GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const WaitFo
   Clock::duration yielded{};  // while enough GPUs fit (Note [Waiting in line]: the bound)
   std::optional<Clock::time_point> yielding_since;
   while (true) {
-    const DeviceMap map = wait.read_devices ? wait.read_devices() : visible_devices(detail::usage_for(criteria));
+    map = wait.read_devices ? wait.read_devices() : visible_devices(detail::usage_for(criteria));
     const bool yield = yielded < wait.yield_at_most;
     detail::LookInLine look = detail::look_in_line(criteria, map, caller, line, yield);
     if (look.leased) return std::move(*look.leased);  // the line's ticket goes: the next in line may go
@@ -169,10 +169,16 @@ GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const WaitFo
   }
 }
 
+GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait) {
+  DeviceMap map;
+  return detail::lease_in_line(criteria, wait, map);
+}
+
 GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait) {
   detail::require_cuda_not_started("gpusel::use_free_gpus");
-  LeasedGpus picked = lease_free_gpus(criteria, wait);
-  detail::make_visible(picked, criteria);
+  DeviceMap map;
+  LeasedGpus picked = detail::lease_in_line(criteria, wait, map);
+  detail::make_visible(picked, criteria, map);  // on the last look's map: Note [One look per attempt]
   return picked;
 }
 
