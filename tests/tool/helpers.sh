@@ -1,5 +1,5 @@
 # The helpers of the tool_* tests, sourced by each tests/tool/check_<command>.sh, whose arguments it reads:
-#   <gpusel program> <fake NVML library> <scenario> [<job picks program>]
+#   <gpusel program> <fake NVML library> <scenario> [<job picks program> [<rank device program>]]
 # It gives each scenario a work directory and lease directory of its own, the machines below (four.txt,
 # this one, by default), `run` and the `expect` checks of its output, ways to wait on jobs, other
 # local users staged by numeric uid (as_uid), and `finish`, which says how the scenario went.
@@ -9,6 +9,7 @@ fake_nvml=$2
 export GPUSEL_NVML_LIBRARY=$fake_nvml
 scenario=$3
 job_picks=${4:-}
+rank_device=${5:-}
 unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER NVIDIA_VISIBLE_DEVICES SLURM_JOB_ID SLURM_STEP_ID SLURM_LOCALID SLURM_GPUS_ON_NODE \
   SLURM_STEP_GPUS SLURM_JOB_GPUS GPUSEL_JOB_LEASE  # this process's launcher, container and job are no part of a scenario
 
