@@ -41,7 +41,7 @@ namespace gpusel {
 // see is exactly what picking is meant to avoid. This user's own processes
 // make a GPU busy too: a job of one's own at 100% is no less in the way than
 // another user's, and a pick is a GPU nobody is using. Only the caller
-// (caller_pid: the process that picks, which may already hold a context) is
+// (Caller::pid: the process that picks, which may already hold a context) is
 // no obstacle; share_own lets this user's processes share, allow_other_users
 // everyone's. When NVML cannot list a GPU's processes at all, the GPU is
 // rejected unless allow_other_users is set. Candidate::busy_processes keeps

@@ -1,7 +1,8 @@
 // The GPU of a launcher's rank, under the rank's rules: what local_rank_device() (launcher.hpp)
 // and `gpusel run --local-rank` both decide, on the machine as NVML shows it.
 //
-//   const gpusel::RankGpu own = gpusel::rank_gpu(gpusel::local_rank(), gpusel::visible_devices(options));
+//   const gpusel::DeviceMap map = gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
+//   const gpusel::RankGpu own = gpusel::rank_gpu(gpusel::local_rank(), map);
 //   if (own.refusal != gpusel::RankRefusal::none) ...  // own.reason says why, in words
 //
 // This header includes no CUDA header and makes no CUDA call.
