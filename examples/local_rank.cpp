@@ -8,7 +8,8 @@
 // OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
 // SLURM_LOCALID: the innermost launcher wins) and gives rank r the visible
 // device cuda:r; a rank beyond the visible devices is an Error (sharing is
-// asked for with Placement::round_robin). With no GPU it is the CPU. Try:
+// asked for with Placement::round_robin), and so is a GPU in MIG mode or busy
+// with another compute process (RankSharing shares it). With no GPU it is the CPU. Try:
 //   ./local_rank      LOCAL_RANK=1 ./local_rank      mpirun -np 2 ./local_rank      srun -n 2 ./local_rank
 #include <gpusel/gpusel.hpp>
 
@@ -19,7 +20,9 @@ int main() {
     const auto rank = gpusel::local_rank();  // nullopt when started alone; an Error for LOCAL_RANK=1a
     std::cout << (rank ? rank->describe() : "started alone, not by a launcher") << "\n";
 
-    const gpusel::Device device = gpusel::local_rank_device();  // an Error for a rank with no GPU of its number
+    // An Error for a rank with no GPU of its number, or whose GPU is in MIG mode or busy (Note [A rank's own GPU]);
+    // local_rank_device(gpusel::Placement::rank_or_cpu, gpusel::RankSharing{true, false}) shares this user's GPUs.
+    const gpusel::Device device = gpusel::local_rank_device();
     if (device.is_cuda()) gpusel::set_device(device);
     std::cout << "this process runs on " << device << " (" << gpusel::device_count() << " CUDA device(s) visible)\n";
   } catch (const gpusel::Error& error) {

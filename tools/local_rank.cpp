@@ -1,9 +1,9 @@
 // run --local-rank: the GPU of this process's rank in a launcher's job, leased.
-#include <unistd.h>
 
 #include <gpusel/machine/lease.hpp>
 #include <gpusel/machine/local_rank.hpp>
 #include <gpusel/machine/pick.hpp>
+#include <gpusel/machine/rank_gpu.hpp>
 #include <gpusel/text.hpp>
 
 #include <iostream>
@@ -32,47 +32,34 @@ Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& 
     return attempt;
   }
   require_allotment(map, "run --local-rank");  // throws: no wait can fix it
-  const gpusel::Device device = gpusel::device_for_local_rank(rank, map.visible.count());
-  if (device.is_cpu()) {
-    attempt.failure = "no GPU is visible, so " + (rank ? rank->describe() : std::string("this process")) + " has none";
-    return attempt;
+  // The rank's GPU under the rank's rules, as gpusel::local_rank_device() decides (Note [A rank's own GPU]).
+  const gpusel::RankGpu own = gpusel::rank_gpu(rank, map, gpusel::Placement::rank_or_cpu,
+                                               {arguments.criteria.share_own, arguments.criteria.allow_other_users});
+  switch (own.refusal) {
+    case gpusel::RankRefusal::mig_mode:
+      attempt.failure = own.reason +
+                        "; name the rank's MIG instance in CUDA_VISIBLE_DEVICES, or leave out --local-rank to pick an "
+                        "instance";
+      return attempt;
+    case gpusel::RankRefusal::busy:
+      attempt.failure =
+          own.reason +
+          "; a rank keeps its GPU rather than take another (--share-own or --allow-other-users to share it)";
+      return attempt;
+    case gpusel::RankRefusal::none:
+      break;
   }
-  const int physical = map.visible.physical(device.index());
-  const gpusel::Gpu& gpu = *map.physical_device(physical);
-  const std::string who = rank ? rank->describe() : std::string("local rank 0 (no launcher variable is set)");
-  const std::string its_gpu = "its GPU, cuda:" + std::to_string(device.index()) + " of the job (physical " +
-                              std::to_string(physical) + ", " + gpusel::escape_for_terminal(gpu.uuid) + "), is ";
-  if (gpu.mig_enabled) {  // CUDA would show its instances, not the GPU: never given whole (docs/mig.md)
-    attempt.failure = who + ": " + its_gpu +
-                      "in MIG mode, and gpusel never gives a GPU in MIG mode whole; name the rank's MIG "
-                      "instance in CUDA_VISIBLE_DEVICES, or leave out --local-rank to pick an instance";
-    return attempt;
-  }
-  // Busy as pick judges it (Note [Whose process is it]): a compute process on it is the rank's error.
-  gpusel::PickCriteria rule;
-  rule.allow_other_users = arguments.criteria.allow_other_users;
-  rule.share_own = arguments.criteria.share_own;
-  rule.only_visible = false;  // the rank's GPU is visible: no other GPU's verdict matters
-  for (const gpusel::Candidate& verdict :
-       gpusel::assess(rule, map, gpusel::current_user(), static_cast<unsigned>(getpid()))) {
-    if (verdict.physical_index != physical || verdict.mig_instance || verdict.fits()) continue;
-    std::string reasons;
-    for (const std::string& reason : verdict.rejected_because) reasons += (reasons.empty() ? "" : "; ") + reason;
-    attempt.failure = who + ": " + its_gpu + "busy: " + reasons +
-                      "; a rank keeps its GPU rather than take another (--share-own or --allow-other-users to "
-                      "share it)";
-    return attempt;
-  }
+  const gpusel::Gpu& gpu = *map.physical_device(own.physical_index);
   if (arguments.lease) {
     std::optional<gpusel::GpuLease> lease = gpusel::try_lease_gpu(gpu.uuid);
     if (!lease) {
-      attempt.failure = who + ": " + its_gpu + gpusel::lease_holder(gpu.uuid).value_or("leased by another job") +
+      attempt.failure = own.described + ", is " + gpusel::lease_holder(gpu.uuid).value_or("leased by another job") +
                         "; a rank keeps its GPU rather than take another";
       return attempt;
     }
     attempt.lease = std::move(*lease);
   }
-  attempt.chosen.push_back(gpusel::Candidate{gpu, physical, {}, std::nullopt, {}});
+  attempt.chosen.push_back(gpusel::Candidate{gpu, own.physical_index, {}, std::nullopt, {}});
   return attempt;
 }
 

@@ -1,6 +1,4 @@
 // gpusel pick: free GPUs chosen and printed, for scripts.
-#include <unistd.h>
-
 #include <gpusel/machine/physical_order.hpp>
 #include <gpusel/machine/pick.hpp>
 #include <gpusel/text.hpp>
@@ -69,7 +67,10 @@ void print_pick_json(const Arguments& arguments, const gpusel::DeviceMap& map,
     candidate_members(json, map, candidate);
     json.key("fits").value(candidate.fits());
     json.key("rejected_because").begin_array();
-    for (const std::string& reason : candidate.rejected_because) json.value(reason);
+    for (const gpusel::Rejection& rejection : candidate.rejections) json.value(rejection.text);
+    json.end_array();
+    json.key("rejected_for").begin_array();  // the same reasons as codes, to switch on
+    for (const gpusel::Rejection& rejection : candidate.rejections) json.value(gpusel::describe(rejection.reason));
     json.end_array();
     json.key("busy_processes");  // the compute processes that made it busy
     process_array(json, candidate.busy_processes);
@@ -129,7 +130,7 @@ int run_pick(const Arguments& arguments) {
   if (!may_choose(arguments, map)) return kExitNothingFits;
   std::vector<gpusel::Candidate> assessed;
   try {
-    assessed = gpusel::assess(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
+    assessed = gpusel::assess(arguments.criteria, map);
   } catch (const gpusel::Error& error) {  // criteria that make no sense here, e.g. an --exclude naming no GPU
     std::cerr << "gpusel: " << gpusel::escape_for_terminal(error_text(error)) << "\nTry 'gpusel help'.\n";
     if (arguments.json) print_error_json("usage", error_text(error), kExitUsage);

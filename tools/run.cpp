@@ -45,10 +45,10 @@ Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
   require_allotment(map, "run");  // throws: no wait can fix it
   if (arguments.wait) gpusel::check_wait_can_serve(arguments.criteria, map);
   std::vector<gpusel::Candidate> assessed =
-      gpusel::assess(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
+      gpusel::assess(arguments.criteria, map);  // once: Note [One look per attempt]
   gpusel::reject_leased_gpus(assessed);
   try {
-    attempt.chosen = gpusel::choose(arguments.criteria, std::move(assessed));
+    attempt.chosen = gpusel::choose(arguments.criteria, assessed);
   } catch (const gpusel::Error& error) {
     attempt.failure = error_text(error);
     return attempt;
@@ -57,9 +57,8 @@ Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
   for (const gpusel::Candidate& candidate : attempt.chosen)
     if (candidate.uuid().empty())  // a lock file is named by the UUID
       throw gpusel::Error("cannot lease " + gpusel::describe(candidate) + ": NVML reports no UUID for it");
-  try {  // leases as it chooses again, passing over a GPU another job leases first
-    gpusel::LeasedGpus leased =
-        gpusel::lease_free_gpus(arguments.criteria, map, gpusel::current_user(), static_cast<unsigned>(getpid()));
+  try {  // leases from these verdicts, passing over a GPU another job leases first
+    gpusel::LeasedGpus leased = gpusel::choose_and_lease(arguments.criteria, std::move(assessed));
     attempt.chosen = std::move(leased.gpus);
     attempt.lease = std::move(leased.lease);
   } catch (const gpusel::Error& error) {

@@ -25,7 +25,7 @@ std::string describe_picks() {
     text += ", nvidia-smi " + std::to_string(order.gpu(map.inventory, physical).nvml_index) + " " +
             std::string(order.uuids(map.inventory)[static_cast<std::size_t>(physical)]);
   text += "\n";
-  for (const gpusel::Candidate& candidate : gpusel::assess(criteria, map, gpusel::current_user()))
+  for (const gpusel::Candidate& candidate : gpusel::assess(criteria, map))
     text += "assessed: " + gpusel::describe(candidate) + (candidate.fits() ? ": fits\n" : ": rejected\n");
   for (const gpusel::Candidate& candidate : gpusel::pick(criteria))
     text += "picked: GPU " + std::to_string(candidate.physical_index) + "\n";

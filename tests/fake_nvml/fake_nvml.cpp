@@ -50,6 +50,10 @@
 //                                 # 40, 50); a pair without a link line: NVLink Not Supported (status 5)
 //                                 # and the ancestor call fails with Not Supported
 //
+// GPUSEL_FAKE_NVML_LOG, when set, names a file to which every nvmlDeviceGetCount_v2 appends a
+// line, "nvmlDeviceGetCount_v2": gpusel counts the GPUs once per look at the machine
+// (query_inventory), so a test counts its looks (Note [One look per attempt] in pick.hpp).
+//
 // gpu lines are in nvidia-smi's order (index 0, 1, ...); every key is optional:
 // uuid defaults to GPU-fa4e0000-0000-0000-0000-00000000000N, pci to
 // 00000000:(0x10+N):00.0, name to "NVIDIA H200", memory_mib to 143771, cc to 9.0.
@@ -453,6 +457,16 @@ void hang_if(const std::string& hang, const char* call) {
   while (hang == call) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
+// Appends `call` to the file GPUSEL_FAKE_NVML_LOG names, if any.
+void log_call(const char* call) {
+  const char* path = std::getenv("GPUSEL_FAKE_NVML_LOG");
+  if (path == nullptr || *path == '\0') return;
+  if (std::FILE* log = std::fopen(path, "a")) {
+    std::fprintf(log, "%s\n", call);
+    std::fclose(log);
+  }
+}
+
 }  // namespace
 
 extern "C" int nvmlInit_v2() {
@@ -512,6 +526,7 @@ extern "C" int nvmlDeviceGetCount_v2(unsigned* count) {
   std::string hang;
   {
     std::lock_guard<std::mutex> lock(mutex);
+    log_call("nvmlDeviceGetCount_v2");
     if (count == nullptr) return kErrorInvalidArgument;
     if (!read_machine(machine)) return kErrorUnknown;
     *count = machine.device_count >= 0 ? static_cast<unsigned>(machine.device_count)

@@ -1,5 +1,5 @@
 // A program that picks its GPUs at start-up, as an inference server does, for the
-// tool_run_compose test (check_tool.sh): run under `gpusel run`, it must choose among
+// tool_run_compose test (check_run.sh): run under `gpusel run`, it must choose among
 // the GPUs the job holds and lease them as the job's.
 //   job_picks pick N    gpusel::pick of N GPUs: prints their UUIDs, a line each
 //   job_picks use N     gpusel::use_free_gpus of N GPUs: prints each UUID and whether

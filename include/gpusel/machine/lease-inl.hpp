@@ -44,10 +44,10 @@ inline std::string parent_for(std::string_view uuid, std::string_view parent_gpu
 
 GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu_uuid) {
   LeaseTry result;
-  result.unusable = unusable_name(uuid);
+  result.unusable = lease_name_problem(uuid);
   if (!result.unusable.empty()) return result;  // this GPU's problem alone: a pick passes it over
   const std::string parent = parent_for(uuid, parent_gpu_uuid);
-  if (!parent.empty()) result.unusable = unusable_name(parent);
+  if (!parent.empty()) result.unusable = lease_name_problem(parent);
   if (!result.unusable.empty()) return result;
   const std::string path = lease_directory();
   FileDescriptor directory = open_lease_directory(path);
@@ -80,26 +80,30 @@ GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu
   return result;
 }
 
-GPUSEL_API std::vector<std::optional<std::string>> lease_holders(
-    const std::vector<std::pair<std::string, std::string>>& wanted) {
+}  // namespace detail
+
+GPUSEL_API bool is_lease_name(std::string_view uuid) noexcept { return detail::canonical_uuid(uuid); }
+
+namespace detail {
+
+GPUSEL_API std::vector<LeaseState> lease_holders(const std::vector<std::pair<std::string, std::string>>& wanted) {
   const LeaseLook look = look_at_leases();
   const JobLease job = job_lease();  // inside gpusel run: its GPUs are this job's (Note [The job's lease])
-  std::vector<std::optional<std::string>> holders;
-  holders.reserve(wanted.size());
+  std::vector<LeaseState> states;
+  states.reserve(wanted.size());
   for (const auto& [uuid, parent] : wanted) {
     LeaseState state;
-    if (!uuid.empty()) state.problem = unusable_name(uuid);
+    if (!uuid.empty()) state.problem = lease_name_problem(uuid);
     if (state.problem.empty() && !uuid.empty()) {
       if (look.none)  // nobody holds it; a GPU named so that no lease could hold it is said still
-        state.problem = parent.empty() ? std::string() : unusable_name(parent);
+        state.problem = parent.empty() ? std::string() : lease_name_problem(parent);
       else
         state = state_in(look.directory, look.path, look.listing, uuid, parent_for(uuid, parent));
     }
     state.this_job = state.held && job.held(uuid) != nullptr;
-    holders.push_back(state.held || !state.problem.empty() ? std::optional<std::string>(state.describe())
-                                                           : std::nullopt);
+    states.push_back(std::move(state));
   }
-  return holders;
+  return states;
 }
 
 }  // namespace detail
@@ -113,7 +117,9 @@ GPUSEL_API std::optional<GpuLease> try_lease_gpu(std::string_view uuid, std::str
 }
 
 GPUSEL_API std::optional<std::string> lease_holder(std::string_view uuid, std::string_view parent_gpu_uuid) {
-  return detail::lease_holders({{std::string(uuid), std::string(parent_gpu_uuid)}}).front();
+  const LeaseState state = detail::lease_holders({{std::string(uuid), std::string(parent_gpu_uuid)}}).front();
+  if (!state.held && state.problem.empty()) return std::nullopt;
+  return state.describe();
 }
 
 GPUSEL_API std::vector<int> GpuLease::exclusive_descriptors() const {
@@ -158,7 +164,7 @@ GPUSEL_API std::vector<LeaseState> lease_states(const std::vector<std::string>& 
   for (const std::string& uuid : uuids) {
     if (look.none || uuid.empty()) {
       states.emplace_back();
-      if (!uuid.empty()) states.back().problem = detail::unusable_name(uuid);
+      if (!uuid.empty()) states.back().problem = detail::lease_name_problem(uuid);
     } else {
       states.push_back(detail::state_in(look.directory, look.path, look.listing, uuid, {}));
       states.back().this_job = states.back().held && job.held(uuid) != nullptr;

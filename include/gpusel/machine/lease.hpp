@@ -81,15 +81,17 @@ namespace gpusel {
 namespace detail {
 
 struct LeaseTry;
-// lease_holder of each (uuid, parent GPU uuid) of `wanted`, reading the lease
-// directory once; throws Error when it cannot be used.
-GPUSEL_API std::vector<std::optional<std::string>> lease_holders(
-    const std::vector<std::pair<std::string, std::string>>& wanted);
 // A lease of `uuid` (its MIG parent looked up through NVML when not given), or
 // why its lease files cannot be used; throws Error for the directory.
 GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu_uuid);
 
 }  // namespace detail
+
+// Whether `uuid` can name a lease: a GPU's or MIG instance's UUID written whole as NVML
+// writes it ("GPU-" or "MIG-", then 8-4-4-4-12 lower-case hexadecimal digits, as
+// nvidia-smi -L prints it). A lock file is named by the UUID, so an upper-case UUID or a
+// prefix would lock a file of its own and exclude no job. Asks nothing of the machine.
+[[nodiscard]] GPUSEL_API bool is_lease_name(std::string_view uuid) noexcept;
 
 class GpuLease;
 // Leases `uuid` (a GPU's UUID, or a MIG instance's, which also holds its GPU
@@ -195,6 +197,13 @@ struct LeaseState {
 // GPU's), reading the lease directory once; where there is none, every GPU is free. Throws
 // Error when the lease directory cannot be used.
 [[nodiscard]] GPUSEL_API std::vector<LeaseState> lease_states(const std::vector<std::string>& uuids);
+
+namespace detail {
+// The lease of each (uuid, parent GPU uuid) of `wanted` as a pick sees it: a MIG instance's
+// and its GPU's, this job's (GPUSEL_JOB_LEASE) marked so, reading the lease directory once;
+// throws Error when it cannot be used. lease_holder and reject_leased_gpus say them.
+GPUSEL_API std::vector<LeaseState> lease_holders(const std::vector<std::pair<std::string, std::string>>& wanted);
+}  // namespace detail
 
 // Leases every GPU of `uuids`, all or none: throws Error naming the first one
 // another process holds (or when the directory cannot be used).

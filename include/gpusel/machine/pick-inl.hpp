@@ -22,6 +22,40 @@ namespace gpusel {
 
 GPUSEL_API std::string current_user() { return detail::process_user(static_cast<unsigned int>(getpid())); }
 
+GPUSEL_API Caller Caller::this_process() { return Caller{current_user(), static_cast<unsigned int>(getpid())}; }
+
+GPUSEL_API const char* describe(RejectReason reason) noexcept {
+  switch (reason) {
+    case RejectReason::invalid_device_order:
+      return "invalid_device_order";
+    case RejectReason::excluded:
+      return "excluded";
+    case RejectReason::hidden:
+      return "hidden";
+    case RejectReason::impossible_readings:
+      return "impossible_readings";
+    case RejectReason::mig_mode:
+      return "mig_mode";
+    case RejectReason::free_memory:
+      return "free_memory";
+    case RejectReason::utilization:
+      return "utilization";
+    case RejectReason::compute_process:
+      return "compute_process";
+    case RejectReason::compute_mode:
+      return "compute_mode";
+    case RejectReason::duplicate_uuid:
+      return "duplicate_uuid";
+    case RejectReason::leased:
+      return "leased";
+    case RejectReason::cannot_be_leased:
+      return "cannot_be_leased";
+    case RejectReason::outside_job:
+      return "outside_job";
+  }
+  return "?";
+}
+
 GPUSEL_API std::string describe(const GpuProcess& process) {
   std::string text = "pid " + std::to_string(process.pid);
   if (process.user.empty()) {
@@ -53,12 +87,11 @@ GPUSEL_API std::string describe(const Candidate& candidate) {
   return text;
 }
 
-GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map, const std::string& user,
-                                         unsigned int caller_pid) {
+GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map, const Caller& caller) {
   detail::check_criteria(criteria);
   const bool hiding = criteria.only_visible && map.visible.variable().has_value();
   detail::Excluded excluded = detail::excluded_gpus(criteria.exclude, map, criteria.only_visible);
-  const detail::Assessment assessment{criteria, map, user, caller_pid, std::move(excluded), hiding};
+  const detail::Assessment assessment{criteria, map, caller, std::move(excluded), hiding};
   detail::DuplicateUuids duplicates;
   std::vector<Candidate> candidates;
   candidates.reserve(map.order.positions.size());
@@ -77,8 +110,8 @@ GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const Dev
     }
     detail::check_free_memory(criteria, candidate);
     detail::check_utilization(criteria, candidate);
-    detail::check_processes(gpu.processes, criteria, user, caller_pid, candidate);
-    detail::check_compute_mode(gpu.processes, caller_pid, candidate);
+    detail::check_processes(gpu.processes, criteria, caller, candidate);
+    detail::check_compute_mode(gpu.processes, caller.pid, candidate);
     duplicates.reject(candidate);
     candidates.push_back(std::move(candidate));
   }
@@ -93,7 +126,7 @@ GPUSEL_API std::vector<Candidate> choose(const PickCriteria& criteria, std::vect
     if (all[position].fits()) fitting.push_back(position);
   detail::sort_best_first(criteria, all, fitting);
   if (static_cast<long long>(fitting.size()) < criteria.at_least)
-    throw Error(detail::too_few_fit(criteria, all, fitting.size()));
+    throw Error("gpusel::pick: " + detail::too_few_fit(criteria, all, fitting.size()));
   const auto keep = static_cast<std::size_t>(
       std::min<long long>(detail::wanted_at_most(criteria), static_cast<long long>(fitting.size())));
   if (criteria.placement == PickPlacement::connected && keep >= 2 && keep < fitting.size())
@@ -131,10 +164,29 @@ GPUSEL_API std::string describe_connection(const std::vector<Candidate>& picked,
   return text;
 }
 
-GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map, const std::string& user,
-                                       unsigned int caller_pid) {
+namespace detail {
+
+// Why a lease cannot be had, as a rejection, from `state` (its look); nullopt when it is free.
+inline std::optional<Rejection> lease_rejection(const LeaseState& state) {
+  if (!state.problem.empty()) return Rejection{RejectReason::cannot_be_leased, state.describe()};
+  if (state.held) return Rejection{RejectReason::leased, state.describe()};
+  return std::nullopt;
+}
+
+// Why `one`, a try at `uuid` (of GPU `parent`), leased nothing: its files or name cannot be
+// used, or another job holds it (who, looked up now).
+inline Rejection refusal_of(const LeaseTry& one, const std::string& uuid, const std::string& parent) {
+  if (!one.unusable.empty())
+    return Rejection{RejectReason::cannot_be_leased, "cannot be leased: " + escape_for_terminal(one.unusable)};
+  const LeaseState now = lease_holders({{uuid, parent}}).front();
+  return lease_rejection(now).value_or(Rejection{RejectReason::leased, "leased by another job"});
+}
+
+}  // namespace detail
+
+GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map, const Caller& caller) {
   if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
-  return choose(criteria, assess(criteria, map, user, caller_pid));
+  return choose(criteria, assess(criteria, map, caller));
 }
 
 GPUSEL_API void reject_leased_gpus(std::vector<Candidate>& assessed) {
@@ -142,63 +194,62 @@ GPUSEL_API void reject_leased_gpus(std::vector<Candidate>& assessed) {
   wanted.reserve(assessed.size());
   for (const Candidate& candidate : assessed)
     wanted.emplace_back(candidate.uuid(), candidate.mig_instance ? candidate.gpu.uuid : std::string());
-  std::vector<std::optional<std::string>> holders = detail::lease_holders(wanted);
+  const std::vector<LeaseState> states = detail::lease_holders(wanted);
   const detail::JobLease job = detail::job_lease();  // inside gpusel run: its GPUs (Note [The job's lease])
   for (std::size_t i = 0; i < assessed.size(); ++i) {
     if (job.held(assessed[i].uuid()) != nullptr) continue;  // the job's own lease, not another job's
     if (std::optional<std::string> outside = detail::outside_job(job, assessed[i].uuid()))
-      assessed[i].rejected_because.push_back(std::move(*outside));
-    else if (holders[i])
-      assessed[i].rejected_because.push_back(*holders[i] + detail::job_lease_not_counted(job, assessed[i].uuid()));
+      assessed[i].rejections.push_back({RejectReason::outside_job, std::move(*outside)});
+    else if (std::optional<Rejection> held = detail::lease_rejection(states[i]))
+      assessed[i].rejections.push_back(
+          {held->reason, held->text + detail::job_lease_not_counted(job, assessed[i].uuid())});
   }
 }
 
 GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria) {
   const DeviceMap map = visible_devices(detail::usage_for(criteria));
   if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
-  std::vector<Candidate> assessed = assess(criteria, map, current_user(), static_cast<unsigned int>(getpid()));
+  std::vector<Candidate> assessed = assess(criteria, map);
   reject_leased_gpus(assessed);
   return choose(criteria, std::move(assessed));
 }
 
-GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map, const std::string& user,
-                                      unsigned int caller_pid) {
-  if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
-  std::vector<Candidate> assessed = assess(criteria, map, user, caller_pid);
-  reject_leased_gpus(assessed);
+GPUSEL_API LeasedGpus choose_and_lease(const PickCriteria& criteria, std::vector<Candidate> assessed) {
   // Choose, lease what was chosen, and choose again without any GPU another job leased
   // between the look and the lease: each round rejects one more, so this ends, and
   // choose throws, saying why each GPU was rejected, once too few are left.
   while (true) {
     LeasedGpus result;
     result.gpus = choose(criteria, assessed);
-    const Candidate* taken = nullptr;  // leased by another job since we looked, or its files became unusable
-    std::string unusable;
+    std::optional<Rejection> refused;  // leased by another job since we looked, or its files became unusable
+    const Candidate* taken = nullptr;
     for (const Candidate& candidate : result.gpus) {
       const std::string parent = candidate.mig_instance ? candidate.gpu.uuid : std::string();
       detail::LeaseTry one = detail::lease_one(candidate.uuid(), parent);
       if (!one.lease) {
         taken = &candidate;
-        unusable = "cannot be leased: " + one.unusable;
+        refused = detail::refusal_of(one, candidate.uuid(), parent);
         break;
       }
       result.lease.merge(std::move(*one.lease));
     }
     if (taken == nullptr) return result;
     result.lease.release();
-    const std::string parent = taken->mig_instance ? taken->gpu.uuid : std::string();
-    const std::string why = unusable != "cannot be leased: "
-                                ? unusable
-                                : lease_holder(taken->uuid(), parent).value_or("leased by another job");
     for (Candidate& verdict : assessed)
       if (verdict.physical_index == taken->physical_index && verdict.uuid() == taken->uuid())
-        verdict.rejected_because.push_back(why);
+        verdict.rejections.push_back(*refused);
   }
 }
 
+GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map, const Caller& caller) {
+  if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
+  std::vector<Candidate> assessed = assess(criteria, map, caller);
+  reject_leased_gpus(assessed);
+  return choose_and_lease(criteria, std::move(assessed));
+}
+
 GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria) {
-  return lease_free_gpus(criteria, visible_devices(detail::usage_for(criteria)), current_user(),
-                         static_cast<unsigned int>(getpid()));
+  return lease_free_gpus(criteria, visible_devices(detail::usage_for(criteria)));
 }
 
 GPUSEL_API void detail::require_cuda_not_started(const char* function) {
@@ -208,17 +259,18 @@ GPUSEL_API void detail::require_cuda_not_started(const char* function) {
                 detail::variable_in_force("CUDA_VISIBLE_DEVICES") + "); call it before the first CUDA call");
 }
 
-GPUSEL_API void detail::make_visible(const LeasedGpus& picked, const PickCriteria& criteria) {
+GPUSEL_API void detail::make_visible(const LeasedGpus& picked, const PickCriteria& criteria, const DeviceMap& map) {
   std::vector<std::string> uuids;
   uuids.reserve(picked.gpus.size());
   for (const Candidate& candidate : picked.gpus) uuids.push_back(candidate.uuid());
-  set_visible_devices(uuids, criteria.only_visible ? VisibleScope::within_visible : VisibleScope::whole_machine);
+  set_visible_uuids(uuids, criteria.only_visible ? VisibleScope::within_visible : VisibleScope::whole_machine, &map);
 }
 
 GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria) {
   detail::require_cuda_not_started("gpusel::use_free_gpus");
-  LeasedGpus picked = lease_free_gpus(criteria);
-  detail::make_visible(picked, criteria);
+  const DeviceMap map = visible_devices(detail::usage_for(criteria));  // read once: Note [One look per attempt]
+  LeasedGpus picked = lease_free_gpus(criteria, map);
+  detail::make_visible(picked, criteria, map);
   return picked;
 }
 

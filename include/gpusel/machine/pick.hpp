@@ -41,7 +41,7 @@ namespace gpusel {
 // see is exactly what picking is meant to avoid. This user's own processes
 // make a GPU busy too: a job of one's own at 100% is no less in the way than
 // another user's, and a pick is a GPU nobody is using. Only the caller
-// (caller_pid: the process that picks, which may already hold a context) is
+// (Caller::pid: the process that picks, which may already hold a context) is
 // no obstacle; share_own lets this user's processes share, allow_other_users
 // everyone's. When NVML cannot list a GPU's processes at all, the GPU is
 // rejected unless allow_other_users is set. Candidate::busy_processes keeps
@@ -83,16 +83,65 @@ namespace gpusel {
 // whole GPU's lease and any instance's exclude each other (Note [MIG leases]).
 // docs/mig.md gives users these rules.
 
+// Why a candidate does not fit: what a program (a wait, the command) switches on. Each
+// comes with its sentence, a Rejection.
+enum class RejectReason {
+  invalid_device_order,  // CUDA_DEVICE_ORDER is neither FASTEST_FIRST nor PCI_BUS_ID: the runtime would fail
+  excluded,              // PickCriteria::exclude names it
+  hidden,                // CUDA_VISIBLE_DEVICES hides it (PickCriteria::only_visible)
+  impossible_readings,   // NVML's readings of it cannot be true
+  mig_mode,              // in MIG mode with no MIG instance NVML lists: CUDA never shows it whole
+  free_memory,           // less free memory than PickCriteria::min_free_memory, or unknown
+  utilization,           // more utilized than PickCriteria::max_utilization, or unknown
+  compute_process,       // a compute process not the caller's runs on it, or they are unknown
+  compute_mode,          // its compute mode refuses this process a context (Note [Compute modes in picking])
+  duplicate_uuid,        // NVML reports another candidate's UUID for it (Note [One UUID, one GPU])
+  leased,                // another job holds its lease (Note [Leases] in lease.hpp)
+  cannot_be_leased,      // its UUID or its lease files cannot be used, so no lease can hold it
+  outside_job,           // inside gpusel run: not one of the job's GPUs (GPUSEL_JOB_LEASE)
+};
+
+// RejectReason's name as it is written: "free_memory", "leased", ... (`gpusel pick --json`'s
+// "rejected_for"; "?" for a value that names none).
+[[nodiscard]] GPUSEL_API const char* describe(RejectReason reason) noexcept;
+
+// One reason a candidate does not fit, and its sentence ("only 7.0 GiB free, 9.0 GiB needed"),
+// escaped for a terminal.
+struct Rejection {
+  RejectReason reason = RejectReason::excluded;
+  std::string text;
+
+  friend bool operator==(const Rejection& a, const Rejection& b) { return a.reason == b.reason && a.text == b.text; }
+  friend bool operator!=(const Rejection& a, const Rejection& b) { return !(a == b); }
+};
+
+// Note [One look per attempt]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An attempt at GPUs reads the machine once (visible_devices: one NVML query) and judges
+// each GPU once (assess, then reject_leased_gpus, which reads the lease directory once);
+// choose_and_lease leases from those verdicts, and a GPU taken since the look is rejected
+// there, not judged again. So the verdicts a user reads are the ones the lease followed,
+// and two judgements cannot disagree. pick(), lease_free_gpus, use_free_gpus (which makes
+// the GPUs visible on the same map), each look of lease_free_gpus(criteria, wait), and
+// `gpusel pick` and `gpusel run` keep to it; tests/machine/pick_through_nvml_test.cpp and
+// tests/tool count the fake NVML's reads per attempt.
+
 // One GPU, or one MIG instance of a GPU (Note [MIG instances as picks]), and the verdict on it.
 struct Candidate {
-  Gpu gpu;                                    // what NVML said
-  int physical_index = 0;                     // CUDA's physical index: what an integer in CUDA_VISIBLE_DEVICES names
-  std::vector<std::string> rejected_because;  // empty when it fits
-  std::optional<MigInstance> mig_instance;    // the MIG instance of `gpu` this is; nullopt: the whole GPU
+  Gpu gpu;                                  // what NVML said
+  int physical_index = 0;                   // CUDA's physical index: what an integer in CUDA_VISIBLE_DEVICES names
+  std::vector<Rejection> rejections;        // why it does not fit; empty when it fits
+  std::optional<MigInstance> mig_instance;  // the MIG instance of `gpu` this is; nullopt: the whole GPU
   // The compute processes that make it busy under the criteria (Note [Whose process is it]).
   std::vector<GpuProcess> busy_processes;
 
-  bool fits() const noexcept { return rejected_because.empty(); }
+  bool fits() const noexcept { return rejections.empty(); }
+  // Whether one of its rejections is for `reason`.
+  bool rejected_for(RejectReason reason) const noexcept {
+    for (const Rejection& rejection : rejections)
+      if (rejection.reason == reason) return true;
+    return false;
+  }
   // What CUDA_VISIBLE_DEVICES and a lease name it by: the MIG instance's UUID, else the GPU's.
   const std::string& uuid() const noexcept { return mig_instance ? mig_instance->uuid : gpu.uuid; }
   // Its free memory: the MIG instance's, else the GPU's.
@@ -104,6 +153,16 @@ struct Candidate {
 // This process's real user, named as GpuProcess::user names processes' owners
 // (so the two compare alike; see Note [Whose process is it]).
 GPUSEL_API std::string current_user();
+
+// Who picks (Note [Whose process is it]): the user whose compute processes are its own,
+// and the process whose own compute work never makes a GPU busy.
+struct Caller {
+  std::string user;      // named as GpuProcess::user names owners
+  unsigned int pid = 0;  // 0: no process of the machine is the caller's
+
+  // This process: current_user() and getpid().
+  [[nodiscard]] GPUSEL_API static Caller this_process();
+};
 
 // "pid 4242 of alice (python3), 2.0 GiB", "pid 31337, owner unknown: not visible from this PID namespace".
 // The user and command are escaped for a terminal (Note [Hostile text]): any user names their process.
@@ -123,12 +182,13 @@ GPUSEL_API std::optional<GpuLink> weakest_link(const std::vector<Candidate>& pic
 GPUSEL_API std::string describe_connection(const std::vector<Candidate>& picked, const PickCriteria& criteria);
 
 // Every GPU of `map` (each MIG instance, for a GPU in MIG mode: Note [MIG instances
-// as picks]), in CUDA's physical order, with the reasons it does not fit `criteria`; `user` is whose processes are not
-// another user's, and `caller_pid` the process whose own compute work never makes a GPU busy (0: none; Note [Whose
-// process is it]). Pure: reads nothing but its arguments. Throws Error for criteria that make no sense, or an
-// exclusion that names no candidate.
+// as picks]), in CUDA's physical order, with the reasons it does not fit `criteria`, for
+// `caller` (whose processes are not another user's, and which process is the caller: Note
+// [Whose process is it]). Pure: reads nothing but its arguments (the default caller reads
+// this process's user). Throws Error for criteria that make no sense, or an exclusion that
+// names no candidate.
 [[nodiscard]] GPUSEL_API std::vector<Candidate> assess(const PickCriteria& criteria, const DeviceMap& map,
-                                                       const std::string& user, unsigned int caller_pid = 0);
+                                                       const Caller& caller = Caller::this_process());
 
 // The GPUs among `assessed` (assess's verdicts) that fit, best first
 // (criteria.order; with PickPlacement::connected, the best-connected set: Note
@@ -136,16 +196,17 @@ GPUSEL_API std::string describe_connection(const std::vector<Candidate>& picked,
 // than criteria.at_least fit, naming every GPU and why it was rejected.
 [[nodiscard]] GPUSEL_API std::vector<Candidate> choose(const PickCriteria& criteria, std::vector<Candidate> assessed);
 
-// The GPUs of `map` that fit: choose(criteria, assess(criteria, map, user, caller_pid)).
+// The GPUs of `map` that fit: choose(criteria, assess(criteria, map, caller)).
 // Pure, like assess. Throws Error when the map is unknown (no NVML) or fewer
 // than criteria.at_least fit.
 [[nodiscard]] GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria, const DeviceMap& map,
-                                                     const std::string& user, unsigned int caller_pid = 0);
+                                                     const Caller& caller = Caller::this_process());
 
 // Rejects, among `assessed`, every GPU another lease holds (Note [Leases] in
-// lease.hpp), with who holds it as the reason, and every GPU whose lease files
-// cannot be used, with why and whose. Throws Error when the lease directory cannot
-// be used.
+// lease.hpp: RejectReason::leased), with who holds it, every GPU whose UUID or
+// lease files cannot be used (cannot_be_leased), with why and whose, and inside
+// gpusel run every GPU not the job's (outside_job). Throws Error when the lease
+// directory cannot be used.
 GPUSEL_API void reject_leased_gpus(std::vector<Candidate>& assessed);
 
 // The GPUs of this machine that fit, read through NVML now, GPUs that another
@@ -159,16 +220,22 @@ struct [[nodiscard]] LeasedGpus {
   GpuLease lease;
 };
 
-// Picks GPUs of `map` as pick(criteria, map, user) does, and leases them: GPUs
-// held by another lease are rejected with that reason, and a GPU another job
-// leases between the look and the lease, or whose lease files cannot be used, is
-// passed over for the next best (with the reason), so two jobs never get the same
-// GPU. Throws Error, holding nothing, when too few fit or can be leased, or the
-// lease directory cannot be used.
-[[nodiscard]] GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map,
-                                                    const std::string& user, unsigned int caller_pid = 0);
+// Chooses among `assessed` (assess's verdicts, leased GPUs rejected: reject_leased_gpus)
+// as choose() does, and leases what it chose, judging nothing again: a GPU another job
+// leased since the look, or whose UUID or lease files cannot be used, is rejected with
+// the reason (RejectReason::leased, cannot_be_leased) and the choice made again without
+// it, so two jobs never get the same GPU. Throws Error, holding nothing, when too few
+// fit or can be leased (choose's message, naming each GPU and why), or the lease
+// directory cannot be used.
+[[nodiscard]] GPUSEL_API LeasedGpus choose_and_lease(const PickCriteria& criteria, std::vector<Candidate> assessed);
 
-// The same on this machine, read through NVML now.
+// Picks GPUs of `map` as pick(criteria, map, caller) does, and leases them: assess,
+// reject_leased_gpus and choose_and_lease, each once. Throws Error, holding nothing, when
+// too few fit or can be leased, or the lease directory cannot be used.
+[[nodiscard]] GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const DeviceMap& map,
+                                                    const Caller& caller = Caller::this_process());
+
+// The same on this machine, read through NVML once, for this process.
 [[nodiscard]] GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria = {});
 
 // Picks and leases GPUs (lease_free_gpus(criteria)) and makes exactly those
@@ -182,9 +249,10 @@ struct [[nodiscard]] LeasedGpus {
 
 namespace detail {
 // What use_free_gpus and its waiting form share: the Error, naming `function`, when
-// CUDA has started; and making `picked` this process's GPUs as `criteria` scope them.
+// CUDA has started; and making `picked` this process's GPUs as `criteria` scope them,
+// on `map`, the machine they were picked on (NVML is not read again).
 GPUSEL_API void require_cuda_not_started(const char* function);
-GPUSEL_API void make_visible(const LeasedGpus& picked, const PickCriteria& criteria);
+GPUSEL_API void make_visible(const LeasedGpus& picked, const PickCriteria& criteria, const DeviceMap& map);
 }  // namespace detail
 
 }  // namespace gpusel

@@ -136,15 +136,15 @@ namespace detail {
 // `value` (a list of GPU- or MIG- UUIDs, or of indices) checked and set. MIG- tokens name MIG
 // instances, which NVML's GPU list does not hold: they are checked for form only, and CUDA
 // decides what they show.
-inline void set_visible_value(const std::string& call, const std::string& value, std::size_t tokens,
-                              VisibleScope scope) {
+inline void set_visible_value(const std::string& call, const std::string& value, std::size_t tokens, VisibleScope scope,
+                              const DeviceMap* read) {
   if (cuda_driver_initialized())
     throw Error(call +
                 ": CUDA has already started in this process (the driver is initialized), so CUDA_VISIBLE_DEVICES=" +
                 value + " would have no effect here (" + variable_in_force("CUDA_VISIBLE_DEVICES") +
                 "); call it before the first CUDA call, or set the variable in the environment "
                 "that starts the process");
-  const DeviceMap map = visible_devices();
+  const DeviceMap map = read != nullptr ? *read : visible_devices();
   std::string checked_value;  // value without its MIG- tokens
   std::size_t checked_tokens = 0;
   for (std::size_t start = 0; start <= value.size() && tokens > 0;) {
@@ -195,20 +195,28 @@ GPUSEL_API void set_visible_devices(const std::vector<int>& physical_indices, Vi
         throw Error(call + ": physical GPU " + std::to_string(physical_indices[i]) +
                     " is named twice, which makes CUDA fail with cudaErrorInvalidDevice");
   }
-  detail::set_visible_value(call, value, physical_indices.size(), scope);
+  detail::set_visible_value(call, value, physical_indices.size(), scope, nullptr);
 }
 
-GPUSEL_API void set_visible_devices(const std::vector<std::string>& uuids, VisibleScope scope) {
+namespace detail {
+
+GPUSEL_API void set_visible_uuids(const std::vector<std::string>& uuids, VisibleScope scope, const DeviceMap* map) {
   std::string value;
   for (const std::string& uuid : uuids) value += (value.empty() ? "" : ",") + uuid;
   const std::string call = "gpusel::set_visible_devices({" + value + "})";
   for (const std::string& uuid : uuids) {
-    if (!detail::is_uuid_token(uuid) || uuid.size() == 4 || uuid.find(',') != std::string::npos)
+    if (!is_uuid_token(uuid) || uuid.size() == 4 || uuid.find(',') != std::string::npos)
       throw Error(
-          call + ": " + detail::quote(uuid) +
+          call + ": " + quote(uuid) +
           " is not a GPU UUID: expected \"GPU-\" or \"MIG-\" and (a prefix of) the hex UUID, as nvidia-smi -L shows");
   }
-  detail::set_visible_value(call, value, uuids.size(), scope);
+  set_visible_value(call, value, uuids.size(), scope, map);
+}
+
+}  // namespace detail
+
+GPUSEL_API void set_visible_devices(const std::vector<std::string>& uuids, VisibleScope scope) {
+  detail::set_visible_uuids(uuids, scope, nullptr);
 }
 
 GPUSEL_API void set_visible_devices(std::initializer_list<int> physical_indices, VisibleScope scope) {
@@ -250,7 +258,7 @@ GPUSEL_API void keep_visible_devices(const std::vector<int>& logical_indices) {
         visible.variable() ? kept_tokens[static_cast<std::size_t>(logical)] : std::to_string(visible.physical(logical));
     value += (i == 0 ? "" : ",") + token;
   }
-  detail::set_visible_value(call, value, logical_indices.size(), VisibleScope::within_visible);
+  detail::set_visible_value(call, value, logical_indices.size(), VisibleScope::within_visible, nullptr);
 }
 
 GPUSEL_API void keep_visible_devices(std::initializer_list<int> logical_indices) {

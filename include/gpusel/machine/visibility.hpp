@@ -115,6 +115,12 @@ GPUSEL_API void set_visible_devices(const std::vector<int>& physical_indices,
 GPUSEL_API void set_visible_devices(const std::vector<std::string>& uuids,
                                     VisibleScope scope = VisibleScope::within_visible);
 
+namespace detail {
+// set_visible_devices(uuids, scope), checked against `map` (this process's view, read already:
+// Note [One look per attempt] in pick.hpp), or, when null, against visible_devices() read now.
+GPUSEL_API void set_visible_uuids(const std::vector<std::string>& uuids, VisibleScope scope, const DeviceMap* map);
+}  // namespace detail
+
 // Braced lists: set_visible_devices({2, 0}) and set_visible_devices({"GPU-948e02bd"}).
 GPUSEL_API void set_visible_devices(std::initializer_list<int> physical_indices,
                                     VisibleScope scope = VisibleScope::within_visible);

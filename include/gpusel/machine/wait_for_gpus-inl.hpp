@@ -5,15 +5,13 @@
 
 #include "gpusel/machine/wait_for_gpus.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "gpusel/detail/core/environment.hpp"
+#include "gpusel/machine/detail/picking/choosing.hpp"
 #include "gpusel/machine/detail/picking/criteria_checks.hpp"
 #include "gpusel/machine/detail/picking/wait_line.hpp"
 
@@ -39,13 +37,15 @@ inline void make_idle(Gpu& gpu) {
   }
 }
 
-inline bool enough_fit(const PickCriteria& criteria, std::vector<Candidate> assessed) {
-  try {
-    (void)choose(criteria, std::move(assessed));
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
+// How many of `assessed` fit.
+inline std::size_t fitting(const std::vector<Candidate>& assessed) {
+  return static_cast<std::size_t>(
+      std::count_if(assessed.begin(), assessed.end(), [](const Candidate& candidate) { return candidate.fits(); }));
+}
+
+// Whether enough of `assessed` fit `criteria` for choose() to choose.
+inline bool enough_fit(const PickCriteria& criteria, const std::vector<Candidate>& assessed) {
+  return static_cast<long long>(fitting(assessed)) >= criteria.at_least;
 }
 
 // What one look of lease_free_gpus(criteria, wait) finds on `map`, the line aside.
@@ -55,36 +55,45 @@ struct MachineForWaiter {
   bool lease_could_serve = false;  // enough would fit once the GPUs that leases hold end
 };
 
-// The GPUs of `map` assessed as if idle; throws Error, saying why, when too few of them meet
-// `criteria` (`function` throws it): no wait can.
-inline std::vector<Candidate> assess_idle(const PickCriteria& criteria, const DeviceMap& map, const char* function) {
+// The GPUs of `map` assessed as if idle, for `caller`; throws Error, saying why, when too few of
+// them meet `criteria` (`function` throws it): no wait can.
+inline std::vector<Candidate> assess_idle(const PickCriteria& criteria, const DeviceMap& map, const Caller& caller,
+                                          const char* function) {
   DeviceMap idle_map = map;
   for (Gpu& gpu : idle_map.inventory.gpus) make_idle(gpu);
-  std::vector<Candidate> idle = assess(criteria, idle_map, current_user(), static_cast<unsigned int>(getpid()));
-  try {
-    (void)choose(criteria, idle);
-  } catch (const Error& error) {
-    std::string why = error.what();
-    if (why.rfind("gpusel::pick: ", 0) == 0) why.erase(0, std::string_view("gpusel::pick: ").size());
-    throw Error(std::string(function) + ": no wait can meet this request: even with every GPU idle, " + why);
-  }
+  std::vector<Candidate> idle = assess(criteria, idle_map, caller);
+  if (!enough_fit(criteria, idle))
+    throw Error(std::string(function) + ": no wait can meet this request: even with every GPU idle, " +
+                too_few_fit(criteria, idle, fitting(idle)));
   return idle;
 }
 
+// Whether `candidate` is rejected for what reject_leased_gpus judges: another job's lease,
+// lease files that cannot be used, or a GPU not the job's.
+inline bool rejected_by_leases(const Candidate& candidate) {
+  return std::any_of(candidate.rejections.begin(), candidate.rejections.end(), [](const Rejection& rejection) {
+    switch (rejection.reason) {
+      case RejectReason::leased:
+      case RejectReason::cannot_be_leased:
+      case RejectReason::outside_job:
+        return true;
+      default:
+        return false;
+    }
+  });
+}
+
 // Throws Error, saying why, when no GPU of `map` could meet `criteria` even idle: no wait can.
-inline MachineForWaiter look_at_machine(const PickCriteria& criteria, const DeviceMap& map) {
-  const auto caller = static_cast<unsigned int>(getpid());
-  const std::vector<Candidate> idle = assess_idle(criteria, map, "gpusel::lease_free_gpus");
+inline MachineForWaiter look_at_machine(const PickCriteria& criteria, const DeviceMap& map, const Caller& caller) {
+  const std::vector<Candidate> idle = assess_idle(criteria, map, caller, "gpusel::lease_free_gpus");
   MachineForWaiter look;
-  look.now = assess(criteria, map, current_user(), caller);
-  std::vector<std::size_t> reasons;
-  for (const Candidate& candidate : look.now) reasons.push_back(candidate.rejected_because.size());
+  look.now = assess(criteria, map, caller);
   reject_leased_gpus(look.now);
   std::vector<Candidate> leases_ended = look.now;
   for (std::size_t i = 0; i < leases_ended.size(); ++i)
-    if (leases_ended[i].rejected_because.size() > reasons[i]) leases_ended[i] = idle[i];  // leased: idle once it ends
+    if (rejected_by_leases(leases_ended[i])) leases_ended[i] = idle[i];  // leased: idle once it ends
   look.fits_now = enough_fit(criteria, look.now);
-  look.lease_could_serve = enough_fit(criteria, std::move(leases_ended));
+  look.lease_could_serve = enough_fit(criteria, leases_ended);
   return look;
 }
 
@@ -96,9 +105,10 @@ struct LookInLine {
   bool yielded = false;     // enough GPUs fit, but an earlier waiter goes first
   bool keep_place = false;  // what it waits for is leases ending
 };
-inline LookInLine look_in_line(const PickCriteria& criteria, const DeviceMap& map, const WaitLine& line, bool yield) {
+inline LookInLine look_in_line(const PickCriteria& criteria, const DeviceMap& map, const Caller& caller,
+                               const WaitLine& line, bool yield) {
   if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
-  MachineForWaiter machine = look_at_machine(criteria, map);
+  MachineForWaiter machine = look_at_machine(criteria, map, caller);
   LookInLine look;
   look.keep_place = machine.lease_could_serve;
   const std::string ahead = yield ? line.ahead() : std::string();
@@ -109,7 +119,7 @@ inline LookInLine look_in_line(const PickCriteria& criteria, const DeviceMap& ma
   }
   std::vector<Candidate> chosen;
   try {
-    chosen = choose(criteria, std::move(machine.now));
+    chosen = choose(criteria, machine.now);
   } catch (const Error& error) {  // too few fit
     look.why = error.what();
     return look;
@@ -117,8 +127,8 @@ inline LookInLine look_in_line(const PickCriteria& criteria, const DeviceMap& ma
   for (const Candidate& candidate : chosen)
     if (candidate.uuid().empty())  // a lock file is named by the UUID
       throw Error("gpusel: cannot lease " + describe(candidate) + ": NVML reports no UUID for it");
-  try {  // leases as it chooses again, passing over a GPU another job leases first
-    look.leased = lease_free_gpus(criteria, map, current_user(), static_cast<unsigned int>(getpid()));
+  try {  // leases from these verdicts, passing over a GPU another job leases first
+    look.leased = choose_and_lease(criteria, std::move(machine.now));
   } catch (const Error& error) {
     look.why = error.what();
   }
@@ -128,20 +138,21 @@ inline LookInLine look_in_line(const PickCriteria& criteria, const DeviceMap& ma
 }  // namespace detail
 
 GPUSEL_API void check_wait_can_serve(const PickCriteria& criteria, const DeviceMap& map) {
-  (void)detail::assess_idle(criteria, map, "gpusel::check_wait_can_serve");
+  (void)detail::assess_idle(criteria, map, Caller::this_process(), "gpusel::check_wait_can_serve");
 }
 
-GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait) {
+GPUSEL_API LeasedGpus detail::lease_in_line(const PickCriteria& criteria, const WaitForGpus& wait, DeviceMap& map) {
   using Clock = std::chrono::steady_clock;
+  const Caller caller = Caller::this_process();
   const auto started = Clock::now();
   detail::WaitLine line;  // throws Error when the lease directory cannot be used
   bool said = false;
   Clock::duration yielded{};  // while enough GPUs fit (Note [Waiting in line]: the bound)
   std::optional<Clock::time_point> yielding_since;
   while (true) {
-    const DeviceMap map = wait.read_devices ? wait.read_devices() : visible_devices(detail::usage_for(criteria));
+    map = wait.read_devices ? wait.read_devices() : visible_devices(detail::usage_for(criteria));
     const bool yield = yielded < wait.yield_at_most;
-    detail::LookInLine look = detail::look_in_line(criteria, map, line, yield);
+    detail::LookInLine look = detail::look_in_line(criteria, map, caller, line, yield);
     if (look.leased) return std::move(*look.leased);  // the line's ticket goes: the next in line may go
     const auto now = Clock::now();
     if (yielding_since) yielded += now - *yielding_since;
@@ -158,10 +169,16 @@ GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const WaitFo
   }
 }
 
+GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait) {
+  DeviceMap map;
+  return detail::lease_in_line(criteria, wait, map);
+}
+
 GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait) {
   detail::require_cuda_not_started("gpusel::use_free_gpus");
-  LeasedGpus picked = lease_free_gpus(criteria, wait);
-  detail::make_visible(picked, criteria);
+  DeviceMap map;
+  LeasedGpus picked = detail::lease_in_line(criteria, wait, map);
+  detail::make_visible(picked, criteria, map);  // on the last look's map: Note [One look per attempt]
   return picked;
 }
 

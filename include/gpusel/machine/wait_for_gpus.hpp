@@ -67,6 +67,12 @@ GPUSEL_API void check_wait_can_serve(const PickCriteria& criteria, const DeviceM
 // use_free_gpus(criteria), waiting for the GPUs as lease_free_gpus(criteria, wait) does.
 [[nodiscard]] GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait);
 
+namespace detail {
+// lease_free_gpus(criteria, wait), leaving in `map` the machine as its last look read it.
+[[nodiscard]] GPUSEL_API LeasedGpus lease_in_line(const PickCriteria& criteria, const WaitForGpus& wait,
+                                                  DeviceMap& map);
+}  // namespace detail
+
 }  // namespace gpusel
 
 #if GPUSEL_HEADER_ONLY  // Note [Compile-once mode]

@@ -62,7 +62,7 @@ GPUSEL_API LeaseState state_in(const FileDescriptor& directory, const std::strin
   if (uuid.empty()) return state;  // no lease can name it, so none holds it
   for (const std::string_view each : {uuid, parent}) {
     if (each.empty()) continue;
-    if (state.problem = unusable_name(each); !state.problem.empty()) return state;
+    if (state.problem = lease_name_problem(each); !state.problem.empty()) return state;
     std::vector<LeaseFile> files = other_files(directory, path, each, listing, state.problem);
     if (!state.problem.empty()) return state;
     LeaseFile own{FileDescriptor(), lease_file_name(each, ::geteuid()), ::geteuid()};

@@ -20,9 +20,7 @@
 
 namespace gpusel::detail {
 
-// Whether `uuid` is written as NVML reports a UUID: "GPU-" or "MIG-", then 8-4-4-4-12
-// lower-case hexadecimal digits.
-inline bool canonical_uuid(std::string_view uuid) {
+GPUSEL_API bool canonical_uuid(std::string_view uuid) noexcept {
   constexpr std::string_view kShape = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
   if (uuid.size() != 4 + kShape.size() || (uuid.substr(0, 4) != "GPU-" && uuid.substr(0, 4) != "MIG-")) return false;
   for (std::size_t i = 0; i < kShape.size(); ++i) {
@@ -33,21 +31,16 @@ inline bool canonical_uuid(std::string_view uuid) {
   return true;
 }
 
-GPUSEL_API void check_lease_name(std::string_view uuid) {
-  if (uuid.empty()) throw Error("gpusel: cannot lease a GPU without a UUID (NVML reported none)");
-  if (!canonical_uuid(uuid))
-    throw Error("gpusel: cannot lease \"" + std::string(uuid) +
-                "\": not a GPU or MIG UUID as NVML reports it (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx or "
-                "MIG-..., lower-case hexadecimal digits, whole: as nvidia-smi -L prints it)");
+GPUSEL_API std::string lease_name_problem(std::string_view uuid) {
+  if (uuid.empty()) return "cannot lease a GPU without a UUID (NVML reported none)";
+  if (canonical_uuid(uuid)) return {};
+  return "cannot lease \"" + std::string(uuid) +
+         "\": not a GPU or MIG UUID as NVML reports it (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx or MIG-..., "
+         "lower-case hexadecimal digits, whole: as nvidia-smi -L prints it)";
 }
 
-GPUSEL_API std::string unusable_name(std::string_view uuid) {
-  try {
-    check_lease_name(uuid);
-  } catch (const Error& error) {
-    return std::string(error.what()).substr(std::string_view("gpusel: ").size());
-  }
-  return {};
+GPUSEL_API void check_lease_name(std::string_view uuid) {
+  if (std::string problem = lease_name_problem(uuid); !problem.empty()) throw Error("gpusel: " + problem);
 }
 
 GPUSEL_API std::string lease_file_name(std::string_view uuid, uid_t uid) {

@@ -18,13 +18,19 @@
 
 namespace gpusel::detail {
 
-// `uuid` checked as a lease's name. A lock file is named by the UUID, so only NVML's own
-// spelling may name one: an upper-case UUID or a prefix would lock a file of its own,
-// excluding no job that names the GPU as NVML does (and none of it leaves the directory).
-GPUSEL_API void check_lease_name(std::string_view uuid);
+// Whether `uuid` is written as NVML reports a UUID: "GPU-" or "MIG-", then 8-4-4-4-12
+// lower-case hexadecimal digits (gpusel::is_lease_name).
+GPUSEL_API bool canonical_uuid(std::string_view uuid) noexcept;
 
-// Why `uuid` cannot name a lease file, without "gpusel: ", or "".
-GPUSEL_API std::string unusable_name(std::string_view uuid);
+// Why `uuid` cannot name a lease file, a sentence ("cannot lease a GPU without a UUID
+// (NVML reported none)"), or "" when it can. A lock file is named by the UUID, so only
+// NVML's own spelling may name one: an upper-case UUID or a prefix would lock a file of
+// its own, excluding no job that names the GPU as NVML does (and none of it leaves the
+// directory).
+GPUSEL_API std::string lease_name_problem(std::string_view uuid);
+
+// Throws Error("gpusel: " + lease_name_problem(uuid)) when `uuid` cannot name a lease.
+GPUSEL_API void check_lease_name(std::string_view uuid);
 
 // The lock file of `uuid` for user `uid`: "<UUID>.<uid>.lock" (Note [Who can break a lease]).
 GPUSEL_API std::string lease_file_name(std::string_view uuid, uid_t uid);

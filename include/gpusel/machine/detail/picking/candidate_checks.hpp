@@ -2,7 +2,7 @@
 // MIG instance: its free memory, utilization, compute processes (Note [Whose process
 // is it]) and compute mode (Note [Compute modes in picking]), what holds of its whole
 // GPU, and a UUID reported twice (Note [One UUID, one GPU]). Each adds its reasons to
-// the candidate's rejected_because.
+// the candidate's rejections (RejectReason and sentence).
 // This header includes no CUDA header and makes no CUDA call.
 #pragma once
 
@@ -15,6 +15,7 @@
 #include "gpusel/machine/detail/picking/criteria_checks.hpp"
 
 namespace gpusel {
+struct Caller;        // gpusel/machine/pick.hpp
 struct Candidate;     // gpusel/machine/pick.hpp
 struct DeviceMap;     // gpusel/machine/visibility.hpp
 struct GpuProcess;    // gpusel/machine/inventory.hpp
@@ -24,10 +25,10 @@ struct PickCriteria;  // gpusel/machine/pick_criteria.hpp
 
 namespace gpusel::detail {
 
-// Rejects `candidate` for what `processes` (nullopt: unknown) hold that is not `caller_pid`'s
-// (nor, with share_own, `user`'s): Note [Whose process is it].
+// Rejects `candidate` for what `processes` (nullopt: unknown) hold that is not the caller's
+// process (nor, with share_own, its user's): Note [Whose process is it].
 GPUSEL_API void check_processes(const std::optional<std::vector<GpuProcess>>& processes, const PickCriteria& criteria,
-                                const std::string& user, unsigned int caller_pid, Candidate& candidate);
+                                const Caller& caller, Candidate& candidate);
 
 // Rejects `candidate` when its free memory (its MIG instance's, else its GPU's) is below
 // what `criteria` asks, or unknown.
@@ -57,8 +58,7 @@ class DuplicateUuids {
 struct Assessment {
   const PickCriteria& criteria;
   const DeviceMap& map;
-  const std::string& user;
-  unsigned int caller_pid = 0;
+  const Caller& caller;
   Excluded excluded;
   bool hiding = false;  // only_visible, with CUDA_VISIBLE_DEVICES set
 

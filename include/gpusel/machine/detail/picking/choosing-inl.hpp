@@ -43,12 +43,12 @@ GPUSEL_API void sort_best_first(const PickCriteria& criteria, const std::vector<
 }
 
 // The reasons every one of `all` (two or more) is rejected for, such as an invalid CUDA_DEVICE_ORDER.
-inline std::vector<std::string> shared_reasons(const std::vector<Candidate>& all) {
-  std::vector<std::string> shared;
+inline std::vector<Rejection> shared_reasons(const std::vector<Candidate>& all) {
+  std::vector<Rejection> shared;
   if (all.size() > 1)
-    for (const std::string& reason : all.front().rejected_because)
+    for (const Rejection& reason : all.front().rejections)
       if (std::all_of(all.begin(), all.end(), [&reason](const Candidate& c) {
-            return std::find(c.rejected_because.begin(), c.rejected_because.end(), reason) != c.rejected_because.end();
+            return std::find(c.rejections.begin(), c.rejections.end(), reason) != c.rejections.end();
           }))
         shared.push_back(reason);
   return shared;
@@ -59,13 +59,13 @@ GPUSEL_API std::string too_few_fit(const PickCriteria& criteria, const std::vect
   // MIG instances are candidates beside whole GPUs: the count says so.
   const bool instances = std::any_of(all.begin(), all.end(), [](const Candidate& c) { return c.mig_instance; });
   const std::string candidates = instances ? "GPUs and MIG instances" : "GPUs";
-  const std::vector<std::string> shared = shared_reasons(all);
-  std::string message = "gpusel::pick: " + std::to_string(fitting) + " of " + std::to_string(all.size()) +
+  const std::vector<Rejection> shared = shared_reasons(all);
+  std::string message = std::to_string(fitting) + " of " + std::to_string(all.size()) +
                         (all.size() == 1 ? " GPU fits" : " " + candidates + " fit") + ", " +
                         std::to_string(criteria.at_least) + (criteria.at_least == 1 ? " is" : " are") + " needed (" +
                         describe(criteria) + "):";
-  for (const std::string& reason : shared)
-    message += "\n  every " + std::string(instances ? "GPU and MIG instance" : "GPU") + ": " + reason;
+  for (const Rejection& reason : shared)
+    message += "\n  every " + std::string(instances ? "GPU and MIG instance" : "GPU") + ": " + reason.text;
   for (const Candidate& candidate : all) {
     message += "\n  " + describe(candidate);
     if (candidate.fits()) {
@@ -73,9 +73,9 @@ GPUSEL_API std::string too_few_fit(const PickCriteria& criteria, const std::vect
       continue;
     }
     std::string separator = ": ";
-    for (const std::string& reason : candidate.rejected_because) {
+    for (const Rejection& reason : candidate.rejections) {
       if (std::find(shared.begin(), shared.end(), reason) != shared.end()) continue;
-      message += separator + reason;
+      message += separator + reason.text;
       separator = "; ";
     }
   }

@@ -29,7 +29,8 @@ GPUSEL_API GpuLink candidate_link(const Candidate& a, const Candidate& b);
 GPUSEL_API void sort_best_first(const PickCriteria& criteria, const std::vector<Candidate>& all,
                                 std::vector<std::size_t>& fitting);
 
-// Why too few of `all` fit: every candidate and its reasons, those all share said once, first.
+// Why too few of `all` fit ("1 of 4 GPUs fit, 2 are needed (...):" and a line a candidate, with
+// its reasons, those all share said once, first), for choose()'s Error to say after "gpusel::pick: ".
 GPUSEL_API std::string too_few_fit(const PickCriteria& criteria, const std::vector<Candidate>& all,
                                    std::size_t fitting);
 

@@ -1,7 +1,7 @@
 // Specification of the picking criteria (include/gpusel/machine/pick_criteria.hpp):
 // PickCriteria in words. What the criteria pick, and the errors for criteria that
-// make no sense or an exclusion that names no GPU, are select_test's, which
-// judges GPUs by them. A pure test: no CUDA runtime is linked.
+// make no sense (pick_test) or an exclusion that names no GPU (pick_assess_test), are
+// the pick tests', which judge GPUs by them. A pure test: no CUDA runtime is linked.
 #include "gpusel/machine/pick_criteria.hpp"
 
 #include <gtest/gtest.h>

@@ -156,6 +156,17 @@ TEST(Lease, NamesItsGpuOnlyByTheCanonicalUuidElseAnErrorSaysWhatWasGiven) {
       << "a MIG instance's GPU is named canonically too";
 }
 
+TEST(Lease, IsLeaseNameAsksWithoutThrowingWhatTryLeaseGpuRefuses) {
+  static_assert(noexcept(gpusel::is_lease_name(std::string_view())), "a question, not a check that throws");
+  EXPECT_TRUE(gpusel::is_lease_name(kGpu));
+  EXPECT_TRUE(gpusel::is_lease_name(kInstanceA));
+  for (const char* odd : {"", "GPU-1B2C3D4E-0000-4000-8000-000000000001", "GPU-1b2c3d4e", "../../etc/passwd",
+                          "MIG-1b2c3d4e-0000-4000-8000-00000000000g", "GPU-1b2c3d4e-0000-4000-8000-00000000-001"}) {
+    EXPECT_FALSE(gpusel::is_lease_name(odd)) << odd;
+    EXPECT_FALSE(error_from([odd] { (void)gpusel::try_lease_gpu(odd); }).empty()) << odd;
+  }
+}
+
 // What `gpusel run` hands its command (Note [The job holds the lease]): a copy of the
 // descriptors holds the lease on its own once the lease itself has ended.
 TEST(Lease, ACopyOfItsDescriptorsHoldsTheLeaseAfterTheLeaseEnds) {
