@@ -13,7 +13,7 @@
 #   - the same with SLURM_GPUS_PER_TASK and SLURM_TRES_PER_TASK added (newer
 #     Slurm sets them in some shapes), and with torchrun's LOCAL_RANK inside a step;
 #   - where Slurm allocated GPUs without saying which (--gpu-bind=none with
-#     several tasks), every task refuses, naming Slurm and the option;
+#     several tasks), every task refuses, saying what it saw;
 #   - while another job holds GPUs 0 and 1, no task of a step on 2 and 3 touches them;
 #   - a program that picks and leases through the library, run by `gpusel run` in a step
 #     (srun ... gpusel run ...), chooses among the job's GPUs, within the step's, as the job's lease;
@@ -106,7 +106,7 @@ shape() {
   judge "$kind" "$(sed -n 's/^program //p' <<<"$lines")" "$tasks" "gpusel::local_rank_device()"
 }
 
-# refused SRUN-OPTIONS...: every task refuses, naming Slurm and --gpu-bind: run --local-rank,
+# refused SRUN-OPTIONS...: every task refuses, saying that Slurm named none of its GPUs: run --local-rank,
 # local_rank_device(), pick and run.
 refused() {
   local output
@@ -114,20 +114,22 @@ refused() {
   output=$(srun "$@" "$gpusel" run --local-rank -- sh -c "$says" 2>&1)
   echo "$output"
   if grep -q '^task ' <<<"$output"; then fail "a task ran though Slurm did not say which GPUs are its own"; fi
-  [ "$(grep -c 'Slurm.*--gpu-bind' <<<"$output")" -ge 2 ] || fail "the tasks did not say that Slurm's --gpu-bind left the GPUs unnamed"
+  [ "$(grep -c "$unnamed" <<<"$output")" -ge 2 ] || fail "the tasks did not say that Slurm left the GPUs unnamed"
   output=$(srun "$@" "${program[@]}" 2>&1)
   echo "$output"
   if grep -q '^task .* gpu ' <<<"$output"; then fail "the program took a GPU though Slurm did not say which"; fi
-  [ "$(grep -c 'Slurm.*--gpu-bind' <<<"$output")" -ge 2 ] || fail "the program did not say that Slurm's --gpu-bind left the GPUs unnamed"
+  [ "$(grep -c "$unnamed" <<<"$output")" -ge 2 ] || fail "the program did not say that Slurm left the GPUs unnamed"
   for command in pick "run -- true"; do
     # shellcheck disable=SC2086
     output=$(srun "$@" "$gpusel" $command 2>&1)
     echo "$output"
-    [ "$(grep -c "gpusel: ${command%% *}: Slurm.*--gpu-bind" <<<"$output")" -ge 2 ] ||
-      fail "$command did not refuse, naming Slurm's --gpu-bind"
+    [ "$(grep -c "gpusel: ${command%% *}: $unnamed" <<<"$output")" -ge 2 ] ||
+      fail "$command did not refuse, saying that Slurm left the GPUs unnamed"
   done
 }
 
+# What a task says where Slurm names none of its GPUs: what it saw, never a guessed option.
+unnamed='Slurm gave this step [0-9] GPUs\? on this node (SLURM_GPUS_ON_NODE=[0-9]) without saying which: CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS are unset in this task'
 started=$SECONDS
 shape shared 2 -n2 --gpus=2
 shape shared 2 -n2 --gres=gpu:2
@@ -193,7 +195,7 @@ output=$(srun -n2 --gpus-per-task=1 "$gpusel" explain 2>"$work/stderr") || fail 
 [ "$(grep -c "^This task has GPUs of its own, 1 of the step's 2 (CUDA_VISIBLE_DEVICES lists 1): cuda:0 is GPU-" <<<"$output")" = 2 ] ||
   fail "explain did not say that each task has a GPU of its own: $output"
 output=$(srun -n2 --gpus-per-task=1 --gpu-bind=none "$gpusel" explain 2>"$work/stderr") || fail "explain under --gpu-bind=none"
-[ "$(grep -c '^Slurm gave this step 2 GPUs on this node (SLURM_GPUS_ON_NODE=2) without saying which.*--gpu-bind=none' <<<"$output")" = 2 ] ||
+[ "$(grep -c "^$unnamed" <<<"$output")" = 2 ] ||
   fail "explain did not say that Slurm gave GPUs without saying which: $output"
 output=$(srun -n1 "$gpusel" explain 2>"$work/stderr") || fail "srun -n1 gpusel explain"
 grep -qx 'Slurm gave this step ([0-9]*\.0) no GPU; choosing as outside Slurm\.' <<<"$output" || fail "explain did not say that the step has no GPU: $output"

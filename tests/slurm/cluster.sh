@@ -2,6 +2,10 @@
 # A single-node Slurm cluster on loopback, for the tests judged by a real Slurm.
 #   cluster.sh start DIR   starts munged, slurmctld and slurmd; DIR/env is then a file to source
 #   cluster.sh stop DIR    stops every daemon that `start DIR` started, by its pid
+# GPUSEL_CLUSTER_GRES sets the node's Gres= (default gpu:4), and GPUSEL_CLUSTER_GRES_LINES
+# gres.conf's gpu lines, DEV standing for the devices' folder (default: Name=gpu File=DEV/nvidia[0-3]).
+# GPUSEL_CLUSTER_NODES="n1 n2" makes several nodes on this host, a `slurmd -N` each with a port of
+# its own (spool, pid and log per node: %n), and GPUSEL_CLUSTER_TASK_PROLOG names a TaskProlog.
 # Everything lives in DIR: slurm.conf (the clients find it through SLURM_CONF),
 # gres.conf, munge's key, socket, pid and log, Slurm's state, spool and logs. No
 # system configuration is read. The node declares 4 GPUs as GRES, backed by
@@ -24,7 +28,7 @@ dir=${2:-}
 
 stop() {
   local name pid
-  for name in slurmd slurmctld munged; do  # the node first, munge (which they need to talk) last
+  for name in slurmd $(cd "$dir" && ls slurmd-*.pid 2>/dev/null | sed 's/\.pid$//' || true) slurmctld munged; do  # the nodes first, munge (which they need to talk) last
     [ -f "$dir/$name.pid" ] || continue
     pid=$(cat "$dir/$name.pid")
     if [ -n "$pid" ] && kill "$pid" 2>/dev/null; then
@@ -60,13 +64,17 @@ for minor in 0 1 2 3; do
   [ -c "$dir/dev/nvidia$minor" ] || mknod "$dir/dev/nvidia$minor" c 195 "$minor"
 done
 
-# Two free ports, from the kernel (port 0), for slurmctld and slurmd.
-read -r controller_port node_port < <(python3 -c '
-import socket
-sockets = [socket.socket() for _ in range(2)]
-for s in sockets: s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in sockets))')
 host=$(hostname -s)
+read -ra nodes <<<"${GPUSEL_CLUSTER_NODES:-$host}"
+# Free ports, from the kernel (port 0), for slurmctld and each slurmd.
+read -r controller_port node_port node_ports < <(python3 -c '
+import socket, sys
+sockets = [socket.socket() for _ in range(int(sys.argv[1]) + 1)]
+for s in sockets: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in sockets))' "${#nodes[@]}")
+read -ra ports <<<"$node_port ${node_ports:-}"
+per_node=""  # several nodes: spool, pid and log a node (%n: slurmd's node name)
+[ -n "${GPUSEL_CLUSTER_NODES:-}" ] && per_node=-%n
 user=$(id -un)
 
 cat >"$dir/slurm.conf" <<CONF
@@ -80,11 +88,12 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$dir/munge.socket
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool${per_node/-//}
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/slurmd$per_node.pid
 SlurmctldLogFile=$dir/slurmctld.log
-SlurmdLogFile=$dir/slurmd.log
+SlurmdLogFile=$dir/slurmd$per_node.log${GPUSEL_CLUSTER_TASK_PROLOG:+
+TaskProlog=$GPUSEL_CLUSTER_TASK_PROLOG}
 PlugStackConfig=$dir/plugstack.conf
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -101,13 +110,18 @@ GresTypes=gpu
 SlurmdParameters=config_overrides
 ReturnToService=2
 MinJobAge=300
-NodeName=$host NodeAddr=127.0.0.1 CPUs=8 Gres=gpu:4 State=UNKNOWN
 PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
-cat >"$dir/gres.conf" <<CONF
-AutoDetect=off
-Name=gpu File=$dir/dev/nvidia[0-3]
-CONF
+for i in "${!nodes[@]}"; do
+  if [ -n "${GPUSEL_CLUSTER_NODES:-}" ]; then
+    echo "NodeName=${nodes[$i]} NodeHostname=$host NodeAddr=127.0.0.1 Port=${ports[$i]} CPUs=8 Gres=${GPUSEL_CLUSTER_GRES:-gpu:4} State=UNKNOWN"
+    mkdir -p "$dir/spool/${nodes[$i]}"
+  else
+    echo "NodeName=$host NodeAddr=127.0.0.1 CPUs=8 Gres=${GPUSEL_CLUSTER_GRES:-gpu:4} State=UNKNOWN"
+  fi
+done >>"$dir/slurm.conf"
+gres_lines=${GPUSEL_CLUSTER_GRES_LINES:-Name=gpu File=DEV/nvidia[0-3]}
+printf 'AutoDetect=off\n%s\n' "${gres_lines//DEV/$dir/dev}" >"$dir/gres.conf"
 : >"$dir/plugstack.conf"
 cat >"$dir/env" <<ENV
 export SLURM_CONF=$dir/slurm.conf
@@ -117,7 +131,7 @@ export SLURM_CONF=$dir/slurm.conf
 
 fail() {
   echo "cluster.sh: $*" >&2
-  for log in munged.log slurmctld.log slurmd.log; do
+  for log in munged.log slurmctld.log $(cd "$dir" && ls slurmd*.log 2>/dev/null || true); do
     [ -f "$dir/$log" ] && { echo "--- $dir/$log (last lines)" >&2; tail -15 "$dir/$log" >&2; }
   done
   stop
@@ -127,10 +141,14 @@ fail() {
 munged --force --key-file="$dir/munge.key" --socket="$dir/munge.socket" --pid-file="$dir/munged.pid" \
   --log-file="$dir/munged.log" --seed-file="$dir/munged.seed" || fail "munged did not start"
 slurmctld -i || fail "slurmctld did not start"
-slurmd || fail "slurmd did not start"
+if [ -n "${GPUSEL_CLUSTER_NODES:-}" ]; then
+  for node in "${nodes[@]}"; do slurmd -N "$node" || fail "slurmd -N $node did not start"; done
+else
+  slurmd || fail "slurmd did not start"
+fi
 for _ in $(seq 200); do  # about 1 s to an idle node
-  state=$(sinfo -h -o %T 2>/dev/null || true)
-  [ "$state" = idle ] && { echo "cluster.sh: Slurm $(sinfo -V | cut -d' ' -f2), node $host idle with gpu:4, ports $controller_port and $node_port, in $dir"; exit 0; }
+  state=$(sinfo -h -o %T 2>/dev/null | sort -u | tr '\n' ' ' | sed 's/ $//' || true)
+  [ "$state" = idle ] && { echo "cluster.sh: Slurm $(sinfo -V | cut -d' ' -f2), node $host idle with ${GPUSEL_CLUSTER_GRES:-gpu:4} (${nodes[*]}), ports $controller_port and $node_port, in $dir"; exit 0; }
   sleep 0.05
 done
 fail "the node is not idle after 10 s (state: ${state:-none})"

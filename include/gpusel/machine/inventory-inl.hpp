@@ -318,6 +318,8 @@ inline std::string read_gpu(const nvml::Library& nvml, unsigned int index, const
   gpu.pci_bus_id = nvml_text(pci.bus_id, sizeof pci.bus_id);
   if (nvml.compute_capability != nullptr)
     (void)nvml.compute_capability(device, &gpu.compute_capability_major, &gpu.compute_capability_minor);
+  if (unsigned int minor = 0; nvml.minor_number != nullptr && nvml.minor_number(device, &minor) == nvml::kSuccess)
+    gpu.minor_number = static_cast<int>(minor);
   unsigned int current = 0, pending = 0;
   if (nvml.mig_mode != nullptr && nvml.mig_mode(device, &current, &pending) == nvml::kSuccess)
     gpu.mig_enabled = current == 1;

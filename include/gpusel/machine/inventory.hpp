@@ -76,6 +76,7 @@ struct Gpu {
   std::string pci_bus_id;            // "00000000:17:00.0"
   int compute_capability_major = 0;  // 0 when NVML cannot tell
   int compute_capability_minor = 0;
+  int minor_number = -1;     // the N of its /dev/nvidiaN (nvmlDeviceGetMinorNumber); -1 when NVML cannot tell
   bool mig_enabled = false;  // CUDA then shows MIG instances, not this GPU
   // With mig_enabled, the MIG instances configured on it, in NVML's order (nvidia-smi -L's).
   std::vector<MigInstance> mig_instances;

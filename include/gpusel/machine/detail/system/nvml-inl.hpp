@@ -59,6 +59,7 @@ inline void bind_optional(void* handle, Library& library) {
   bind(handle, "nvmlDeviceGetComputeRunningProcesses_v3", library.compute_processes);
   bind(handle, "nvmlDeviceGetMigMode", library.mig_mode);
   bind(handle, "nvmlDeviceGetCudaComputeCapability", library.compute_capability);
+  bind(handle, "nvmlDeviceGetMinorNumber", library.minor_number);
   bind(handle, "nvmlSystemGetDriverVersion", library.driver_version);
   bind(handle, "nvmlSystemGetCudaDriverVersion_v2", library.cuda_driver_version);
   bind(handle, "nvmlDeviceGetMemoryInfo_v2", library.memory_info_v2);

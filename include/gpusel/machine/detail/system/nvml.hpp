@@ -86,6 +86,7 @@ struct Library {
   Return (*compute_processes)(Device, unsigned int*, ProcessInfo*) = nullptr;  // optional (_v3)
   Return (*mig_mode)(Device, unsigned int*, unsigned int*) = nullptr;          // optional
   Return (*compute_capability)(Device, int*, int*) = nullptr;                  // optional
+  Return (*minor_number)(Device, unsigned int*) = nullptr;                     // optional (N of /dev/nvidiaN)
   Return (*driver_version)(char*, unsigned int) = nullptr;                     // optional
   Return (*cuda_driver_version)(int*) = nullptr;                               // optional (_v2)
   Return (*memory_info_v2)(Device, MemoryV2*) = nullptr;                       // optional (drivers >= 510)
