@@ -99,6 +99,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -817,7 +818,7 @@ int calls_refused_while_unloading() {
   return s.calls_refused_while_unloading;
 }
 
-// Driver API functions handed out through cudaGetDriverEntryPointByVersion.
+// Driver API functions handed out through the runtime's entry point call.
 // CUresult is an int-sized enum and CUdevice an int; 0 is CUDA_SUCCESS and
 // 101 CUDA_ERROR_INVALID_DEVICE in the driver API as in the runtime.
 namespace {
@@ -840,6 +841,25 @@ int driver_primary_context_get_state(int device, unsigned int* flags, int* activ
   *flags = 0;
   *active = s.devices[static_cast<std::size_t>(device)].primary_context ? 1 : 0;
   return 0;
+}
+
+// The driver function named `symbol`, as the runtime's entry point call
+// `call_name` hands it out (Note [The driver's entry points by CUDA version]).
+cudaError_t driver_entry_point(const char* call_name, const char* symbol, void** function,
+                               cudaDriverEntryPointQueryResult* driver_status) {
+  Call call(call_name);
+  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
+  if (symbol == nullptr || function == nullptr) return call.finish(cudaErrorInvalidValue);
+  const std::string name = symbol;
+  *function = nullptr;
+  if (name == "cuDevicePrimaryCtxGetState") {
+    *function = reinterpret_cast<void*>(&driver_primary_context_get_state);
+  } else if (name == "cuDeviceGet") {
+    *function = reinterpret_cast<void*>(&driver_device_get);
+  }
+  if (driver_status != nullptr)
+    *driver_status = *function != nullptr ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+  return cudaSuccess;
 }
 }  // namespace
 
@@ -1421,10 +1441,12 @@ cudaError_t cudaMemcpyPeerAsync(void* destination, int destination_device, const
                                            gpusel_emulated::resolve_stream(call, stream)));
 }
 
+#if CUDART_VERSION >= 12080
 // Note [cudaMemcpyBatchAsync as emulated]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // CUDA 13.0's signature (cuda_runtime_api.h); CUDA 12.8 and 12.9 had a
-// `size_t* failIdx` before the stream, which 13.0 removed. As NVIDIA documents it:
+// `size_t* failIdx` before the stream, which 13.0 removed; before 12.8 there is
+// no such call, and the emulation has none. As NVIDIA documents it:
 //  - the stream must not be the legacy NULL stream (nullptr, cudaStreamLegacy);
 //  - each copy is governed by one of `attrs`: attrs[k] applies to copies
 //    attrsIdxs[k] .. attrsIdxs[k+1]-1 (the last to count-1), so attrsIdxs[0]
@@ -1448,9 +1470,17 @@ cudaError_t cudaMemcpyPeerAsync(void* destination, int destination_device, const
 // does not say); a copy of zero bytes does nothing. srcLocHint, dstLocHint
 // and flags are hints for managed memory and are ignored, as the real runtime
 // ignores them for other memory.
+#if CUDART_VERSION >= 13000
 cudaError_t cudaMemcpyBatchAsync(void* const* destinations, const void* const* sources, const size_t* sizes,
                                  size_t count, cudaMemcpyAttributes* attributes, size_t* attribute_starts,
                                  size_t attribute_count, cudaStream_t stream) {
+#else
+cudaError_t cudaMemcpyBatchAsync(void** destinations, void** sources, size_t* sizes, size_t count,
+                                 cudaMemcpyAttributes* attributes, size_t* attribute_starts, size_t attribute_count,
+                                 size_t* failed_copy, cudaStream_t stream) {
+  // The emulation checks the whole batch before queueing any of it: no copy is the one that failed.
+  if (failed_copy != nullptr) *failed_copy = std::numeric_limits<size_t>::max();
+#endif
   Call call("cudaMemcpyBatchAsync");
   if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
   if (call.s().devices.empty()) return call.finish(cudaErrorNoDevice);
@@ -1490,6 +1520,7 @@ cudaError_t cudaMemcpyBatchAsync(void* const* destinations, const void* const* s
   }
   return cudaSuccess;
 }
+#endif
 
 cudaError_t cudaMemset(void* pointer, int value, size_t bytes) {
   Call call("cudaMemset");
@@ -1652,23 +1683,24 @@ cudaError_t cudaDeviceEnablePeerAccess(int peer_device, unsigned int flags) {
   return cudaSuccess;
 }
 
+// Note [The driver's entry points by CUDA version]
+// CUDA 12.5 added cudaGetDriverEntryPointByVersion, which gpusel calls from
+// then on (detail/cuda/primary_context.hpp); before it, gpusel calls
+// cudaGetDriverEntryPoint. The emulation gives the one this CUDA's header
+// declares for gpusel, under its own name (the name fault injection and the
+// call counters use: gpusel_test::kDriverEntryPointCall).
+#if CUDART_VERSION >= 12050
 cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** function, unsigned int /*cuda_version*/,
                                              unsigned long long /*flags*/,
                                              cudaDriverEntryPointQueryResult* driver_status) {
-  Call call("cudaGetDriverEntryPointByVersion");
-  if (call.imposed() != cudaSuccess) return call.finish(call.imposed());
-  if (symbol == nullptr || function == nullptr) return call.finish(cudaErrorInvalidValue);
-  const std::string name = symbol;
-  *function = nullptr;
-  if (name == "cuDevicePrimaryCtxGetState") {
-    *function = reinterpret_cast<void*>(&gpusel_emulated::driver_primary_context_get_state);
-  } else if (name == "cuDeviceGet") {
-    *function = reinterpret_cast<void*>(&gpusel_emulated::driver_device_get);
-  }
-  if (driver_status != nullptr)
-    *driver_status = *function != nullptr ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
-  return cudaSuccess;
+  return gpusel_emulated::driver_entry_point("cudaGetDriverEntryPointByVersion", symbol, function, driver_status);
 }
+#else
+cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** function, unsigned long long /*flags*/,
+                                    cudaDriverEntryPointQueryResult* driver_status) {
+  return gpusel_emulated::driver_entry_point("cudaGetDriverEntryPoint", symbol, function, driver_status);
+}
+#endif
 
 }  // extern "C"
 

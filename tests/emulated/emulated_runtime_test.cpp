@@ -137,8 +137,12 @@ TEST_F(EmulatedRuntime, FreeOfNullCreatesTheCurrentDevicesContext) {
 TEST_F(EmulatedRuntime, PrimaryContextStateIsReadableThroughTheDriverEntryPoint) {
   void* function = nullptr;
   cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050  // Note [The driver's entry points by CUDA version]
   ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &function, 12000, cudaEnableDefault, &found),
             cudaSuccess);
+#else
+  ASSERT_EQ(cudaGetDriverEntryPoint("cuDevicePrimaryCtxGetState", &function, cudaEnableDefault, &found), cudaSuccess);
+#endif
   ASSERT_EQ(found, cudaDriverEntryPointSuccess);
   auto get_state = reinterpret_cast<int (*)(int, unsigned*, int*)>(function);
   unsigned flags = 0;
@@ -335,13 +339,14 @@ TEST_F(EmulatedRuntime, AsyncCopiesFromPageableMemoryHappenAtOnce) {
   (void)cudaFree(device);
 }
 
-// Note [cudaMemcpyBatchAsync as emulated], in emulated_runtime.cpp.
+// Note [cudaMemcpyBatchAsync as emulated], in emulated_runtime.cpp: CUDA 12.8 and newer.
+#if CUDART_VERSION >= 12080
 struct Batch {
   unsigned char* pinned = nullptr;  // 4 x 16 bytes
   unsigned char* device = nullptr;  // 4 x 16 bytes
   cudaStream_t stream = nullptr;
   void* destinations[4] = {};
-  const void* sources[4] = {};
+  void* sources[4] = {};  // void**: 12.8's and 13.0's parameter types both accept it
   size_t sizes[4] = {16, 16, 16, 16};
   cudaMemcpyAttributes attributes[2] = {};
   size_t starts[2] = {0, 2};
@@ -366,8 +371,16 @@ struct Batch {
   Batch& operator=(const Batch&) = delete;
 
   cudaError_t run(size_t count = 4, size_t attribute_count = 2, cudaStream_t on = nullptr) {
-    return cudaMemcpyBatchAsync(destinations, sources, sizes, count, attributes, starts, attribute_count,
-                                on != nullptr ? on : stream);
+    return run_on(on != nullptr ? on : stream, count, attribute_count);
+  }
+  cudaError_t run_on(cudaStream_t on, size_t count = 4, size_t attribute_count = 2) {
+#if CUDART_VERSION >= 13000
+    return cudaMemcpyBatchAsync(destinations, sources, sizes, count, attributes, starts, attribute_count, on);
+#else
+    size_t failed_copy = 0;
+    return cudaMemcpyBatchAsync(destinations, sources, sizes, count, attributes, starts, attribute_count, &failed_copy,
+                                on);
+#endif
   }
   std::vector<unsigned char> device_bytes() const {
     std::vector<unsigned char> back(64);
@@ -415,9 +428,7 @@ TEST_F(EmulatedRuntime, BatchCopiesRunInNoPromisedOrderSoDependentCopiesShow) {
 TEST_F(EmulatedRuntime, BatchCopiesRefuseWhatNvidiaDocumentsAsInvalidAndQueueNothing) {
   Batch batch;
   EXPECT_EQ(batch.run(4, 2, cudaStreamLegacy), cudaErrorInvalidValue) << "not the legacy NULL stream";
-  EXPECT_EQ(cudaMemcpyBatchAsync(batch.destinations, batch.sources, batch.sizes, 4, batch.attributes, batch.starts, 2,
-                                 nullptr),
-            cudaErrorInvalidValue);
+  EXPECT_EQ(batch.run_on(nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(batch.run(0, 1), cudaErrorInvalidValue);
   EXPECT_EQ(batch.run(1, 2), cudaErrorInvalidValue) << "more attributes than copies";
   batch.starts[1] = 4;
@@ -437,6 +448,11 @@ TEST_F(EmulatedRuntime, BatchCopiesRefuseWhatNvidiaDocumentsAsInvalidAndQueueNot
   EXPECT_EQ(batch.run(), cudaSuccess);
   EXPECT_EQ(emu::pending_operations(), 4);
 }
+#else
+TEST_F(EmulatedRuntime, BatchCopiesNeedCuda12_8) {
+  GTEST_SKIP() << "cudaMemcpyBatchAsync needs CUDA 12.8 or newer; this build's CUDART_VERSION is " << CUDART_VERSION;
+}
+#endif
 
 TEST_F(EmulatedRuntime, RegisteredHostMemoryCountsAsPinned) {
   std::vector<unsigned char> host(64, 1);

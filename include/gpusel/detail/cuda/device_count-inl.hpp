@@ -15,9 +15,10 @@ static_assert(kCudaErrorNoDevice == cudaErrorNoDevice && kCudaErrorInvalidDevice
 
 GPUSEL_API std::string no_device_reason(cudaError_t status) {
   switch (status) {
-    case cudaErrorInsufficientDriver:
-      return "no CUDA device is usable: no NVIDIA driver was found, or it is older than this CUDA runtime "
-             "(in a container, check that the driver is exposed to it)";
+    case cudaErrorInsufficientDriver:  // what the runtime says for each of the three: it cannot tell them apart
+      return "no CUDA device is usable: no NVIDIA driver was found, or it is older than this CUDA runtime, or the "
+             "libcuda.so.1 found is not NVIDIA's (gpusel's stand-in for the fake machine starts no GPU); in a "
+             "container, check that the driver is exposed to it";
     case cudaErrorNoDevice:
       if (environment_variable("CUDA_VISIBLE_DEVICES"))
         return "no CUDA device is usable: " + describe_variable("CUDA_VISIBLE_DEVICES") +
