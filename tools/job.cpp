@@ -232,8 +232,13 @@ LentLease::LentLease(const gpusel::GpuLease& lease) {
   const std::vector<int> exclusive = lease.exclusive_descriptors();
   for (std::size_t i = 0; i < exclusive.size(); ++i)
     for (std::size_t copy = 0; copy < descriptors.size(); ++copy)
-      if (descriptors[copy] == exclusive[i] && copies_[copy] >= 0)
+      if (descriptors[copy] == exclusive[i] && copies_[copy] >= 0) {
         variable_ += (variable_.empty() ? "" : ",") + lease.uuids()[i] + ":" + std::to_string(copies_[copy]);
+        struct stat status {};
+        if (fstat(copies_[copy], &status) == 0)
+          locks_variable_ +=
+              (locks_variable_.empty() ? "" : ",") + lease.uuids()[i] + ":" + std::to_string(status.st_ino);
+      }
 }
 
 LentLease::~LentLease() {

@@ -26,6 +26,8 @@ class LentLease {
   LentLease& operator=(const LentLease&) = delete;
   const std::vector<int>& copies() const noexcept { return copies_; }
   const std::string& variable() const noexcept { return variable_; }
+  // GPUSEL_JOB_LOCKS: "UUID:inode,..." of the locks variable() names (Note [A job's members]).
+  const std::string& locks_variable() const noexcept { return locks_variable_; }
   // Why a copy could not be made ("fcntl: Too many open files"), or "": the command would
   // start without the lease, which would then end with run.
   const std::string& failure() const noexcept { return failure_; }
@@ -33,6 +35,7 @@ class LentLease {
  private:
   std::vector<int> copies_;
   std::string variable_;
+  std::string locks_variable_;
   std::string failure_;
 };
 

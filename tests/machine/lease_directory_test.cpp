@@ -1,5 +1,5 @@
 // Specification of the lease directory (include/gpusel/machine/lease_directory.hpp):
-// GPUSEL_LEASE_DIR or /tmp/gpusel-leases, trusted only when it and every
+// GPUSEL_LEASE_DIR, /run/gpusel-leases or /tmp, trusted only when it and every
 // directory above it belong to root or the caller and are sticky where others
 // may write (Note [Who can break a lease]), never on a network filesystem. What
 // another local user could do is staged with other uids in forked children, and
@@ -18,10 +18,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "gpusel/machine/lease.hpp"
 #include "lease_directory.hpp"
@@ -71,36 +69,24 @@ TEST(LeaseDirectory, ALeaseDirectoryOnANetworkFilesystemIsRefused) {
     EXPECT_EQ(gpusel::detail::network_filesystem(local), nullptr) << std::hex << local;
 }
 
-// What systemd-tmpfiles does to a directory below the one it cleans (Note [Leases against cleaners]).
-bool cleaner_may_enter(const std::string& path) {
-  const int directory = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  const bool may = directory >= 0 && flock(directory, LOCK_EX | LOCK_NB) == 0;
-  if (directory >= 0) close(directory);
-  return may;
-}
-
-TEST(LeaseDirectory, ALeaseKeepsCleanersOutOfItsDirectoryAndWaitsForOneAtWorkThere) {
+// Note [Leases against cleaners]: a lease locks no directory, so a process that holds the lease
+// directory locked exclusively (as any user who may read it could) keeps no lease from being taken.
+TEST(LeaseDirectory, ALeaseLocksNoDirectorySoALockOnItStopsNoLease) {
   ScopedLeaseDirectory directory;
-  std::optional<gpusel::GpuLease> lease = gpusel::try_lease_gpu(kGpu);
-  ASSERT_TRUE(lease.has_value());
-  EXPECT_FALSE(cleaner_may_enter(directory.leases())) << "a held lease locks its directory shared";
-  std::optional<gpusel::GpuLease> other = gpusel::try_lease_gpu(kOtherGpu);
-  EXPECT_TRUE(other.has_value()) << "leases share the directory's lock";
-  lease->release();
-  EXPECT_FALSE(cleaner_may_enter(directory.leases())) << "while any lease holds it";
-  other->release();
-  EXPECT_TRUE(cleaner_may_enter(directory.leases())) << "and no longer";
-
-  const int cleaner = open(directory.leases().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  ASSERT_EQ(flock(cleaner, LOCK_EX | LOCK_NB), 0);
+  { const gpusel::GpuLease first = gpusel::lease_gpu(kOtherGpu); }  // makes the directory
+  const int locker = open(directory.leases().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_EQ(flock(locker, LOCK_EX | LOCK_NB), 0);
   const auto start = std::chrono::steady_clock::now();
-  std::thread done([cleaner] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    close(cleaner);  // the cleaner is through
-  });
-  EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value()) << "taken once the cleaner has gone";
-  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(150)) << "not while it was at work";
-  done.join();
+  std::optional<gpusel::GpuLease> lease;
+  EXPECT_EQ(error_from([&] { lease = gpusel::try_lease_gpu(kGpu); }), "");
+  EXPECT_TRUE(lease.has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1)) << "waited on the directory's lock";
+  EXPECT_TRUE(gpusel::lease_holder(kGpu).has_value());
+  close(locker);
+  struct stat status {};
+  ASSERT_EQ(stat((directory.leases() + "/gpusel-" + kGpu + "." + std::to_string(geteuid()) + ".lock").c_str(), &status),
+            0);
+  EXPECT_EQ(status.st_mode & 07777, 01644u) << "sticky: systemd-tmpfiles never ages it";
 }
 
 TEST(LeaseDirectoryAgainstAnotherUser, ASymlinkAnotherUserOwnsOnTheWayToTheLeasesIsRefusedNamingItsOwner) {
@@ -140,9 +126,9 @@ TEST(LeaseDirectoryAgainstAnotherUser, RootsRunGpuselLeasesIsFoundWithoutAVariab
         mount("tmpfs", "/tmp", "tmpfs", 0, "mode=1777") != 0 || mount("tmpfs", "/run", "tmpfs", 0, "mode=755") != 0)
       _exit(77);
     const ScopedEnvironment unset("GPUSEL_LEASE_DIR", std::nullopt);
-    EXPECT_EQ(gpusel::lease_directory(), "/tmp/gpusel-leases") << "where root made none";
-    EXPECT_EQ(symlink("/tmp/gpusel-leases", "/run/gpusel-leases"), 0);
-    EXPECT_EQ(gpusel::lease_directory(), "/tmp/gpusel-leases") << "a symlink is not one";
+    EXPECT_EQ(gpusel::lease_directory(), "/tmp") << "where root made none";
+    EXPECT_EQ(symlink("/tmp", "/run/gpusel-leases"), 0);
+    EXPECT_EQ(gpusel::lease_directory(), "/tmp") << "a symlink is not one";
     EXPECT_EQ(unlink("/run/gpusel-leases"), 0);
     EXPECT_EQ(mkdir("/run/gpusel-leases", 0755), 0);
     EXPECT_EQ(chmod("/run/gpusel-leases", 01777), 0);  // as the tmpfiles.d line of docs/choosing-gpus.md makes it
@@ -153,8 +139,8 @@ TEST(LeaseDirectoryAgainstAnotherUser, RootsRunGpuselLeasesIsFoundWithoutAVariab
       as_user(kBob, [] { EXPECT_FALSE(gpusel::try_lease_gpu(kGpu).has_value()) << "Alice's, in /run"; });
     }
     struct stat status {};
-    EXPECT_EQ(stat(("/run/gpusel-leases/" + kGpu + ".4102.lock").c_str(), &status), 0);
-    EXPECT_NE(stat("/tmp/gpusel-leases", &status), 0) << "none made in /tmp";
+    EXPECT_EQ(stat(("/run/gpusel-leases/gpusel-" + kGpu + ".4102.lock").c_str(), &status), 0);
+    EXPECT_NE(stat(("/tmp/gpusel-" + kGpu + ".4102.lock").c_str(), &status), 0) << "none made in /tmp";
     {
       const ScopedEnvironment named("GPUSEL_LEASE_DIR", std::string("/tmp/mine"));
       EXPECT_EQ(gpusel::lease_directory(), "/tmp/mine") << "GPUSEL_LEASE_DIR comes first";
@@ -168,7 +154,9 @@ TEST(LeaseDirectoryAgainstAnotherUser, RootsRunGpuselLeasesIsFoundWithoutAVariab
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
-TEST(LeaseDirectoryAgainstAnotherUser, TheDefaultDirectoryMadeByAnotherUserIsRefusedNamingItsOwner) {
+// Note [The lease directory]: with nothing set up, leases live in /tmp, root's, which no user can
+// own first or have aged away; and no user can stop them by locking it.
+TEST(LeaseDirectoryAgainstAnotherUser, WithNothingSetUpEveryUserLeasesInTmpAndNoOneStopsThem) {
   SKIP_UNLESS_ROOT();
   std::fflush(stdout);
   const pid_t child = fork();  // a private mount namespace with a /tmp of its own
@@ -178,22 +166,25 @@ TEST(LeaseDirectoryAgainstAnotherUser, TheDefaultDirectoryMadeByAnotherUserIsRef
         mount("tmpfs", "/tmp", "tmpfs", 0, "mode=1777") != 0)
       _exit(77);
     const ScopedEnvironment unset("GPUSEL_LEASE_DIR", std::nullopt);
-    as_user(kMallory, [] { EXPECT_TRUE(gpusel::try_lease_gpu(kOtherGpu).has_value()); });  // makes it first
-    struct stat status {};
-    EXPECT_EQ(stat("/tmp/gpusel-leases", &status), 0);
-    EXPECT_EQ(status.st_uid, kMallory);
-    for (const uid_t user : {kAlice, kBob})
-      as_user(user, [] {
-        const std::string refused = error_from([] { (void)gpusel::try_lease_gpu(kGpu); });
-        EXPECT_TRUE(contains(refused, "/tmp/gpusel-leases cannot be trusted: it belongs to uid 4101")) << refused;
-        EXPECT_TRUE(contains(refused, "install -d -m 1777 -o root /tmp/gpusel-leases")) << refused;
-        EXPECT_TRUE(contains(refused, "or set GPUSEL_LEASE_DIR to a directory of your own")) << refused;
+    as_user(kMallory, [] {
+      EXPECT_TRUE(gpusel::try_lease_gpu(kOtherGpu).has_value());  // leases first
+      EXPECT_EQ(mkdir("/tmp/gpusel-leases", 0700), 0);            // and makes what gpusel once used
+    });
+    // Mallory holds /tmp locked exclusively, as any user may.
+    const int locker = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    EXPECT_EQ(flock(locker, LOCK_EX | LOCK_NB), 0);
+    {
+      const LeaseHeldBy alice(kAlice, kGpu);
+      EXPECT_TRUE(alice.held()) << "refused, or stopped by the lock on /tmp";
+      as_user(kBob, [] {
+        EXPECT_EQ(error_from([] { EXPECT_FALSE(gpusel::try_lease_gpu(kGpu).has_value()) << "Alice's"; }), "");
+        EXPECT_TRUE(gpusel::try_lease_gpu(kOtherGpu).has_value());
       });
-    as_user(kMallory, [] { EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value()) << "its owner may use it"; });
-    // Provisioned by root, it serves everyone.
-    EXPECT_EQ(std::system("rm -rf /tmp/gpusel-leases && install -d -m 1777 -o root /tmp/gpusel-leases"), 0);
-    for (const uid_t user : {kMallory, kAlice, kBob})
-      as_user(user, [] { EXPECT_TRUE(gpusel::try_lease_gpu(kGpu).has_value()); });
+    }
+    close(locker);
+    struct stat status {};
+    EXPECT_EQ(stat(("/tmp/gpusel-" + kGpu + ".4102.lock").c_str(), &status), 0);
+    EXPECT_EQ(status.st_mode & 07777, 01644u);
     std::fflush(stdout);
     _exit(testing::Test::HasFailure() ? 1 : 0);
   }
@@ -211,7 +202,7 @@ TEST(LeaseDirectoryAgainstAnotherUser, ANamedDirectoryIsItsMakersAndAnotherUserI
   as_user(kBob, [&] {
     const std::string refused = error_from([] { (void)gpusel::try_lease_gpu(kGpu); });
     EXPECT_TRUE(contains(refused, shared.leases() + " belongs to uid 4102")) << refused;
-    EXPECT_TRUE(contains(refused, "install -d -m 1777 -o root " + shared.leases())) << refused;
+    EXPECT_TRUE(contains(refused, "a tmpfiles.d line 'd " + shared.leases() + " 1777 root root -'")) << refused;
   });
   // A directory above the leases that another user owns could be swapped: refused too.
   const std::string above = shared.parent() + "/mallorys";

@@ -43,7 +43,7 @@ const std::string kInstanceB = "MIG-bbbbbbbb-0000-4000-8000-000000000002";
 
 // This user's lock file of `uuid` in `directory` (Note [Who can break a lease]).
 std::string own_file(const std::string& directory, const std::string& uuid) {
-  return directory + "/" + uuid + "." + std::to_string(geteuid()) + ".lock";
+  return directory + "/gpusel-" + uuid + "." + std::to_string(geteuid()) + ".lock";
 }
 
 TEST(Lease, AGpuLeasedOnceCannotBeLeasedAgainUntilTheLeaseEnds) {
@@ -77,7 +77,8 @@ TEST(Lease, FilesAreMadeForEveryUserAndTheDirectoryIsPrivateWhenNamed) {
   const gpusel::GpuLease lease = gpusel::lease_gpu(kGpu);
   struct stat status {};
   ASSERT_EQ(stat(own_file(directory.leases(), kGpu).c_str(), &status), 0);
-  EXPECT_EQ(status.st_mode & 0777, 0644u) << "past the umask: every user may open it to look";
+  EXPECT_EQ(status.st_mode & 07777, 01644u) << "past the umask: every user may open it to look; sticky, so no "
+                                               "cleaner ages it (Note [Leases against cleaners])";
   EXPECT_EQ(status.st_uid, geteuid()) << "each user locks a file of its own";
   ASSERT_EQ(stat(directory.leases().c_str(), &status), 0);
   EXPECT_EQ(status.st_mode & 07777, 0700u) << "a GPUSEL_LEASE_DIR made by gpusel is private";
@@ -174,7 +175,8 @@ TEST(Lease, ACopyOfItsDescriptorsHoldsTheLeaseAfterTheLeaseEnds) {
   std::optional<gpusel::GpuLease> lease = gpusel::try_lease_gpu(kInstanceA, kGpu);
   ASSERT_TRUE(lease.has_value());
   const std::vector<int> descriptors = lease->file_descriptors();
-  ASSERT_EQ(descriptors.size(), 3u) << "the instance's file, its GPU's and the lease directory";
+  ASSERT_EQ(descriptors.size(), 2u)
+      << "the instance's file and its GPU's: no directory (Note [Leases against cleaners])";
   std::vector<int> copies;
   for (const int descriptor : descriptors) {
     EXPECT_NE(fcntl(descriptor, F_GETFD) & FD_CLOEXEC, 0) << "a started command inherits none by accident";
@@ -197,7 +199,7 @@ TEST(JobLease, AGpuTheJobHoldsIsLeasedAsTheJobsWithNoLockOfItsOwn) {
   std::optional<gpusel::GpuLease> run = gpusel::try_lease_gpu(kInstanceA, kGpu);  // what gpusel run holds
   ASSERT_TRUE(run.has_value());
   ASSERT_EQ(run->exclusive_descriptors().size(), 1u);
-  ASSERT_EQ(run->file_descriptors().size(), 3u) << "its GPU's shared lock, the instance's, the directory's";
+  ASSERT_EQ(run->file_descriptors().size(), 2u) << "its GPU's shared lock and the instance's";
   EXPECT_EQ(run->exclusive_descriptors().front(), run->file_descriptors()[1]) << "the instance's, not its GPU's";
   const int inherited = fcntl(run->exclusive_descriptors().front(), F_DUPFD_CLOEXEC, 0);
   const ScopedEnvironment job("GPUSEL_JOB_LEASE", kInstanceA + ":" + std::to_string(inherited));
@@ -268,7 +270,7 @@ TEST(Lease, StatesNameALiveProcessOfTheJobThatHoldsEachGpu) {
   ASSERT_TRUE(states[0].started.has_value());
   EXPECT_LE(*states[0].started, static_cast<std::int64_t>(std::time(nullptr)));
   EXPECT_GE(*states[0].started, static_cast<std::int64_t>(std::time(nullptr)) - 600) << "this test started now";
-  EXPECT_EQ(states[0].owner, std::optional<uid_t>(geteuid()));
+  EXPECT_EQ(states[0].user, std::optional<uid_t>(geteuid())) << "the holding process's user";
   EXPECT_EQ(states[0].lock_file, own_file(directory.leases(), kGpu));
   EXPECT_TRUE(contains(states[0].describe(),
                        "leased by another job (pid " + std::to_string(getpid()) + " " + command + " since "))
@@ -382,7 +384,7 @@ TEST(LeaseAgainstAnotherUser, AFileUnderAnotherUsersNameOrUnreadableBlocksThatGp
   shared.provision();
   // Mallory squats Bob's file name for kGpu.
   as_user(kMallory, [&] {
-    const std::string planted = shared.leases() + "/" + kGpu + "." + std::to_string(kBob) + ".lock";
+    const std::string planted = shared.leases() + "/gpusel-" + kGpu + "." + std::to_string(kBob) + ".lock";
     const int fd = open(planted.c_str(), O_RDONLY | O_CREAT | O_EXCL, 0644);
     EXPECT_GE(fd, 0);
     close(fd);
@@ -397,7 +399,7 @@ TEST(LeaseAgainstAnotherUser, AFileUnderAnotherUsersNameOrUnreadableBlocksThatGp
   // Alice leases kOtherGpu once, then makes her file unreadable: whether she holds it cannot be told.
   as_user(kAlice, [&] {
     EXPECT_TRUE(gpusel::try_lease_gpu(kOtherGpu).has_value());
-    EXPECT_EQ(chmod((shared.leases() + "/" + kOtherGpu + "." + std::to_string(kAlice) + ".lock").c_str(), 0), 0);
+    EXPECT_EQ(chmod((shared.leases() + "/gpusel-" + kOtherGpu + "." + std::to_string(kAlice) + ".lock").c_str(), 0), 0);
   });
   as_user(kBob, [] {
     const std::optional<std::string> reason = gpusel::lease_holder(kOtherGpu);
@@ -413,7 +415,7 @@ TEST(LeaseAgainstAnotherUser, AHeldFileCountsWhateverUidItsNameGives) {
   const SharedParent shared;
   shared.provision();
   for (const uid_t named : {uid_t{0}, kMallory, uid_t{4199}}) {
-    const std::string name = shared.leases() + "/" + kGpu + "." + std::to_string(named) + ".lock";
+    const std::string name = shared.leases() + "/gpusel-" + kGpu + "." + std::to_string(named) + ".lock";
     int ready[2], done[2];
     ASSERT_EQ(pipe(ready), 0);
     ASSERT_EQ(pipe(done), 0);

@@ -109,7 +109,7 @@ class SharedParent {
  public:
   SharedParent() { chmod(directory_.parent().c_str(), 0755); }
   std::string leases() const { return directory_.leases(); }
-  // The lease directory, made as root provisions it: install -d -m 1777 -o root.
+  // The lease directory, made as root provisions it: mode 1777, root's (a tmpfiles.d 'd' line).
   void provision() const {
     mkdir(leases().c_str(), 0700);
     chmod(leases().c_str(), 01777);

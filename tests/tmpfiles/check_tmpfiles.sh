@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# ctest -L tmpfiles: a held lease survives the real systemd-tmpfiles cleaning the
-# directory the lease directory is in, as it cleans /tmp on Fedora, RHEL or Arch
-# (upstream tmp.conf: 'q /tmp 1777 root root 10d'), here with an age of 1 s on a
-# stand-in for /tmp of this test's own (never the machine's /tmp/gpusel-leases).
+# ctest -L tmpfiles: a held lease survives the real systemd-tmpfiles cleaning /tmp, where
+# leases live with nothing set up, as it cleans /tmp on Fedora, RHEL or Arch (upstream
+# tmp.conf: 'q /tmp 1777 root root 10d'), here with an age of 1 s on a stand-in for /tmp of
+# this test's own (never the machine's /tmp): lock files are sticky, and systemd-tmpfiles
+# never ages a sticky file (Note [Leases against cleaners]); a plain file beside them goes.
 #   check_tmpfiles.sh <gpusel program> <fake NVML library>
-# A directory with a tmpfiles.d line of its own is skipped too; and the /run line the docs
-# give makes a directory gpusel finds (below).
+# A lease directory below the cleaned one that once held a lease lasts, idle; and the /run
+# line the docs give makes a directory gpusel finds (below).
 # Skips (77) without systemd-tmpfiles, unless GPUSEL_REQUIRE_TMPFILES=1 (.ci/run).
 set -uo pipefail
 gpusel=$1
@@ -43,18 +44,21 @@ work=$(mktemp -d)
 runners=()
 trap 'for p in "${runners[@]}"; do kill "$p" 2>/dev/null; done; [ -s "$work/command" ] && kill "$(cat "$work/command")" 2>/dev/null; rm -rf "$work"' EXIT
 mkdir -m 1777 "$work/tmp"                          # stands for /tmp
-export GPUSEL_LEASE_DIR="$work/tmp/gpusel-leases"  # as /tmp/gpusel-leases is in /tmp
+export GPUSEL_LEASE_DIR="$work/tmp"  # as /tmp is, without GPUSEL_LEASE_DIR
 printf 'd %s - - - 1s\n' "$work/tmp" >"$work/age.conf"
 printf 'gpu\n' >"$work/one.txt"
 export GPUSEL_FAKE_NVML_CONFIG="$work/one.txt"
 failures=0
 fail() { echo "FAILED: $*"; failures=$((failures + 1)); }
 
-# clean: systemd-tmpfiles --clean once every file of the lease is older than the age.
+# clean: systemd-tmpfiles --clean once every file of the lease is older than the age; a plain
+# file as old goes (the cleaning ran), or the test fails.
 clean() {
+  touch "$work/tmp/plain"
   sleep 1.5
   "$tmpfiles" --clean "$work/age.conf" || fail "systemd-tmpfiles --clean failed"
   echo "after systemd-tmpfiles --clean: $(cd "$work/tmp" && find . | sort | tr '\n' ' ')"
+  [ ! -e "$work/tmp/plain" ] || fail "the cleaning aged nothing: a plain file older than the age stayed"
 }
 # second_job_refused: another job asks for the only GPU and must be turned away.
 second_job_refused() {
@@ -85,7 +89,7 @@ end_job() {
 echo "== a job holds the only GPU while systemd-tmpfiles cleans"
 start_job
 clean
-[ -n "$(ls "$GPUSEL_LEASE_DIR"/*.lock 2>/dev/null)" ] || fail "the held lock file was deleted"
+[ -n "$(ls "$GPUSEL_LEASE_DIR"/gpusel-*.lock 2>/dev/null)" ] || fail "the held lock file was deleted"
 second_job_refused "gpusel run alive"
 end_job
 
@@ -94,21 +98,19 @@ start_job
 kill -KILL "$runner"
 wait "$runner" 2>/dev/null
 clean
-[ -n "$(ls "$GPUSEL_LEASE_DIR"/*.lock 2>/dev/null)" ] || fail "the held lock file was deleted"
+[ -n "$(ls "$GPUSEL_LEASE_DIR"/gpusel-*.lock 2>/dev/null)" ] || fail "the held lock file was deleted"
 second_job_refused "gpusel run killed"
 end_job
 
-echo "== once the job ended, cleaning removes what no lease holds, and leasing works after it"
+echo "== once the job ended, cleaning keeps the lock file (sticky), and leasing works after it"
 clean
-[ ! -e "$GPUSEL_LEASE_DIR" ] || fail "the cleaner kept $GPUSEL_LEASE_DIR though no lease held it"
+[ -n "$(ls "$GPUSEL_LEASE_DIR"/gpusel-*.lock 2>/dev/null)" ] || fail "the idle lock file was aged"
 "$gpusel" run -- true || fail "no lease after the cleaning"
 
-echo "== a tmpfiles.d line of its own keeps the lease directory, idle, out of the cleaning"
-"$gpusel" run -- true 2>/dev/null || fail "no lease"
-printf 'd %s - - - 1s\nd %s 1777 root root -\n' "$work/tmp" "$GPUSEL_LEASE_DIR" >"$work/own-line.conf"
-sleep 1.5
-"$tmpfiles" --clean "$work/own-line.conf" || fail "systemd-tmpfiles --clean failed"
-[ -n "$(ls "$GPUSEL_LEASE_DIR"/*.lock 2>/dev/null)" ] || fail "the cleaning removed a directory with a line of its own"
+echo "== a lease directory below the cleaned one (GPUSEL_LEASE_DIR) that held a lease lasts, idle"
+GPUSEL_LEASE_DIR="$work/tmp/gpusel-leases" "$gpusel" run -- true 2>/dev/null || fail "no lease"
+clean
+[ -n "$(ls "$work/tmp/gpusel-leases"/gpusel-*.lock 2>/dev/null)" ] || fail "the cleaning aged the lease directory away"
 
 echo "== the tmpfiles.d line of docs/choosing-gpus.md makes /run/gpusel-leases, where gpusel finds it"
 if [ "$(id -u)" = 0 ] && unshare -m --propagation private true 2>/dev/null; then

@@ -6,9 +6,13 @@
 //                       the lease is the job's ("GPU-... job" or "GPU-... own"), then
 //                       CUDA_VISIBLE_DEVICES
 //   job_picks lease U   gpusel::lease_gpu(U): prints U and "job" or "own"
+//   job_picks hold N COMMAND...  gpusel::use_free_gpus of N GPUs, printed as by use, then runs
+//                       COMMAND (system) while it holds them, and exits as it exited
 // An Error prints its text on stderr and exits 1.
 #include <gpusel/machine/lease.hpp>
 #include <gpusel/machine/pick.hpp>
+
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -50,6 +54,24 @@ int run(const std::string& what, const std::string& argument) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 4 && std::string(argv[1]) == "hold") {
+    gpusel::PickCriteria criteria;
+    criteria.at_least = std::stoi(argv[2]);
+    criteria.at_most = criteria.at_least;
+    gpusel::LeasedGpus held;  // held while COMMAND runs
+    try {
+      held = gpusel::use_free_gpus(criteria);
+    } catch (const gpusel::Error& error) {
+      std::cerr << error.what() << "\n";
+      return 1;
+    }
+    print_lease(held.lease);
+    std::cout.flush();
+    std::string command;
+    for (int i = 3; i < argc; ++i) command += std::string(i > 3 ? " " : "") + argv[i];
+    const int status = std::system(command.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  }
   if (argc != 3) return run("", "");
   try {
     return run(argv[1], argv[2]);

@@ -140,7 +140,8 @@ hold "$root/ready" host
 check 125 in_container --pid gpusel run -- true
 expect stderr "leased by another job (its holder's pid is not visible from this PID namespace, lock /leases/"
 check 0 in_container --pid gpusel list
-expect stdout "uid 0: its holder's pid is not visible from this PID namespace"
+expect stdout "its holder's pid is not visible from this PID namespace"
+grep -q "uid 0: its holder" <<<"$out" && fail "named the lock file's owner as the holder, whom it cannot see"
 release
 
 echo "--- after every job ended, either side gets the GPU"

@@ -50,11 +50,15 @@ GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu
   if (!parent.empty()) result.unusable = lease_name_problem(parent);
   if (!result.unusable.empty()) return result;
   const std::string path = lease_directory();
-  FileDescriptor directory = open_lease_directory(path);
-  hold_against_cleaners(directory, path);  // before the lock files: Note [Leases against cleaners]
+  const FileDescriptor directory = open_lease_directory(path);
+  JobShare share = take_job_gpu(uuid);  // one of the job's GPUs: taken for this process (Note [A job's members])
+  const bool job = share.outcome != JobShare::Outcome::not_the_jobs;
+  if (share.outcome == JobShare::Outcome::held_by_member || share.outcome == JobShare::Outcome::unusable) {
+    (share.outcome == JobShare::Outcome::unusable ? result.unusable : result.held_by) = std::move(share.reason);
+    return result;
+  }
   LockAttempt own;
-  own.own.file = FileDescriptor(job_lease_descriptor(uuid));  // the job's lock, no second one: Note [The job's lease]
-  const bool job = own.own.file.get() >= 0;
+  own.own.file = std::move(share.member);
   if (!job) own = lock_for_every_user(directory, path, uuid, LOCK_EX);
   if (!job && own.outcome != LockAttempt::Outcome::taken) {
     result.unusable = std::move(own.reason);
@@ -71,9 +75,9 @@ GPUSEL_API LeaseTry lease_one(std::string_view uuid, std::string_view parent_gpu
     lease.descriptors_.push_back(std::move(shared.own.file));
   }
   (void)::futimens(own.own.file.get(), nullptr);
+  if (share.job_copy.get() >= 0) lease.descriptors_.push_back(std::move(share.job_copy));  // the job's lasts too
   lease.exclusive_.push_back(lease.descriptors_.size());
   lease.descriptors_.push_back(std::move(own.own.file));
-  lease.descriptors_.push_back(std::move(directory));  // its shared lock lasts as long as the lease
   lease.uuids_.emplace_back(uuid);
   if (job) lease.job_uuids_.emplace_back(uuid);
   result.lease = std::move(lease);
@@ -101,6 +105,7 @@ GPUSEL_API std::vector<LeaseState> lease_holders(const std::vector<std::pair<std
         state = state_in(look.directory, look.path, look.listing, uuid, parent_for(uuid, parent));
     }
     state.this_job = state.held && job.held(uuid) != nullptr;
+    if (state.this_job) state.member_took = taken_by_member(look.directory, *job.held(uuid), state.member_pid);
     states.push_back(std::move(state));
   }
   return states;
@@ -144,15 +149,17 @@ GPUSEL_API std::string LeaseState::holder_text() const {
   return text;
 }
 
-GPUSEL_API std::string LeaseState::owner_text() const {
-  return owner ? escape_for_terminal(detail::user_text(*owner)) : std::string();
+GPUSEL_API std::string LeaseState::user_text() const {
+  return user ? escape_for_terminal(detail::user_text(*user)) : std::string();
 }
 
 GPUSEL_API std::string LeaseState::describe() const {
   if (!problem.empty()) return "cannot be leased: " + escape_for_terminal(problem);
   if (!held) return "free";
   std::string text = (this_job ? "leased by this job (" : "leased by another job (") + holder_text();
-  if (owner && *owner != ::geteuid()) text += ", " + detail::user_text(*owner);
+  if (member_took)
+    text += member_pid ? ", taken by its pid " + std::to_string(*member_pid) : ", taken by a process of it";
+  if (user && *user != ::geteuid()) text += ", " + detail::user_text(*user);
   return text + ", lock " + escape_for_terminal(lock_file) + ")";
 }
 
@@ -167,7 +174,10 @@ GPUSEL_API std::vector<LeaseState> lease_states(const std::vector<std::string>& 
       if (!uuid.empty()) states.back().problem = detail::lease_name_problem(uuid);
     } else {
       states.push_back(detail::state_in(look.directory, look.path, look.listing, uuid, {}));
-      states.back().this_job = states.back().held && job.held(uuid) != nullptr;
+      LeaseState& state = states.back();
+      state.this_job = state.held && job.held(uuid) != nullptr;
+      if (state.this_job)
+        state.member_took = detail::taken_by_member(look.directory, *job.held(uuid), state.member_pid);
     }
   }
   return states;
@@ -176,12 +186,14 @@ GPUSEL_API std::vector<LeaseState> lease_states(const std::vector<std::string>& 
 GPUSEL_API GpuLease lease_gpus(const std::vector<std::string>& uuids) {
   GpuLease all;
   for (const std::string& uuid : uuids) {
-    std::optional<GpuLease> one = try_lease_gpu(uuid);
-    if (!one) {
-      const auto holder = lease_holder(uuid);
+    detail::check_lease_name(uuid);
+    detail::LeaseTry one = detail::lease_one(uuid, {});
+    if (!one.unusable.empty()) throw Error("gpusel: cannot lease " + uuid + ": " + one.unusable);
+    if (!one.lease) {
+      const auto holder = one.held_by.empty() ? lease_holder(uuid) : one.held_by;  // Note [A job's members]
       throw Error("gpusel: " + uuid + " is " + holder.value_or("leased by another job"));
     }
-    all.merge(std::move(*one));
+    all.merge(std::move(*one.lease));
   }
   return all;
 }

@@ -45,18 +45,25 @@ namespace gpusel {
 
 // Note [Lease files]
 // ~~~~~~~~~~~~~~~~~~
-// <UUID>.<uid>.lock, one per GPU and user, opened relative to that
-// directory's descriptor (no path race), first without O_CREAT
+// gpusel-<UUID>.<uid>.lock in the lease directory, one per GPU and user, opened
+// relative to that directory's descriptor (no path race), first without O_CREAT
 // (fs.protected_regular refuses O_CREAT on another user's file in a sticky
-// directory), else created with O_CREAT|O_EXCL|O_NOFOLLOW and mode 0644 (fchmod:
-// past the umask; others need only read it to look); every descriptor is
-// O_CLOEXEC, so a command the process starts inherits none by accident. `gpusel
-// run` hands its command copies on purpose (file_descriptors(); Note [The job
-// holds the lease] in tools/job.cpp): a flock lock belongs to the open file
-// description, so the lease then lasts until the last process of the job ends.
-// A lease is flock(LOCK_NB) on the caller's own file; a GPU whose files cannot
-// be used (not a regular file, another user's under the caller's name,
-// unreadable) is that GPU's problem alone: picks reject it with the reason.
+// directory), else created with O_CREAT|O_EXCL|O_NOFOLLOW and mode 01644 (fchmod:
+// past the umask; others need only read it to look; the sticky bit keeps cleaners
+// away: Note [Leases against cleaners]); every descriptor is O_CLOEXEC, so a command
+// the process starts inherits none by accident. `gpusel run` hands its command copies
+// on purpose (file_descriptors(); Note [The job holds the lease] in tools/job.cpp): a
+// flock lock belongs to the open file description, so the lease then lasts until the
+// last process of the job ends. A lease is flock(LOCK_NB) on the caller's own file; a
+// GPU whose files cannot be used (not a regular file, another user's under the
+// caller's name, unreadable) is that GPU's problem alone: picks reject it with the
+// reason, naming the file's owner. Being readable, any user may lock another's idle
+// file: that is a lease (the GPU is held), and the holder named is the process that
+// holds the lock, with its user, as /proc/locks and /proc/<pid>/status show it, never
+// the file's owner.
+//
+// A job's processes take its GPUs by member files, gpusel-<UUID>.<uid>.<inode>.lock
+// (Note [A job's members]): lock files of the GPU to every other job, as these are.
 //
 // Whose file is whose: the <uid> of a name only keeps users' files apart. It is
 // the uid where the file was made, and a user namespace changes it: the same
@@ -119,9 +126,9 @@ class [[nodiscard]] GpuLease {
   // The UUIDs leased, in the order they were leased.
   const std::vector<std::string>& uuids() const noexcept { return uuids_; }
   // Those of uuids() that the job this process belongs to held already: `gpusel run`
-  // leased them for it (GPUSEL_JOB_LEASE). Leased with no lock of their own, they stay
-  // held while the job or this lease lives (Note [The job's lease] in
-  // gpusel/machine/detail/leases/job_lease.hpp).
+  // leased them for it (GPUSEL_JOB_LEASE), taken for this process among the job's; they
+  // stay held while the job or this lease lives (Notes [The job's lease] and [A job's
+  // members] in gpusel/machine/detail/leases/job_lease.hpp).
   const std::vector<std::string>& job_uuids() const noexcept { return job_uuids_; }
   bool empty() const noexcept { return uuids_.empty(); }
   // Releases every GPU now (but those the job holds, which stay the job's).
@@ -131,9 +138,9 @@ class [[nodiscard]] GpuLease {
     exclusive_.clear();
     job_uuids_.clear();
   }
-  // The lease's descriptors (O_CLOEXEC): its lock files and the lease directory, for a
-  // process that lends the lease to a command it starts: a copy the command inherits
-  // holds the lease too (Note [Lease files], Note [Leases against cleaners]).
+  // The lease's descriptors (O_CLOEXEC): its lock files, for a process that lends the
+  // lease to a command it starts: a copy the command inherits holds the lease too (Note
+  // [Lease files]).
   std::vector<int> file_descriptors() const {
     std::vector<int> numbers;
     for (const auto& descriptor : descriptors_) numbers.push_back(descriptor.get());
@@ -157,38 +164,41 @@ namespace detail {
 struct LeaseTry {
   std::optional<GpuLease> lease;  // nullopt: held by another job, or unusable
   std::string unusable;           // why the GPU's lease files cannot be used, or ""
+  std::string held_by;            // held by another process of this job: which (Note [A job's members]), or ""
 };
 
 }  // namespace detail
 
 // Who holds `uuid` (and, for a MIG instance, its GPU `parent_gpu_uuid`, looked up
 // through NVML when not given), in words (LeaseState::describe: "leased by another job (pid
-// 4242 python3 since ..., lock /tmp/gpusel-leases/GPU-....0.lock)", with the user when another's), or why it
+// 4242 python3 since ..., lock /tmp/gpusel-GPU-....0.lock)", with the user when another's), or why it
 // cannot be leased ("cannot be leased: its lease file ... belongs to ..."); nullopt
 // when it is free. A lease of this very process counts too (flock locks belong to
 // open files, not processes). Throws Error when the lease directory cannot be used.
 [[nodiscard]] GPUSEL_API std::optional<std::string> lease_holder(std::string_view uuid,
                                                                  std::string_view parent_gpu_uuid = {});
 
-// A GPU's lease as `gpusel list` shows it (lease_states): free, held (by whom: the lock
-// file's owner, and a live process of the job that holds it, as /proc shows it), or not
-// to be had (why).
+// A GPU's lease as `gpusel list` shows it (lease_states): free, held (by whom: a live
+// process of the job that holds it and its user, as /proc shows them; never the lock
+// file's owner, which anyone can lock: Note [Lease files]), or not to be had (why).
 struct LeaseState {
   bool held = false;                    // a job holds it (this process's own leases included)
   std::string problem;                  // why it cannot be leased, or ""
   std::string lock_file;                // held: the lock file held
-  std::optional<uid_t> owner;           // held: that file's owner, as seen from here
+  std::optional<uid_t> user;            // held: the user of `pid` (/proc/<pid>/status), when one is named
   std::optional<long> pid;              // held: a live process of the job, when one is visible
   std::string command;                  // its name, /proc/<pid>/comm: any bytes (escape before printing)
   std::optional<std::int64_t> started;  // its start, in seconds since the epoch
   std::string unseen;                   // held, no pid: why none is named
   bool this_job = false;                // held by the job this process runs in (GPUSEL_JOB_LEASE, checked)
+  bool member_took = false;             // this_job: a process of the job took it (Note [A job's members])
+  std::optional<long> member_pid;       // member_took: that process, as /proc/locks names it, when it does
   // Held: "pid 4242 python3 since 2026-12-04 00:01:02" (local time), or why no pid is named; control bytes escaped.
   GPUSEL_API std::string holder_text() const;
-  // Held: the lock file's owner, "alice (uid 1001)", or "" when not known; control bytes escaped.
-  GPUSEL_API std::string owner_text() const;
+  // Held: the holder's user, "alice (uid 1001)", or "" when no holder is visible; control bytes escaped.
+  GPUSEL_API std::string user_text() const;
   // "free", "leased by another job (pid 4242 python3 since 2026-12-04 00:01:02, alice (uid 1001), lock
-  // /tmp/gpusel-leases/GPU-....1001.lock)" ("leased by this job (...)" for this_job), or "cannot be
+  // /tmp/gpusel-GPU-....1001.lock)" ("leased by this job (...)" for this_job), or "cannot be
   // leased: ..."; control bytes escaped.
   GPUSEL_API std::string describe() const;
 };

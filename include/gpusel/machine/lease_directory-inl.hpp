@@ -6,16 +6,13 @@
 #include "gpusel/machine/lease_directory.hpp"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <climits>
 #include <cstdlib>
-#include <thread>
 #include <vector>
 
 #include "gpusel/detail/core/environment.hpp"
@@ -79,11 +76,12 @@ GPUSEL_API const char* network_filesystem(std::uint32_t f_type) noexcept {
 // this process's own user can then remove them (Note [Who can break a lease]).
 inline bool trusted_owner(uid_t uid) noexcept { return uid == 0 || uid == ::geteuid(); }
 
-// How to make `path` a directory every user may lease in.
+// How to make `path` a directory every user may lease in: made at every boot and never
+// aged (Note [Leases against cleaners]), unlike a directory made once by hand.
 inline std::string provision_hint(const std::string& path) {
-  return "; on a machine shared by several users, root makes it once (install -d -m 1777 -o root " + path +
-         ", or a systemd-tmpfiles line 'd " + path +
-         " 1777 root root -'), or set GPUSEL_LEASE_DIR to a directory of your own";
+  return "; on a machine shared by several users, root makes it with a tmpfiles.d line 'd " + path +
+         " 1777 root root -', or set GPUSEL_LEASE_DIR to a directory of your own (unset, leases live in /tmp, "
+         "shared with no set-up)";
 }
 
 // Why directory `status` (at `path`) may not hold leases, or "" when it may.
@@ -173,12 +171,9 @@ inline void check_directories_above(const std::string& path) {
 }
 
 GPUSEL_API FileDescriptor open_lease_directory(const std::string& path) {
-  const char* named = detail::read_environment("GPUSEL_LEASE_DIR", detail::Trust::secure);
-  const bool shared_default = (named == nullptr || *named == '\0') &&
-                              (path == detail::kTmpLeaseDirectory || path == detail::kRunLeaseDirectory);
   const std::string what = "gpusel: the lease directory " + path;
   check_directories_above(path);
-  if (::mkdir(path.c_str(), shared_default ? 01777 : 0700) != 0 && errno != EEXIST)
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)  // only GPUSEL_LEASE_DIR's can be missing
     throw Error(what + " cannot be made: " + errno_text(errno));
   FileDescriptor directory(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (directory.get() < 0) {
@@ -193,9 +188,6 @@ GPUSEL_API FileDescriptor open_lease_directory(const std::string& path) {
   }
   struct stat status {};
   if (::fstat(directory.get(), &status) != 0 || !S_ISDIR(status.st_mode)) throw Error(what + " is not a directory");
-  if (shared_default && status.st_uid == ::geteuid() && (status.st_mode & 07777) != 01777)
-    (void)::fchmod(directory.get(), 01777);  // ours, made under a umask: every user must be able to lease
-  if (::fstat(directory.get(), &status) != 0) throw Error(what + " cannot be read: " + errno_text(errno));
   if (!trusted_owner(status.st_uid))
     throw Error(what + " cannot be trusted: it belongs to " + user_text(status.st_uid) +
                 ", who could remove other users' leases" + provision_hint(path));
@@ -210,22 +202,6 @@ GPUSEL_API FileDescriptor open_lease_directory(const std::string& path) {
                   ", a network filesystem, where flock may become a lock of each process that a second open "
                   "silently drops; set GPUSEL_LEASE_DIR to a directory on a local filesystem (such as /tmp)");
   return directory;
-}
-
-GPUSEL_API void hold_against_cleaners(const FileDescriptor& directory, const std::string& path) {
-  // A cleaner holds it only while it looks through it: milliseconds for a lease directory.
-  for (int attempt = 0; attempt < 500; ++attempt) {
-    if (::flock(directory.get(), LOCK_SH | LOCK_NB) == 0) return;
-    if (errno != EWOULDBLOCK && errno != EINTR)
-      throw Error("gpusel: the lease directory " + path + " cannot be locked: " + errno_text(errno));
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  struct stat status {};
-  (void)::fstat(directory.get(), &status);
-  throw Error("gpusel: the lease directory " + path +
-              " has been locked exclusively for 5 s by another process (a /tmp cleaner, or a process that stops every "
-              "lease: its lock on inode " +
-              std::to_string(status.st_ino) + " is in /proc/locks)");
 }
 
 // Whether `file` is still what `name` in `directory` names (lock-then-verify).

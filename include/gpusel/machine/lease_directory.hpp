@@ -1,7 +1,7 @@
 // The lease directory: where this machine's leases (gpusel/machine/lease.hpp) live, and
 // whom gpusel trusts with it.
 //
-//   gpusel::lease_directory();        // GPUSEL_LEASE_DIR, "/run/gpusel-leases" or "/tmp/gpusel-leases"
+//   gpusel::lease_directory();        // GPUSEL_LEASE_DIR, "/run/gpusel-leases" or "/tmp"
 //   gpusel::check_lease_directory();  // an Error saying what is wrong with it, and how to fix it
 //
 // This header includes no CUDA header and makes no CUDA call.
@@ -22,14 +22,16 @@ namespace gpusel {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // secure_getenv("GPUSEL_LEASE_DIR") when set and not empty (an absolute path: a relative one is an Error, since jobs in
 // different working directories would not see each other); else /run/gpusel-leases when it is a directory, which only
-// root can make (a tmpfiles.d line makes it at boot: docs/choosing-gpus.md), where no cleaner ages files and whose
-// place root chose; else /tmp/gpusel-leases, made on first lease with mode 1777, because /tmp is the one directory
-// every Linux machine has, local and writable by every user. A GPUSEL_LEASE_DIR gpusel makes is 0700, the caller's
-// own, since another user's directory is trusted by nobody else anyway. It is opened with O_DIRECTORY|O_NOFOLLOW, must
-// pass Note [Who can break a lease], and must not be on a network filesystem (statfs: NFS, SMB, Lustre, GPFS, ...),
-// where flock can become a POSIX lock that any close drops. Whatever is wrong is an Error that says so and how to fix
-// it, never a silent fallback. Every job of a machine must find the same one: a container that sees /tmp but not
-// /run (apptainer's default binds) needs /run/gpusel-leases bound in too.
+// root can make (a tmpfiles.d line makes it at boot: docs/choosing-gpus.md), whose place root chose; else /tmp itself,
+// the one directory every Linux machine has, local, writable by every user and root's: a shared directory another user
+// could own, or a cleaner could age away while idle, would need root to set it up and keep it (Note [Leases against
+// cleaners]), and /tmp needs neither. gpusel's files there say whose they are: gpusel-<UUID>.<uid>.lock (Note [Lease
+// files]) and gpusel-wait-<uid>-<random>.ticket (Note [Waiting in line]). A GPUSEL_LEASE_DIR gpusel makes is 0700, the
+// caller's own, since another user's directory is trusted by nobody else anyway. It is opened with
+// O_DIRECTORY|O_NOFOLLOW, must pass Note [Who can break a lease], and must not be on a network filesystem (statfs: NFS,
+// SMB, Lustre, GPFS, ...), where flock can become a POSIX lock that any close drops. Whatever is wrong is an Error that
+// says so and how to fix it, never a silent fallback. Every job of a machine must find the same one: a container that
+// sees /tmp but not /run (apptainer's default binds) needs /run/gpusel-leases bound in too, where root made it.
 
 // Note [Who can break a lease]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -38,40 +40,46 @@ namespace gpusel {
 // So the lease directory, every directory above it as the path is written, and every
 // symlink on the way (and what it leads through) must belong to root or the caller
 // (directories sticky where others may write), else an Error names the owner and the
-// fix; and each user locks a file of its own, <UUID>.<uid>.lock, which only that user
-// and root can remove. A lease locks its own file, checks that the name still names it,
-// then tries every other file of the GPU, whoever owns it (lock_for_every_user; Note
-// [Lease files] says why no name is trusted): two jobs cannot both win, since each
-// holds its own before it looks at the other's. A crashed job's
-// file holds no lock. What remains: a file squatting under the caller's name, or
-// unreadable, makes that one GPU unusable, saying why; root can do anything; a user's
-// own clean-up (rm /tmp/gpusel-leases/* removes only their files) ends the leases of
-// their running jobs and hands those GPUs to other users' jobs, since an unlinked file
-// has no name left to find it by, and no rule keeps a user from removing their own
-// files; a cleaner that ignores locks does the same once a lease is older than its age
-// (Note [Leases against cleaners]).
+// fix; and each user locks a file of its own, gpusel-<UUID>.<uid>.lock, which only that
+// user and root can remove. A lease locks its own file, checks that the name still
+// names it, then tries every other file of the GPU, whoever owns it (lock_for_every_user;
+// Note [Lease files] says why no name is trusted): two jobs cannot both win, since each
+// holds its own before it looks at the other's. A crashed job's file holds no lock. A
+// lease holds no lock on the directory (Note [Leases against cleaners]), so no user can
+// stop every lease with one lock. What remains, each named where it bites: a file of a
+// GPU under the caller's name made first by another user, or one nobody else can read,
+// makes that one GPU unusable, the message and `gpusel list` naming the file's owner
+// (one file per GPU and victim: a layout of a directory per user would close the first,
+// not the second, since an unreadable file might hold a lease unseen; a member file of
+// the caller's name, Note [A job's members], made first by another user, likewise makes
+// that GPU unusable inside the job, its owner named); root can do
+// anything; a user's own clean-up (rm /tmp/gpusel-*) ends the leases of their running
+// jobs and hands those GPUs to other users' jobs, since an unlinked file has no name left
+// to find it by, and no rule keeps a user from removing their own files; a cleaner that
+// ignores locks and the sticky bit does the same once a lease is older than its age (Note
+// [Leases against cleaners]).
 
 // Note [Leases against cleaners]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // gpusel makes a lock file once and a flock changes no timestamp, so a cleaner that
 // ages /tmp (systemd's tmp.conf: 10 days, on Fedora, RHEL, Arch) would delete a file
-// a running job holds, and the next job would get its GPU. systemd-tmpfiles skips a
-// directory below the one it cleans when it cannot flock(LOCK_EX|LOCK_NB) it, with
-// everything in it (checked on systemd 252: tests/tmpfiles). So a lease also holds
-// LOCK_SH on the lease directory, taken before its lock files (waiting out a cleaner
-// that is at work in it), and the lease directory's descriptor is one of the lease's
-// file_descriptors(): `gpusel run` hands it to the command, so it outlives a killed run
-// as the lock files do. A lease also refreshes its lock files' timestamps when taken.
-// Cleaners that ignore locks (tmpreaper, tmpwatch) see only those: a lease is safe from
-// them for their age (tmpreaper's default 7 days) from when it was taken, no longer.
-// A directory named in a cleaning rule of its own ages its files whatever the locks:
-// keep it out of every rule with an age, or under /run (docs/choosing-gpus.md).
+// a running job holds, and the next job would get its GPU. Lock files and tickets are
+// mode 01644: systemd-tmpfiles never ages a file with the sticky bit set, wherever it
+// is, nor removes a directory that still holds one (checked on systemd 252:
+// tests/tmpfiles, tests/race). A lock on the directory would not do: systemd-tmpfiles
+// honours one on a directory below the one a rule names, not on the named one itself
+// (/tmp), and any user who may read a directory may lock it exclusively, which would
+// stop every lease on the machine. gpusel never removes a lock file, so a lease
+// directory that held one lasts until reboot (/run and a tmpfs /tmp are empty after
+// one, as are leases). Cleaners that ignore the sticky bit (tmpreaper, tmpwatch) see
+// timestamps only, which a lease refreshes when taken: a lease is safe from them for
+// their age (tmpreaper's default 7 days) from when it was taken, no longer.
 
 namespace detail {
 
 // The lease directories gpusel finds without GPUSEL_LEASE_DIR (Note [The lease directory]).
 inline constexpr const char* kRunLeaseDirectory = "/run/gpusel-leases";
-inline constexpr const char* kTmpLeaseDirectory = "/tmp/gpusel-leases";
+inline constexpr const char* kTmpLeaseDirectory = "/tmp";
 
 // A descriptor, closed when destroyed.
 class FileDescriptor {
@@ -109,12 +117,6 @@ GPUSEL_API const char* network_filesystem(std::uint32_t f_type) noexcept;
 // wrong and how to fix it.
 GPUSEL_API FileDescriptor open_lease_directory(const std::string& path);
 
-// Takes a shared flock on `directory` (the lease directory at `path`), so that
-// systemd-tmpfiles leaves it and every file in it alone while a lease holds it (Note
-// [Leases against cleaners]); waits a few seconds for a cleaner that holds it
-// exclusively, then throws Error saying so.
-GPUSEL_API void hold_against_cleaners(const FileDescriptor& directory, const std::string& path);
-
 // Whether `file` is still what `name` in `directory` names (lock-then-verify:
 // fstat and fstatat agree on device and inode).
 GPUSEL_API bool still_named(const FileDescriptor& directory, const std::string& name, const FileDescriptor& file);
@@ -122,7 +124,7 @@ GPUSEL_API bool still_named(const FileDescriptor& directory, const std::string& 
 }  // namespace detail
 
 // The lease directory of this machine (Note [The lease directory]): GPUSEL_LEASE_DIR, read with
-// secure_getenv, else "/run/gpusel-leases" when that is a directory, else "/tmp/gpusel-leases".
+// secure_getenv, else "/run/gpusel-leases" when that is a directory, else "/tmp".
 // Throws Error when GPUSEL_LEASE_DIR is a relative path.
 GPUSEL_API std::string lease_directory();
 

@@ -27,6 +27,7 @@ inline bool read_process(long pid, LeaseState& state) {
   state.pid = pid;
   state.command = process->command;
   state.started = process->started;
+  state.user = process->uid;  // the holder's user, never the file's owner: anyone may lock a 0644 file
   return true;
 }
 
@@ -51,7 +52,6 @@ inline LeaseState held_state(const LeaseFile& file, const std::string& directory
   LeaseState state;
   state.held = true;
   state.lock_file = directory + "/" + file.name;
-  state.owner = file.owner;
   find_holder(file.file, file.name, state);
   return state;
 }
@@ -63,26 +63,27 @@ GPUSEL_API LeaseState state_in(const FileDescriptor& directory, const std::strin
   for (const std::string_view each : {uuid, parent}) {
     if (each.empty()) continue;
     if (state.problem = lease_name_problem(each); !state.problem.empty()) return state;
-    std::vector<LeaseFile> files = other_files(directory, path, each, listing, state.problem);
+    std::optional<LeaseState> held;  // a shared look fails only against an exclusive lease: on the
+    const auto look = [&held, &path](const LeaseFile& file) {  // instance itself, or on its whole GPU
+      if (lock_briefly_retrying(file.file.get(), LOCK_SH, false)) return true;
+      held = held_state(file, path);
+      return false;
+    };
+    if (!visit_other_files(directory, path, each, listing, state.problem, look)) return std::move(*held);
     if (!state.problem.empty()) return state;
     LeaseFile own{FileDescriptor(), lease_file_name(each, ::geteuid()), ::geteuid()};
     own.file =
         FileDescriptor(::openat(directory.get(), own.name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-    const bool missing = own.file.get() < 0 && errno == ENOENT;
-    if (!missing) {
-      struct stat status {};
-      if (own.file.get() < 0 || ::fstat(own.file.get(), &status) != 0 || !S_ISREG(status.st_mode) ||
-          status.st_uid != ::geteuid()) {
-        own.file.reset();
-        (void)open_own_file(directory, path, own.name, state.problem);  // says what is wrong with it
-        if (!state.problem.empty()) return state;
-      } else {
-        files.push_back(std::move(own));
-      }
+    if (own.file.get() < 0 && errno == ENOENT) continue;
+    struct stat status {};
+    if (own.file.get() < 0 || ::fstat(own.file.get(), &status) != 0 || !S_ISREG(status.st_mode) ||
+        status.st_uid != ::geteuid()) {
+      own.file.reset();
+      (void)open_own_file(directory, path, own.name, state.problem);  // says what is wrong with it
+      if (!state.problem.empty()) return state;
+    } else if (!look(own)) {
+      return std::move(*held);
     }
-    // A shared look fails only against an exclusive lease: on the instance itself, or on its whole GPU.
-    for (const LeaseFile& file : files)
-      if (!lock_briefly_retrying(file.file.get(), LOCK_SH, false)) return held_state(file, path);
   }
   return state;
 }

@@ -44,7 +44,17 @@ GPUSEL_API void check_lease_name(std::string_view uuid) {
 }
 
 GPUSEL_API std::string lease_file_name(std::string_view uuid, uid_t uid) {
-  return std::string(uuid) + "." + std::to_string(uid) + ".lock";
+  return std::string(kLeaseFilePrefix) + std::string(uuid) + "." + std::to_string(uid) + ".lock";
+}
+
+GPUSEL_API std::string member_file_name(std::string_view uuid, uid_t uid, unsigned long long lock_inode) {
+  return std::string(kLeaseFilePrefix) + std::string(uuid) + "." + std::to_string(uid) + "." +
+         std::to_string(lock_inode) + ".lock";
+}
+
+// Whether `number` is a number as lock file names write them ("1000").
+inline bool lock_number(std::string_view number) {
+  return !number.empty() && number.size() <= 20 && number.find_first_not_of("0123456789") == std::string_view::npos;
 }
 
 // "its lease file <path>/<name>", for messages.
@@ -68,14 +78,16 @@ GPUSEL_API LeaseListing list_other_files(const FileDescriptor& directory, const 
     return listing;
   }
   while (const dirent* entry = ::readdir(entries)) {
-    std::string_view name = entry->d_name;
-    if (name.size() <= 5 || name.substr(name.size() - 5) != ".lock") continue;
-    const std::string_view stem = name.substr(0, name.size() - 5);
-    const std::size_t dot = stem.rfind('.');
-    if (dot == std::string_view::npos || dot == 0) continue;
-    const std::string_view number = stem.substr(dot + 1), uuid = stem.substr(0, dot);
-    if (number.empty() || number.size() > 10 || number.find_first_not_of("0123456789") != std::string_view::npos)
+    const std::string_view name = entry->d_name, prefix = kLeaseFilePrefix;
+    if (name.size() <= prefix.size() + 5 || name.substr(0, prefix.size()) != prefix ||
+        name.substr(name.size() - 5) != ".lock")
       continue;
+    const std::string_view stem = name.substr(prefix.size(), name.size() - prefix.size() - 5);
+    const std::size_t dot = stem.find('.'), second = dot == std::string_view::npos ? dot : stem.find('.', dot + 1);
+    if (dot == std::string_view::npos || dot == 0) continue;
+    const std::string_view uuid = stem.substr(0, dot), number = stem.substr(dot + 1, second - dot - 1);
+    if (!lock_number(number) || (second != std::string_view::npos && !lock_number(stem.substr(second + 1))))
+      continue;  // a lease file "<UUID>.<uid>", or a member file "<UUID>.<uid>.<inode>" (Note [A job's members])
     if ((!only.empty() && uuid != only) || name == lease_file_name(uuid, ::geteuid())) continue;
     listing.others[std::string(uuid)].emplace_back(name);
   }
@@ -83,16 +95,25 @@ GPUSEL_API LeaseListing list_other_files(const FileDescriptor& directory, const 
   return listing;
 }
 
-GPUSEL_API std::vector<LeaseFile> other_files(const FileDescriptor& directory, const std::string& path,
-                                              std::string_view uuid, const LeaseListing& listing,
-                                              std::string& problem) {
-  std::vector<LeaseFile> files;
+// Note [One lock file at a time]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A GPU may have as many lock files as users can make (any user may make readable files
+// of any name in the lease directory). A lease and a look open each, try it and close it
+// before the next, so they need one descriptor more than the lease keeps, however many
+// files there are: with every file open at once, ~1100 readable files of one user made
+// the GPU unusable to everyone at a soft limit of 1024 descriptors (EMFILE). Trying one
+// at a time gives up nothing: a lease holds its own file locked while it tries the others
+// (Note [Who can break a lease]), so a job that locks its own file after this lease tried
+// it finds this lease's own held, and the lock a try takes goes with the close.
+GPUSEL_API bool visit_other_files(const FileDescriptor& directory, const std::string& path, std::string_view uuid,
+                                  const LeaseListing& listing, std::string& problem,
+                                  const std::function<bool(const LeaseFile&)>& visit) {
   if (!listing.problem.empty()) {
     problem = listing.problem;
-    return files;
+    return true;
   }
   const auto named = listing.others.find(uuid);
-  if (named == listing.others.end()) return files;
+  if (named == listing.others.end()) return true;
   for (const std::string& name : named->second) {
     LeaseFile found{
         FileDescriptor(::openat(directory.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)), name};
@@ -110,9 +131,9 @@ GPUSEL_API std::vector<LeaseFile> other_files(const FileDescriptor& directory, c
     }
     if (::fstat(found.file.get(), &status) != 0 || !S_ISREG(status.st_mode)) continue;
     found.owner = status.st_uid;
-    files.push_back(std::move(found));
+    if (!visit(found)) return false;
   }
-  return files;
+  return true;
 }
 
 GPUSEL_API FileDescriptor open_own_file(const FileDescriptor& directory, const std::string& path,
@@ -120,10 +141,10 @@ GPUSEL_API FileDescriptor open_own_file(const FileDescriptor& directory, const s
   for (int attempt = 0; attempt < 16; ++attempt) {
     FileDescriptor file(::openat(directory.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
     if (file.get() < 0 && errno == ENOENT) {
-      file = FileDescriptor(
-          ::openat(directory.get(), name.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+      file = FileDescriptor(::openat(directory.get(), name.c_str(),
+                                     O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, kLeaseFileMode));
       if (file.get() < 0 && errno == EEXIST) continue;  // made by another process of ours first: open that
-      if (file.get() >= 0) (void)::fchmod(file.get(), 0644);
+      if (file.get() >= 0) (void)::fchmod(file.get(), kLeaseFileMode);  // past the umask
     }
     const int open_error = file.get() < 0 ? errno : 0;
     struct stat status {};
@@ -187,16 +208,17 @@ GPUSEL_API LockAttempt lock_for_every_user(const FileDescriptor& directory, cons
       attempt.own.file.reset();  // removed or replaced before the lock: lock what the name names now
       continue;
     }
-    std::vector<LeaseFile> others =
-        other_files(directory, path, uuid, list_other_files(directory, path, uuid), attempt.reason);
+    bool conflict = false;  // a conflicting lock on another file is another job's lease
+    (void)visit_other_files(directory, path, uuid, list_other_files(directory, path, uuid), attempt.reason,
+                            [mode, &conflict](const LeaseFile& other) {
+                              conflict = ::flock(other.file.get(), mode | LOCK_NB) != 0;
+                              return !conflict;
+                            });
     if (!attempt.reason.empty()) {
       attempt.own.file.reset();
       attempt.outcome = LockAttempt::Outcome::unusable;
       return attempt;
     }
-    bool conflict = false;
-    for (const LeaseFile& other : others)
-      if (::flock(other.file.get(), (mode == LOCK_EX ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) conflict = true;
     if (!conflict) {
       attempt.outcome = LockAttempt::Outcome::taken;
       return attempt;

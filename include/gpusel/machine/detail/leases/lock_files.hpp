@@ -18,6 +18,13 @@
 
 namespace gpusel::detail {
 
+// What begins the name of each lock file (Note [Lease files]).
+inline constexpr const char* kLeaseFilePrefix = "gpusel-";
+
+// The mode of lock files and tickets: readable by everyone, so that anyone may look, and
+// sticky, so that systemd-tmpfiles never ages them (Note [Leases against cleaners]).
+inline constexpr mode_t kLeaseFileMode = 01644;
+
 // Whether `uuid` is written as NVML reports a UUID: "GPU-" or "MIG-", then 8-4-4-4-12
 // lower-case hexadecimal digits (gpusel::is_lease_name).
 GPUSEL_API bool canonical_uuid(std::string_view uuid) noexcept;
@@ -32,8 +39,12 @@ GPUSEL_API std::string lease_name_problem(std::string_view uuid);
 // Throws Error("gpusel: " + lease_name_problem(uuid)) when `uuid` cannot name a lease.
 GPUSEL_API void check_lease_name(std::string_view uuid);
 
-// The lock file of `uuid` for user `uid`: "<UUID>.<uid>.lock" (Note [Who can break a lease]).
+// The lock file of `uuid` for user `uid`: "gpusel-<UUID>.<uid>.lock" (Note [Who can break a lease]).
 GPUSEL_API std::string lease_file_name(std::string_view uuid, uid_t uid);
+
+// The member file of `uuid` for user `uid` under the lock of inode `lock_inode`:
+// "gpusel-<UUID>.<uid>.<inode>.lock" (Note [A job's members] in job_lease.hpp).
+GPUSEL_API std::string member_file_name(std::string_view uuid, uid_t uid, unsigned long long lock_inode);
 
 // A lock file of a GPU, opened read-only; `owner` as fstat tells it here.
 struct LeaseFile {
@@ -42,9 +53,10 @@ struct LeaseFile {
   uid_t owner = 0;
 };
 
-// The directory's lock files other than this process's own, by UUID: each "<UUID>.<n>.lock"
-// whose name is not lease_file_name(UUID, geteuid()). The uid <n> names no owner (Note [Lease
-// files]): a rootless container's user writes its own uid, 0. Read once for every GPU a pick looks at.
+// The directory's lock files other than this process's own, by UUID: each "gpusel-<UUID>.<n>.lock"
+// or member file "gpusel-<UUID>.<n>.<m>.lock" whose name is not lease_file_name(UUID, geteuid()). The uid <n> names no
+// owner (Note [Lease files]): a rootless container's user writes its own uid, 0. Read once for every GPU a pick looks
+// at.
 struct LeaseListing {
   std::map<std::string, std::vector<std::string>, std::less<>> others;
   std::string problem;  // why the directory cannot be listed, or ""
@@ -54,12 +66,14 @@ struct LeaseListing {
 GPUSEL_API LeaseListing list_other_files(const FileDescriptor& directory, const std::string& path,
                                          std::string_view only = {});
 
-// The lock files of `uuid` that other jobs' leases may hold, from `listing`: every regular
-// file, whoever owns it (Note [Lease files]), opened read-only. `problem` is set, naming the
-// file and its owner, for one that cannot be opened: it might hold a lease unseen; or when
-// the directory could not be listed.
-GPUSEL_API std::vector<LeaseFile> other_files(const FileDescriptor& directory, const std::string& path,
-                                              std::string_view uuid, const LeaseListing& listing, std::string& problem);
+// Visits the lock files of `uuid` that other jobs' leases may hold, from `listing`: every
+// regular file, whoever owns it (Note [Lease files]), opened read-only one at a time and
+// closed before the next (Note [One lock file at a time]), until `visit` returns false.
+// `problem` is set, naming the file and its owner, for one that cannot be opened: it might
+// hold a lease unseen; or when the directory could not be listed. Returns false when `visit` did.
+GPUSEL_API bool visit_other_files(const FileDescriptor& directory, const std::string& path, std::string_view uuid,
+                                  const LeaseListing& listing, std::string& problem,
+                                  const std::function<bool(const LeaseFile&)>& visit);
 
 // This user's lock file of `uuid`, made when missing; "" in `problem` unless it cannot be
 // used, then why (naming its owner).

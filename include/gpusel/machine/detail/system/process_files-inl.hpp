@@ -6,6 +6,7 @@
 #include "gpusel/machine/detail/system/process_files.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -15,7 +16,6 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
-#include <iterator>
 #include <sstream>
 #include <string_view>
 
@@ -47,10 +47,28 @@ GPUSEL_API std::optional<long> exclusive_locker(const std::vector<FlockLock>& lo
   return std::nullopt;
 }
 
+// The text of /proc file `path`, or "" when it cannot be read: its process may end while it is
+// read, and a read then fails (ESRCH), which std::istreambuf_iterator turns into an exception.
+inline std::string proc_text(const std::string& path) {
+  std::string text;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return text;
+  char buffer[4096];
+  for (ssize_t got = ::read(fd, buffer, sizeof buffer); got != 0; got = ::read(fd, buffer, sizeof buffer)) {
+    if (got > 0) {
+      text.append(buffer, static_cast<std::size_t>(got));
+    } else if (errno != EINTR) {
+      text.clear();
+      break;
+    }
+  }
+  ::close(fd);
+  return text;
+}
+
 GPUSEL_API std::optional<ProcessInfo> process_info(long pid) {
   const std::string base = "/proc/" + std::to_string(pid);
-  std::ifstream stat_file(base + "/stat");
-  const std::string text((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  const std::string text = proc_text(base + "/stat");
   const std::size_t name_end = text.rfind(')');  // the name may hold anything, ')' and spaces included
   if (name_end == std::string::npos) return std::nullopt;
   std::istringstream fields(text.substr(name_end + 1));
@@ -61,10 +79,18 @@ GPUSEL_API std::optional<ProcessInfo> process_info(long pid) {
   if (state.empty()) return std::nullopt;
   ProcessInfo info;
   info.state = state[0];
-  std::ifstream comm(base + "/comm");
-  std::getline(comm, info.command);
-  std::ifstream system_stat("/proc/stat");
+  const std::string comm = proc_text(base + "/comm");
+  info.command = comm.substr(0, comm.find('\n'));
+  const std::string status = "\n" + proc_text(base + "/status");
+  if (const std::size_t uid_line = status.find("\nUid:"); uid_line != std::string::npos) {
+    const char* const start = status.c_str() + uid_line + 5;
+    char* end = nullptr;
+    const unsigned long long uid = std::strtoull(start, &end, 10);
+    if (end != start && uid <= static_cast<unsigned long long>(static_cast<uid_t>(-1)))
+      info.uid = static_cast<uid_t>(uid);
+  }
   std::string line;
+  std::ifstream system_stat("/proc/stat");
   long long boot = -1;
   while (boot < 0 && std::getline(system_stat, line))
     if (line.rfind("btime ", 0) == 0) boot = std::atoll(line.c_str() + 6);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <sys/stat.h>
+#include <sys/types.h>
 
 #include <cstdint>
 #include <optional>
@@ -38,6 +39,7 @@ struct ProcessInfo {
   char state = '?';                     // R, S, D, T (stopped), t (traced), Z (zombie), ...
   std::string command;                  // /proc/<pid>/comm: any bytes
   std::optional<std::int64_t> started;  // in seconds since the epoch
+  std::optional<uid_t> uid;             // its real user, /proc/<pid>/status "Uid:" as this namespace maps it
 };
 
 // Process `pid` as /proc shows it; nullopt when it has ended or cannot be seen.
