@@ -266,6 +266,23 @@ TEST(SlurmShapes, ALauncherInsideAStepKeepsItsOwnRank) {
   EXPECT_EQ(rank->task_gpus, "");
 }
 
+TEST(SlurmShapes, ALauncherVariableThatRepeatsSlurmsRankKeepsThePerTaskRule) {
+  // srun -n2 --gpus-per-task=1 sh -c 'LOCAL_RANK=$SLURM_LOCALID prog': task 1 sees its own GPU as cuda:0.
+  EXPECT_EQ(device_of({1, "1", "2"}, {{"LOCAL_RANK", "1"}}), "cuda:0");
+  EXPECT_EQ(device_of({1, "3", "4"}, {{"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}), "cuda:0");
+  const auto rank = gpusel::find_local_rank(environment(
+      {{"LOCAL_RANK", "1"}, {"SLURM_LOCALID", "1"}, {"CUDA_VISIBLE_DEVICES", "1"}, {"SLURM_GPUS_ON_NODE", "2"}}));
+  ASSERT_TRUE(rank.has_value());
+  EXPECT_EQ(rank->describe(),
+            "local rank 1 (torchrun: LOCAL_RANK=1; each task has GPUs of its own: LOCAL_RANK=1 repeats "
+            "SLURM_LOCALID=1, and CUDA_VISIBLE_DEVICES=1 lists 1 GPU of the step's SLURM_GPUS_ON_NODE=2)");
+  // A launcher that starts processes says how many (torchrun's LOCAL_WORLD_SIZE): its rank wins.
+  EXPECT_TRUE(
+      contains(device_of({1, "1", "2"}, {{"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}}), "has no GPU of its number"));
+  // Another number is another launcher's rank: it wins, as before.
+  EXPECT_TRUE(contains(device_of({0, "0", "2"}, {{"LOCAL_RANK", "1"}}), "has no GPU of its number"));
+}
+
 // --- the GPUs this process may choose among ----------------------------------
 
 gpusel::Allotment allotment_of(const SlurmTask& task, int visible_gpus) {
@@ -291,7 +308,7 @@ TEST(Allotment, ASlurmStepThatNamesItsGpusIsKnown) {
   EXPECT_TRUE(allotment_of({0, "0", "1"}, 1).known());
 }
 
-TEST(Allotment, ASlurmStepGivenGpusWithoutSayingWhichIsRefusedNamingTheOption) {
+TEST(Allotment, ASlurmStepGivenGpusWithoutSayingWhichIsRefusedSayingWhatWasSeen) {
   // srun -n2 --gpus-per-task=1 --gpu-bind=none: CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS unset
   // in both tasks, SLURM_GPUS_ON_NODE=2, and the node's 4 GPUs visible.
   const gpusel::Allotment unnamed = allotment_of({1, std::nullopt, "2"}, 4);
@@ -299,11 +316,41 @@ TEST(Allotment, ASlurmStepGivenGpusWithoutSayingWhichIsRefusedNamingTheOption) {
   const std::string message = error_from([&] { unnamed.require("pick"); });
   EXPECT_TRUE(contains(message,
                        "pick: Slurm gave this step 2 GPUs on this node (SLURM_GPUS_ON_NODE=2) without "
-                       "saying which"))
+                       "saying which: CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS are unset in this task, and 4 GPUs "
+                       "are visible"))
       << message;
-  EXPECT_TRUE(contains(message, "--gpu-bind=none")) << message;
+  // srun's options are not in the task's environment: a typed --gpus-per-task=a100:1 leaves the
+  // same variables, so no option is guessed.
+  EXPECT_FALSE(contains(message, "--gpu-bind")) << message;
   // With every visible GPU the step's (srun -n4 --gpus=4 --gpu-bind=none on this node), any is its own.
   EXPECT_TRUE(allotment_of({1, std::nullopt, "4"}, 4).known());
+}
+
+TEST(Allotment, AProcessInNoStepOfAJobWithGpusIsRefusedAskingForSrun) {
+  // salloc --gpus=2's own shell: SLURM_JOB_ID and SLURM_GPUS, no step, no CUDA_VISIBLE_DEVICES.
+  const gpusel::Allotment shell = gpusel::find_allotment(environment({{"SLURM_JOB_ID", "72"}, {"SLURM_GPUS", "2"}}), 4);
+  EXPECT_FALSE(shell.known());
+  EXPECT_EQ(shell.refusal_kind, gpusel::AllotmentRefusal::no_step);
+  const std::string message = error_from([&] { shell.require("pick"); });
+  EXPECT_TRUE(contains(message,
+                       "pick: Slurm gave job 72 GPUs (SLURM_GPUS=2), but this process is in no step of it "
+                       "(SLURM_STEP_ID and CUDA_VISIBLE_DEVICES are unset"))
+      << message;
+  EXPECT_TRUE(contains(message, "run it under srun")) << message;
+  EXPECT_TRUE(contains(shell.describe(), "Slurm gave job 72 GPUs (SLURM_GPUS=2)")) << shell.describe();
+  // A job without GPUs, a machine without any, and the batch script, where Slurm names the job's.
+  EXPECT_TRUE(gpusel::find_allotment(environment({{"SLURM_JOB_ID", "72"}}), 4).known());
+  EXPECT_TRUE(gpusel::find_allotment(environment({{"SLURM_JOB_ID", "72"}, {"SLURM_GPUS", "2"}}), 0).known());
+  EXPECT_TRUE(gpusel::find_allotment(environment({{"SLURM_JOB_ID", "72"},
+                                                  {"SLURM_GPUS", "2"},
+                                                  {"SLURM_JOB_GPUS", "2,3"},
+                                                  {"CUDA_VISIBLE_DEVICES", "2,3"}}),
+                                     4)
+                  .known());
+  EXPECT_FALSE(
+      gpusel::find_allotment(environment({{"SLURM_JOB_ID", "7"}, {"SLURM_TRES_PER_NODE", "gres/gpu:2"}}), 4).known());
+  EXPECT_TRUE(
+      gpusel::find_allotment(environment({{"SLURM_JOB_ID", "7"}, {"SLURM_TRES_PER_NODE", "cpu:2"}}), 4).known());
 }
 
 TEST(Allotment, ASlurmStepGivenNoGpuChoosesAsOutsideSlurm) {
@@ -353,6 +400,98 @@ TEST(Allotment, SaysWhatTheContainerWasGivenAndEscapesWhatItQuotes) {
   hostile["SLURM_STEP_GPUS"] = "0\x1b[2J";
   const std::string text = gpusel::find_allotment(environment(hostile), 1).describe();
   EXPECT_EQ(text.find('\x1b'), std::string::npos) << "a control character is escaped (Note [Hostile text])";
+}
+
+// --- naming the engine (Note [Naming the engine]) ---------------------------
+// The variables as torchrun 2.15, Ray 2.60 and Open MPI set them (tests/engines checks them on the real engines).
+
+const std::map<std::string, std::string> kRayWorker{{"RAY_JOB_ID", "01000000"}, {"RAY_RAYLET_PID", "4242"}};
+
+std::map<std::string, std::string> with(std::map<std::string, std::string> variables,
+                                        const std::map<std::string, std::string>& more) {
+  variables.insert(more.begin(), more.end());
+  return variables;
+}
+
+TEST(FindEngine, NamesNoEngineOutsideEveryEngine) {
+  const gpusel::Engine none = gpusel::find_engine(environment({{"CUDA_VISIBLE_DEVICES", "1"}}));
+  EXPECT_FALSE(none.known());
+  EXPECT_EQ(none.describe(), "");
+}
+
+TEST(FindEngine, NamesARayTaskOrActorAndSaysRayGaveItsGpus) {
+  const gpusel::Engine ray = gpusel::find_engine(environment(with(kRayWorker, {{"CUDA_VISIBLE_DEVICES", "2"}})));
+  EXPECT_EQ(ray.name, "Ray");
+  EXPECT_EQ(ray.role, "a task or actor");
+  EXPECT_TRUE(ray.gives_gpus);
+  EXPECT_EQ(ray.describe(),
+            "Ray started this process as a task or actor (RAY_JOB_ID=01000000, RAY_RAYLET_PID=4242) and gives it its "
+            "GPUs by CUDA_VISIBLE_DEVICES; named from its variables, which decide nothing.\n");
+  gpusel::Engine actor = ray;
+  actor.worker = "ray::OneGpu.look\x1b[2J";  // the worker's title (engine() reads it from /proc), escaped
+  EXPECT_TRUE(contains(actor.describe(), "RAY_RAYLET_PID=4242; its Ray worker is ray::OneGpu.look\\x1b[2J)"))
+      << actor.describe();
+  EXPECT_EQ(ray.worker, "") << "find_engine reads nothing but variables";
+  // A Ray node started inside a Slurm step: its workers inherit the step's task variables, and Ray is inner.
+  EXPECT_EQ(gpusel::find_engine(environment(with(kRayWorker, {{"SLURM_JOB_ID", "7"}, {"SLURM_LOCALID", "0"}}))).name,
+            "Ray");
+}
+
+TEST(FindEngine, TellsTorchrunFromRayTrainByTorchelasticRunId) {
+  const std::map<std::string, std::string> rank{{"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}};
+  const gpusel::Engine train = gpusel::find_engine(environment(with(rank, kRayWorker)));
+  EXPECT_EQ(train.name, "Ray Train");
+  EXPECT_EQ(train.role, "a worker");
+  EXPECT_TRUE(train.gives_gpus);
+  EXPECT_EQ(train.said, "LOCAL_RANK=1, LOCAL_WORLD_SIZE=2, RAY_JOB_ID=01000000, RAY_RAYLET_PID=4242");
+  // torchrun started from a Ray task: its workers inherit Ray's variables, and torchrun is inner.
+  const gpusel::Engine torchrun =
+      gpusel::find_engine(environment(with(with(rank, kRayWorker), {{"TORCHELASTIC_RUN_ID", "none"}})));
+  EXPECT_EQ(torchrun.name, "torchrun");
+  EXPECT_FALSE(torchrun.gives_gpus);
+  EXPECT_EQ(torchrun.describe(),
+            "torchrun started this process as a rank (LOCAL_RANK=1, LOCAL_WORLD_SIZE=2, TORCHELASTIC_RUN_ID=none); "
+            "torchrun gives no GPU: each rank takes the visible GPU of its number; named from its variables, which "
+            "decide nothing.\n");
+  EXPECT_EQ(gpusel::find_local_rank(environment(with(rank, kRayWorker)))->describe(),
+            "local rank 1 of 2 (Ray Train: LOCAL_RANK=1, LOCAL_WORLD_SIZE=2)");
+  EXPECT_EQ(
+      gpusel::find_local_rank(environment(with(with(rank, kRayWorker), {{"TORCHELASTIC_RUN_ID", "x"}})))->launcher,
+      "torchrun");
+}
+
+TEST(FindEngine, NamesMpiLaunchersAndSlurmInnermostFirst) {
+  const gpusel::Engine mpi = gpusel::find_engine(environment(with(
+      kRayWorker, {{"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"SLURM_LOCALID", "0"}})));
+  EXPECT_EQ(mpi.name, "Open MPI") << "mpirun started from a Ray task is inner";
+  EXPECT_EQ(mpi.said, "OMPI_COMM_WORLD_LOCAL_RANK=1, OMPI_COMM_WORLD_LOCAL_SIZE=2");
+  EXPECT_FALSE(mpi.gives_gpus);
+  EXPECT_EQ(gpusel::find_engine(environment({{"MPI_LOCALRANKID", "0"}})).name, "MPICH (Hydra)");
+  EXPECT_EQ(gpusel::find_engine(environment({{"SLURM_JOB_ID", "12"}})).name, "Slurm");
+  EXPECT_EQ(gpusel::find_engine(environment({{"SLURM_JOB_ID", "12"}, {"SLURM_LOCALID", "1"}})).role, "a task");
+}
+
+TEST(FindEngine, DecidesNothingAndThrowsNothingForAMalformedRank) {
+  const gpusel::Engine engine = gpusel::find_engine(environment(with(kRayWorker, {{"LOCAL_RANK", "1a"}})));
+  EXPECT_EQ(engine.name, "Ray Train");  // local_rank() is where a malformed rank is an Error
+  EXPECT_EQ(
+      gpusel::device_for_local_rank(gpusel::find_local_rank(environment(with(kRayWorker, {{"LOCAL_RANK", "1"}}))), 4),
+      gpusel::cuda(1));
+}
+
+TEST(Allotment, SaysWhichEngineStartedTheProcessBesideSlurmsLineAndEscapesIt) {
+  const std::string ray =
+      gpusel::find_allotment(environment(with(kRayWorker, {{"CUDA_VISIBLE_DEVICES", "0"}})), 1).describe();
+  EXPECT_TRUE(contains(ray, "Ray started this process as a task or actor")) << ray;
+  std::map<std::string, std::string> slurm = slurm_variables({0, "0,1", "2"});
+  const gpusel::Allotment step = gpusel::find_allotment(environment(slurm), 2);
+  EXPECT_EQ(step.engine.name, "Slurm");
+  EXPECT_FALSE(contains(step.describe(), "started this process")) << "Slurm's own line says it";
+  const std::string ray_in_step = gpusel::find_allotment(environment(with(slurm, kRayWorker)), 2).describe();
+  EXPECT_EQ(ray_in_step.rfind("Slurm gave this step", 0), 0u) << ray_in_step;
+  EXPECT_TRUE(contains(ray_in_step, "\nRay started this process")) << ray_in_step;
+  const std::string hostile = gpusel::find_allotment(environment({{"RAY_JOB_ID", "01\x1b[2J"}}), 0).describe();
+  EXPECT_EQ(hostile.find('\x1b'), std::string::npos) << "a control character is escaped (Note [Hostile text])";
 }
 
 // --- from the rank to the device -------------------------------------------
@@ -489,7 +628,7 @@ TEST(LocalRankDevice, RefusesWhenSlurmGaveGpusWithoutSayingWhich) {
   const LauncherEnvironment environment({{"SLURM_LOCALID", "0"}, {"SLURM_JOB_ID", "12"}, {"SLURM_GPUS_ON_NODE", "1"}});
   const std::string message = error_from([] { (void)gpusel::local_rank_device(); });
   EXPECT_TRUE(contains(message, "gpusel::local_rank_device(): Slurm gave this step 1 GPU")) << message;
-  EXPECT_TRUE(contains(message, "--gpu-bind=none")) << message;
+  EXPECT_TRUE(contains(message, "CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS are unset in this task")) << message;
 }
 
 TEST(LocalRank, ReadsThisProcesssEnvironment) {

@@ -6,6 +6,8 @@
 
 #include "gpusel/launcher.hpp"
 
+#include "gpusel/machine/slurm_numbering.hpp"
+
 namespace gpusel {
 
 namespace detail {
@@ -43,6 +45,7 @@ GPUSEL_API Device local_rank_device(Placement placement, const RankSharing& shar
   InventoryOptions options = InventoryOptions::with_usage();  // the processes, for the rank's rules
   options.links = false;
   const DeviceMap map = visible_devices(options);
+  slurm_list(map).require("gpusel::local_rank_device()");  // Note [Slurm's GPU numbers]
   // Which GPU cuda:r is, NVML tells only where it sees what CUDA sees (not with a GPU in MIG mode, say).
   if (!map.known() || !map.visible.ok() || map.visible.count() != visible) return device;
   const RankGpu own = rank_gpu(rank, map, placement, sharing);  // Note [A rank's own GPU]

@@ -25,7 +25,10 @@ namespace gpusel {
 // this one runs on (this user's too, unless `sharing` allows it; round-robin ranks
 // share their own), is an Error naming the process, never a reason to take another
 // GPU; this reads NVML's process lists. Call it before any other device is made
-// current; it creates no CUDA context (set_device does).
+// current; it creates no CUDA context (set_device does). Inside a Slurm job it
+// chooses only among the GPUs Slurm named (Note [The GPUs this process may choose
+// among]), and refuses where CUDA would read Slurm's numbers as other GPUs (Note
+// [Slurm's GPU numbers] in gpusel/machine/slurm_numbering.hpp), naming what to set.
 GPUSEL_API Device local_rank_device(Placement placement = Placement::rank_or_cpu, const RankSharing& sharing = {});
 
 }  // namespace gpusel

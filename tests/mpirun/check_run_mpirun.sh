@@ -58,4 +58,11 @@ cat "$work/stderr"
 grep -q "its GPU, cuda:2 of the job (physical 2, GPU-fa4e0000-0000-0000-0000-000000000002), is leased by another job (pid $holder" "$work/stderr" ||
   fail "rank 2 did not say that another job holds its GPU"
 if grep -q "^rank 2:" <<<"$output"; then fail "rank 2 ran though its GPU is leased"; fi
-echo "PASSED: 4 ranks ran on the job's GPUs 0..3, leased; a rank whose GPU another job holds stopped with the reason"
+echo "--- mpirun -np 2 ${flags[*]} gpusel pick: each rank names Open MPI (Note [Naming the engine])"
+output=$(mpirun "${flags[@]}" -np 2 "${environment[@]}" "$gpusel" pick 2>&1 >/dev/null) || fail "mpirun exited with $?: $output"
+echo "$output"
+# (mpirun may put one rank's line inside the other's: the lines are counted, not anchored)
+[ "$(grep -o "Open MPI started this process as a rank (OMPI_COMM_WORLD_LOCAL_RANK=[01], OMPI_COMM_WORLD_LOCAL_SIZE=2); Open MPI gives no GPU" <<<"$output" | wc -l)" = 2 ] ||
+  fail "the 2 ranks' pick did not name Open MPI"
+echo "PASSED: 4 ranks ran on the job's GPUs 0..3, leased; a rank whose GPU another job holds stopped with the reason;" \
+  "pick names Open MPI"

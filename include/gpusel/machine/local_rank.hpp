@@ -56,7 +56,9 @@ namespace gpusel {
 // ConstrainDevices not the driver's: they are never mapped to devices. The
 // rule applies where SLURM_LOCALID is the rank that wins: a launcher inside a
 // task (`srun --gpus-per-task=4 torchrun ...`) sets its own rank, and its
-// workers share the task's GPUs by their ranks. Judged by a real Slurm:
+// workers share the task's GPUs by their ranks. A variable that only repeats
+// Slurm's rank (LOCAL_RANK=$SLURM_LOCALID set by hand: the same number, and no
+// size, which every launcher that starts processes sets) keeps the rule. Judged by a real Slurm:
 // tests/slurm/check_slurm.sh, and the environments it recorded in docs/launchers.md.
 
 // One launcher's pair of variables: this process's rank on the node, and how
@@ -102,6 +104,56 @@ struct LocalRank {
 // Reads a variable: its value, or nullopt when it is unset.
 using ReadVariable = std::function<std::optional<std::string>(const char* name)>;
 
+// Note [Naming the engine]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// explain, list and pick say which engine started this process, and whether it gave
+// it its GPUs: Ray (a task or actor, or a Ray Train worker), torchrun, an MPI
+// launcher, Slurm. Each is named from variables it sets in the processes it starts,
+// the innermost first (Note [Which launcher variable wins]): torchrun sets
+// TORCHELASTIC_RUN_ID beside LOCAL_RANK; Ray sets RAY_JOB_ID and RAY_RAYLET_PID in its
+// workers and their children, and Ray Train sets LOCAL_RANK in its workers but no
+// TORCHELASTIC_*; an MPI launcher sets its local rank; Slurm SLURM_JOB_ID (checked
+// under torchrun 2.15, Ray 2.60 and Open MPI: tests/engines, tests/mpirun). Ray sets
+// the same variables in a task as in an actor, so the role says "a task or actor";
+// the title Ray gives its worker process (/proc/<pid>/cmdline of the raylet's child
+// this process is or runs under: "ray::preprocess", "ray::Trainer.fit") tells them
+// apart, and is shown as it is. The script that called ray.init gets neither
+// variable, and is named nothing. Anyone
+// can copy a variable, so a name decides nothing: the rank's GPU and the GPUs a
+// process may choose among are decided as without it. The name says only who set
+// CUDA_VISIBLE_DEVICES or the rank, so that a surprise can be traced to its source.
+
+// Which engine started this process, named from its variables (Note [Naming the engine]).
+struct Engine {
+  // "Ray", "Ray Train", "torchrun", "Open MPI", "MVAPICH", "MPICH (Hydra)", "Slurm"; empty: none.
+  std::string name;
+  // What it started this process as: "a task or actor", "a worker", "a rank", "a task".
+  std::string role;
+  // The variables that name it, as set: "RAY_JOB_ID=01000000, RAY_RAYLET_PID=4242".
+  std::string said;
+  // Whether the engine gives its processes GPUs by CUDA_VISIBLE_DEVICES (Ray, Slurm), or
+  // leaves each rank to take the visible GPU of its number (torchrun, MPI).
+  bool gives_gpus = false;
+  // Ray: the title of the Ray worker this process is or runs under, as /proc shows it
+  // ("ray::Trainer.fit": a method of actor Trainer; "ray::preprocess": task preprocess),
+  // which tells a task from an actor; empty elsewhere, where it cannot be read, and from
+  // find_engine, which reads nothing but variables (engine() and allotment() read it).
+  std::string worker;
+
+  [[nodiscard]] bool known() const noexcept { return !name.empty(); }
+  // A line: "Ray started this process as a task or actor (RAY_JOB_ID=01000000, ...) and
+  // gives it its GPUs by CUDA_VISIBLE_DEVICES; named from its variables, which decide
+  // nothing.\n"; "" when no engine is known. Escaped for a terminal.
+  [[nodiscard]] GPUSEL_API std::string describe() const;
+};
+
+// The engine as the variables read through `read` say (Note [Naming the engine]). Pure,
+// and throws nothing but std::bad_alloc: a malformed rank is local_rank()'s error.
+[[nodiscard]] GPUSEL_API Engine find_engine(const ReadVariable& read);
+
+// The engine from this process's environment; see find_engine.
+[[nodiscard]] GPUSEL_API Engine engine();
+
 // The local rank as the variables read through `read` say; nullopt when none
 // of launcher_variables is set. Throws Error for a malformed value, or a rank
 // not below the node's process count. Pure: reads nothing but `read`.
@@ -137,14 +189,26 @@ enum class Placement {
 // and more GPUs are visible than SLURM_GPUS_ON_NODE (`srun --gpu-bind=none`
 // with several tasks), Slurm allocated GPUs without saying which: any visible
 // one may be another job's, so local_rank_device(), `gpusel run` and `gpusel
-// pick` refuse rather than guess (gpusel runs no Slurm command to find out). A
-// step given no GPU chooses as outside Slurm. SLURM_STEP_GPUS and
+// pick` refuse rather than guess (gpusel runs no Slurm command to find out), and
+// say what they saw. So do they in a job that has GPUs (SLURM_GPUS and the like)
+// where this process is in none of its steps (salloc's own shell, which on a real
+// cluster usually runs on the submit host): Slurm names the job's GPUs only to its
+// steps, so they ask for srun. A batch script is the batch step: Slurm names the
+// job's GPUs there (SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES). A step given no GPU
+// chooses as outside Slurm. SLURM_STEP_GPUS and
 // SLURM_JOB_GPUS are Slurm's names (under ConstrainDevices not the driver's):
 // shown as they are, never mapped to devices. Inside `gpusel run` (srun's step
 // included) the job's GPUs are those run leased (GPUSEL_JOB_LEASE), each counted
 // only once its descriptor is seen to hold its lock (Note [The job's lease] in
 // gpusel/machine/detail/leases/job_lease.hpp): picking chooses among them, and
 // leasing one is the job's lease.
+
+// Why a process in a Slurm job may choose no GPU (Allotment::refusal_kind).
+enum class AllotmentRefusal {
+  none,          // it may choose among the visible GPUs
+  unnamed_gpus,  // the step has GPUs on this node, but Slurm named none of this task's
+  no_step,       // the job has GPUs, but this process is in no step, where Slurm would name them
+};
 
 // The GPUs this process may choose among (Note [The GPUs this process may choose among]).
 struct Allotment {
@@ -159,6 +223,9 @@ struct Allotment {
   std::string said;
   // Why this process may choose no GPU at all; empty when it may choose among the visible ones.
   std::string refusal;
+  AllotmentRefusal refusal_kind = AllotmentRefusal::none;
+  // The engine that started this process (Note [Naming the engine]); it decides nothing.
+  Engine engine;
   // NVIDIA_VISIBLE_DEVICES, which the NVIDIA container runtime reads when it starts a
   // container to mount the host's GPUs it names; nullopt where it is unset.
   std::optional<std::string> nvidia_visible_devices;
