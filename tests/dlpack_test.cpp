@@ -6,6 +6,7 @@
 
 #include <complex>
 #include <cstdint>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -105,6 +106,20 @@ TEST(ToDlpack, AShapeOfAnotherCountIsAnErrorAndTheBufferKeepsItsMemory) {
   EXPECT_EQ(buffer.to_vector(), (std::vector<double>{1, 2, 3}));
 }
 
+TEST(ToDlpack, AShapeOfNoElementWhoseStridesPassInt64IsAnError) {
+  gpusel::Buffer<double> buffer;
+  constexpr std::int64_t two_to_40 = std::int64_t{1} << 40;
+  EXPECT_TRUE(throws_saying(
+      [&] {
+        (void)gpusel::to_dlpack(std::move(buffer), {0, two_to_40, two_to_40});
+      },
+      "the shape {0, 1099511627776, 1099511627776} gives strides past int64_t's range"));
+  // NOLINTNEXTLINE(bugprone-use-after-move): unchanged on an Error
+  auto* tensor = gpusel::to_dlpack(std::move(buffer), {0, two_to_40, 1 << 20});  // 2^60: fits
+  EXPECT_EQ(tensor->dl_tensor.strides[0], std::int64_t{1} << 60);
+  tensor->deleter(tensor);
+}
+
 TEST(ToDlpack, AnEmptyBufferExportsATensorOfShapeZero) {
   auto tensor = gpusel::to_dlpack(gpusel::Buffer<bool>());
   EXPECT_EQ(tensor->dl_tensor.ndim, 1);
@@ -192,7 +207,7 @@ TEST(FromDlpack, RefusesWhatABufferCannotHoldAndLeavesTheTensorToTheCaller) {
          p.strides = {2};
          p.managed.dl_tensor.strides = p.strides.data();
        }},
-      {"byte_offset (4) is not aligned to 8 bytes", [](Produced& p) { p.managed.dl_tensor.byte_offset = 4; }},
+      {" + 4 = 0x", [](Produced& p) { p.managed.dl_tensor.byte_offset = 4; }},
       {"shape[0] is -3",
        [](Produced& p) {
          p.shape = {-3};
@@ -207,6 +222,84 @@ TEST(FromDlpack, RefusesWhatABufferCannotHoldAndLeavesTheTensorToTheCaller) {
         << refused.says;
     EXPECT_EQ(produced.deleted, 0) << refused.says;
   }
+}
+
+// Sizes whose arithmetic overflows (Note [DLPack sizes that fit]): each refused
+// before ownership passes, never a Buffer of a wrapped size or address.
+TEST(FromDlpack, RefusesSizesAndOffsetsThatOverflowAndLeavesTheTensorToTheCaller) {
+  constexpr std::int64_t two_to_61 = std::int64_t{1} << 61;
+  constexpr std::int64_t two_to_62 = std::int64_t{1} << 62;
+  const Refused cases[] = {
+      {"the shape {2305843009213693953} counts more than 1152921504606846975 elements of 8 bytes",
+       [](Produced& p) {  // times 8 is 8 mod 2^64: a Buffer of one element
+         p.shape = {two_to_61 + 1};
+         p.managed.dl_tensor.shape = p.shape.data();
+       }},
+      {"the shape {4611686018427387904} counts more than",
+       [](Produced& p) {  // times 8 is 0 mod 2^64: an empty Buffer
+         p.shape = {two_to_62};
+         p.managed.dl_tensor.shape = p.shape.data();
+       }},
+      {"the shape {4611686018427387904, 2} counts more than",
+       [](Produced& p) {  // the row-major strides' product passes int64_t
+         p.shape = {two_to_62, 2};
+         p.strides = {2, 1};
+         p.managed.dl_tensor.ndim = 2;
+         p.managed.dl_tensor.shape = p.shape.data();
+         p.managed.dl_tensor.strides = p.strides.data();
+       }},
+      {"the shape {4294967296, 4294967296, 2} counts more than",
+       [](Produced& p) {  // the count itself passes size_t
+         p.shape = {std::int64_t{1} << 32, std::int64_t{1} << 32, 2};
+         p.managed.dl_tensor.ndim = 3;
+         p.managed.dl_tensor.shape = p.shape.data();
+       }},
+      {") + byte_offset (18446744073709551608) + the 32 bytes of its elements pass the end of the address space",
+       [](Produced& p) { p.managed.dl_tensor.byte_offset = ~std::uint64_t{7}; }},
+      {"device_id is -1, which names no CUDA device",
+       [](Produced& p) {
+         p.managed.dl_tensor.device = {gpusel::dlpack::kDLCUDA, -1};
+       }},
+      {"gpusel::from_dlpack(float64 tensor on kDLCUDA:-2): device_id is -2",
+       [](Produced& p) {
+         p.managed.dl_tensor.device = {gpusel::dlpack::kDLCUDA, -2};
+       }},
+      {"shape[1] is -1",
+       [](Produced& p) {  // no element, but a negative extent all the same
+         p.shape = {0, -1};
+         p.managed.dl_tensor.ndim = 2;
+         p.managed.dl_tensor.shape = p.shape.data();
+       }},
+  };
+  if (gpusel_test::kEmulated) (void)gpusel_test::need_devices(2);
+  for (const Refused& refused : cases) {
+    Produced produced({1, 2, 3, 4});
+    refused.spoil(produced);
+    EXPECT_TRUE(throws_saying([&] { (void)gpusel::from_dlpack<double>(&produced.managed); }, refused.says))
+        << refused.says;
+    EXPECT_EQ(produced.deleted, 0) << refused.says;
+  }
+}
+
+TEST(FromDlpack, AMisalignedStartIsNamedByItsAddressAndTheAlignmentNeeded) {
+  Produced produced({1, 2, 3, 4});
+  produced.shape = {2};
+  produced.managed.dl_tensor.byte_offset = 12;
+  const auto data = reinterpret_cast<std::uintptr_t>(produced.values.data());
+  std::ostringstream expected;
+  expected << std::hex << "data + byte_offset (0x" << data << " + " << std::dec << 12 << " = 0x" << std::hex
+           << data + 12 << ") is not aligned to 8 bytes, as the element type needs";
+  EXPECT_TRUE(throws_saying([&] { (void)gpusel::from_dlpack<double>(&produced.managed); }, expected.str()));
+  EXPECT_EQ(produced.deleted, 0);
+}
+
+TEST(FromDlpack, AnExtentOfZeroMakesAnEmptyBufferWhateverTheOtherExtents) {
+  Produced produced({1});
+  produced.shape = {std::int64_t{1} << 62, 0, std::int64_t{1} << 62};
+  produced.managed.dl_tensor.ndim = 3;
+  produced.managed.dl_tensor.shape = produced.shape.data();
+  { EXPECT_TRUE(gpusel::from_dlpack<double>(&produced.managed).empty()); }
+  EXPECT_EQ(produced.deleted, 1);
 }
 
 TEST(FromDlpack, TakesContiguousNDTensorsFlattenedWhateverTheirSizeOneStrides) {

@@ -104,8 +104,9 @@ template <class M = dlpack::ManagedTensor, class T>
 // NULL is contiguous). Throws Error, naming what differs, for nullptr, a dtype
 // other than T's (code, bits, lanes), a device gpusel cannot use (kDLCPU,
 // kDLCUDAHost: a pinned Buffer, kDLCUDA with an index of this process), a
-// layout that is not contiguous, a byte_offset that misaligns T, a read-only
-// tensor, or a major version other than 1. Every check and allocation comes
+// layout that is not contiguous, a byte_offset that misaligns T (the Error
+// gives the address), a size or address whose arithmetic overflows (Note
+// [DLPack sizes that fit]), a read-only tensor, or a major version other than 1. Every check and allocation comes
 // before ownership passes: on an Error the caller keeps the tensor, and its
 // deleter is not called. M is deduced: gpusel's structs or an official header's.
 template <class T, class M>

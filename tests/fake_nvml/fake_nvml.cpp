@@ -36,6 +36,8 @@
 //       process_count=100000      # nvmlDeviceGetComputeRunningProcesses_v3 asks for room for this many
 //       numa=1                    # nvmlDeviceGetNumaNodeId; without it the call is Not Supported
 //       cpus=0-15,32-47           # nvmlDeviceGetCpuAffinity; without it the call is Not Supported
+//       minor=3                   # nvmlDeviceGetMinorNumber: the N of its /dev/nvidiaN (default: the
+//                                 # line's index, as the real driver's minors usually follow PCI order)
 //       compute_mode=exclusive_process  # nvmlDeviceGetComputeMode: default (the default),
 //                                 # exclusive_thread, prohibited, exclusive_process, or unsupported
 //                                 # (the call fails with Not Supported)
@@ -54,9 +56,15 @@
 // line, "nvmlDeviceGetCount_v2": gpusel counts the GPUs once per look at the machine
 // (query_inventory), so a test counts its looks (Note [One look per attempt] in pick.hpp).
 //
+// nvmlInit_v2 (and nvmlInitWithFlags, nvmlInit) and nvmlShutdown are counted as NVML counts them
+// (fake_nvml_session.cpp, with the calls other NVML tools make): outside them every other call is
+// NVML_ERROR_UNINITIALIZED.
+//
 // gpu lines are in nvidia-smi's order (index 0, 1, ...); every key is optional:
 // uuid defaults to GPU-fa4e0000-0000-0000-0000-00000000000N, pci to
-// 00000000:(0x10+N):00.0, name to "NVIDIA H200", memory_mib to 143771, cc to 9.0.
+// 00000000:(0x10+N):00.0, name to "NVIDIA H200", memory_mib to 143771, cc to 9.0, minor to N.
+// The real NVML numbers GPUs by PCI bus id; the fake numbers them in the order of the lines,
+// so a machine file lists its GPUs in PCI order to be one a real NVML could report.
 // A line that does not parse makes nvmlInit_v2 fail with NVML_ERROR_UNKNOWN (999).
 //
 // Where this differs from the real NVML: a MIG device handle answers only the UUID,
@@ -82,9 +90,12 @@
 #include <thread>
 #include <vector>
 
+#include "fake_nvml.hpp"
+
 namespace {
 
 constexpr int kSuccess = 0;
+constexpr int kErrorUninitialized = 1;
 constexpr int kErrorInvalidArgument = 2;
 constexpr int kErrorNotSupported = 3;
 constexpr int kErrorNotFound = 6;
@@ -122,6 +133,7 @@ struct Gpu : Device {
   unsigned memory_utilization = 0;
   int cc_major = 9;
   int cc_minor = 0;
+  int minor_number = -1;  // nvmlDeviceGetMinorNumber; -1: the line's place (index N, /dev/nvidiaN)
   bool mig = false;
   int numa = -1;                        // -1: not supported
   std::vector<unsigned long> cpu_mask;  // empty: not supported
@@ -281,7 +293,9 @@ bool read_machine(Machine& result) {
             gpu.memory_utilization = static_cast<unsigned>(std::stoul(value));
           else if (key == "cc") {
             if (std::sscanf(value.c_str(), "%d.%d", &gpu.cc_major, &gpu.cc_minor) != 2) return false;
-          } else if (key == "mig")
+          } else if (key == "minor")
+            gpu.minor_number = std::stoi(value);
+          else if (key == "mig")
             gpu.mig = value == "1";
           else if (key == "processes")
             gpu.processes_supported = value != "unsupported";
@@ -486,35 +500,19 @@ extern "C" int nvmlInit_v2() {
   if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   // Loaded and never closed, not initialized: what the real nvmlInit leaves behind.
   if (!libcuda.empty()) (void)dlopen(libcuda.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (status == kSuccess) fake_nvml::count_init();
   return status;
 }
 
-extern "C" const char* nvmlErrorString(int status) {
-  switch (status) {
-    case 0:
-      return "Success";
-    case 2:
-      return "Invalid Argument";
-    case 3:
-      return "Not Supported";
-    case 7:
-      return "Insufficient Size";
-    case 9:
-      return "Driver Not Loaded";
-    case 999:
-      return "Unknown Error";
-    default:
-      return "Fake NVML error";
-  }
-}
-
 extern "C" int nvmlSystemGetDriverVersion(char* buffer, unsigned length) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   if (!read_machine(machine)) return kErrorUnknown;
   return copy_text(machine.driver, buffer, length);
 }
 
 extern "C" int nvmlSystemGetCudaDriverVersion_v2(int* version) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   if (version == nullptr) return kErrorInvalidArgument;
   if (!read_machine(machine)) return kErrorUnknown;
@@ -523,6 +521,7 @@ extern "C" int nvmlSystemGetCudaDriverVersion_v2(int* version) {
 }
 
 extern "C" int nvmlDeviceGetCount_v2(unsigned* count) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::string hang;
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -538,6 +537,7 @@ extern "C" int nvmlDeviceGetCount_v2(unsigned* count) {
 }
 
 extern "C" int nvmlDeviceGetHandleByIndex_v2(unsigned index, void** handle) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   if (handle == nullptr || index >= machine.gpus.size()) return kErrorInvalidArgument;
   *handle = reinterpret_cast<void*>(static_cast<std::uintptr_t>(index) + 1);
@@ -545,6 +545,7 @@ extern "C" int nvmlDeviceGetHandleByIndex_v2(unsigned index, void** handle) {
 }
 
 extern "C" int nvmlDeviceGetUUID(void* handle, char* buffer, unsigned length) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   const Device* gpu = find_device(handle);
   if (gpu == nullptr) return kErrorInvalidArgument;
@@ -553,12 +554,14 @@ extern "C" int nvmlDeviceGetUUID(void* handle, char* buffer, unsigned length) {
 }
 
 extern "C" int nvmlDeviceGetName(void* handle, char* buffer, unsigned length) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   const Gpu* gpu = find(handle);
   return gpu == nullptr ? kErrorInvalidArgument : copy_text(gpu->name, buffer, length);
 }
 
 extern "C" int nvmlDeviceGetPciInfo_v3(void* handle, PciInfo* info) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   const Gpu* gpu = find(handle);
   if (gpu == nullptr || info == nullptr) return kErrorInvalidArgument;
@@ -569,6 +572,7 @@ extern "C" int nvmlDeviceGetPciInfo_v3(void* handle, PciInfo* info) {
 }
 
 extern "C" int nvmlDeviceGetMemoryInfo(void* handle, Memory* memory) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   const Device* gpu = find_device(handle);
   if (gpu == nullptr || memory == nullptr) return kErrorInvalidArgument;
@@ -580,6 +584,7 @@ extern "C" int nvmlDeviceGetMemoryInfo(void* handle, Memory* memory) {
 
 // As NVML: the caller sets `version` to nvmlMemory_v2; another is NVML_ERROR_ARGUMENT_VERSION_MISMATCH (25).
 extern "C" int nvmlDeviceGetMemoryInfo_v2(void* handle, MemoryV2* memory) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   const Device* gpu = find_device(handle);
   if (gpu == nullptr || memory == nullptr) return kErrorInvalidArgument;
@@ -593,6 +598,7 @@ extern "C" int nvmlDeviceGetMemoryInfo_v2(void* handle, MemoryV2* memory) {
 }
 
 extern "C" int nvmlDeviceGetUtilizationRates(void* handle, Utilization* utilization) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   const Gpu* gpu = find(handle);
   if (gpu == nullptr || utilization == nullptr) return kErrorInvalidArgument;
@@ -603,6 +609,7 @@ extern "C" int nvmlDeviceGetUtilizationRates(void* handle, Utilization* utilizat
 
 // As NVML: with *count too small, sets *count to the number needed and fails with Insufficient Size.
 extern "C" int nvmlDeviceGetComputeRunningProcesses_v3(void* handle, unsigned* count, ProcessInfo* infos) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   {
     std::string hang;
     {
@@ -629,6 +636,7 @@ extern "C" int nvmlDeviceGetComputeRunningProcesses_v3(void* handle, unsigned* c
 }
 
 extern "C" int nvmlDeviceGetMigMode(void* handle, unsigned* current, unsigned* pending) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   const Gpu* gpu = find(handle);
   if (gpu == nullptr || current == nullptr || pending == nullptr) return kErrorInvalidArgument;
@@ -637,6 +645,7 @@ extern "C" int nvmlDeviceGetMigMode(void* handle, unsigned* current, unsigned* p
 }
 
 extern "C" int nvmlDeviceGetComputeMode(void* handle, int* mode) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   const Gpu* gpu = find(handle);
   if (gpu == nullptr || mode == nullptr) return kErrorInvalidArgument;
@@ -646,6 +655,7 @@ extern "C" int nvmlDeviceGetComputeMode(void* handle, int* mode) {
 }
 
 extern "C" int nvmlDeviceGetCudaComputeCapability(void* handle, int* major, int* minor) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   const Gpu* gpu = find(handle);
   if (gpu == nullptr || major == nullptr || minor == nullptr) return kErrorInvalidArgument;
@@ -654,7 +664,16 @@ extern "C" int nvmlDeviceGetCudaComputeCapability(void* handle, int* major, int*
   return kSuccess;
 }
 
+extern "C" int nvmlDeviceGetMinorNumber(void* handle, unsigned* minor_number) {
+  std::lock_guard<std::mutex> lock(mutex);
+  const Gpu* gpu = find(handle);
+  if (gpu == nullptr || minor_number == nullptr) return kErrorInvalidArgument;
+  *minor_number = static_cast<unsigned>(gpu->minor_number >= 0 ? gpu->minor_number : gpu - machine.gpus.data());
+  return kSuccess;
+}
+
 extern "C" int nvmlDeviceGetMaxMigDeviceCount(void* handle, unsigned* count) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   const Gpu* gpu = find(handle);
   if (gpu == nullptr || count == nullptr) return kErrorInvalidArgument;
@@ -664,6 +683,7 @@ extern "C" int nvmlDeviceGetMaxMigDeviceCount(void* handle, unsigned* count) {
 
 // As NVML: a slot with no MIG instance is NVML_ERROR_NOT_FOUND.
 extern "C" int nvmlDeviceGetMigDeviceHandleByIndex(void* handle, unsigned index, void** mig_handle) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   const Gpu* gpu = find(handle);
   if (gpu == nullptr || mig_handle == nullptr || index >= max_mig_slots(*gpu)) return kErrorInvalidArgument;
@@ -676,7 +696,17 @@ extern "C" int nvmlDeviceGetMigDeviceHandleByIndex(void* handle, unsigned index,
   return kErrorNotFound;
 }
 
+// As NVML: whether the handle is a MIG device handle (nvitop asks before reading one).
+extern "C" int nvmlDeviceIsMigDeviceHandle(void* handle, unsigned* is_mig) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (find_device(handle) == nullptr || is_mig == nullptr) return kErrorInvalidArgument;
+  *is_mig = find_mig(handle) != nullptr ? 1u : 0u;
+  return kSuccess;
+}
+
 extern "C" int nvmlDeviceGetGpuInstanceId(void* handle, unsigned* id) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   const Mig* mig = find_mig(handle);
   if (id == nullptr) return kErrorInvalidArgument;
@@ -686,6 +716,7 @@ extern "C" int nvmlDeviceGetGpuInstanceId(void* handle, unsigned* id) {
 }
 
 extern "C" int nvmlDeviceGetComputeInstanceId(void* handle, unsigned* id) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   const Mig* mig = find_mig(handle);
   if (id == nullptr) return kErrorInvalidArgument;
@@ -695,6 +726,7 @@ extern "C" int nvmlDeviceGetComputeInstanceId(void* handle, unsigned* id) {
 }
 
 extern "C" int nvmlDeviceGetNumaNodeId(void* handle, unsigned* node) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   const Gpu* gpu = find(handle);
   if (gpu == nullptr || node == nullptr) return kErrorInvalidArgument;
@@ -705,6 +737,7 @@ extern "C" int nvmlDeviceGetNumaNodeId(void* handle, unsigned* node) {
 
 // As NVML: `size` unsigned longs of CPU mask, CPU n in bit n % 64 of word n / 64.
 extern "C" int nvmlDeviceGetCpuAffinity(void* handle, unsigned size, unsigned long* mask) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   const Gpu* gpu = find(handle);
   if (gpu == nullptr || mask == nullptr) return kErrorInvalidArgument;
@@ -727,6 +760,7 @@ const Link* find_link(void* first, void* second) {
 }  // namespace
 
 extern "C" int nvmlDeviceGetTopologyCommonAncestor(void* first, void* second, int* level) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   if (find(first) == nullptr || find(second) == nullptr || level == nullptr) return kErrorInvalidArgument;
   const Link* link = find_link(first, second);
@@ -737,6 +771,7 @@ extern "C" int nvmlDeviceGetTopologyCommonAncestor(void* first, void* second, in
 
 // Only the NVLink index (2) is modelled: OK (0) for a link line with nvlink=1, else Not Supported (5).
 extern "C" int nvmlDeviceGetP2PStatus(void* first, void* second, int index, int* status) {
+  if (!fake_nvml::initialized()) return kErrorUninitialized;
   std::lock_guard<std::mutex> lock(mutex);
   if (find(first) == nullptr || find(second) == nullptr || status == nullptr) return kErrorInvalidArgument;
   const Link* link = find_link(first, second);

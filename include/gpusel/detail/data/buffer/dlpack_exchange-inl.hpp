@@ -67,22 +67,68 @@ inline std::string describe_dlpack_device(std::int32_t type, std::int32_t id) {
   }
 }
 
-// The tensor's element count, checking its shape, and whether it is compact
-// row-major (strides NULL, or each stride the product of the sizes after it;
-// a dimension of size 1 may have any stride, and no element means no layout).
-inline std::size_t dlpack_element_count(const DlpackTensorFields& tensor, const std::string& what) {
+// Note [DLPack sizes that fit]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A tensor's fields come from another library, or from bytes nobody checked:
+// the product of its extents, that times the element size, data plus
+// byte_offset, and the row-major strides may each overflow, and a Buffer
+// built on a wrapped number is a Buffer of the wrong size at the wrong
+// address ({2^61 + 1} doubles is 8 bytes mod 2^64). So import counts in
+// checked steps, each refused before it overflows: the element count must
+// fit size_t, its bytes must fit ptrdiff_t (the largest object C++ can index,
+// and then every stride, a product of extents, fits int64_t), and the first
+// byte past the elements, data + byte_offset + bytes, must fit the address
+// space; the address is computed as an integer, never as a pointer past its
+// object. Each refusal is an Error thrown before ownership passes. Export
+// checks what it writes the same way: a shape with a zero extent counts no
+// element, whatever its other extents, but its strides must still fit int64_t.
+
+// "{2, 3}", the tensor's shape (its first 8 extents, then "...").
+inline std::string describe_dlpack_shape(const DlpackTensorFields& tensor) {
+  std::string text;
+  for (std::int32_t i = 0; i < tensor.ndim && i < 8; ++i)
+    text += (i == 0 ? "" : ", ") + std::to_string(tensor.shape[i]);
+  return "{" + text + (tensor.ndim > 8 ? ", ...}" : "}");
+}
+
+// "0x7f3a2c001004".
+inline std::string hex_address(std::uintptr_t address) {
+  std::string digits;
+  do {
+    digits.insert(digits.begin(), "0123456789abcdef"[address % 16]);
+    address /= 16;
+  } while (address != 0);
+  return "0x" + digits;
+}
+
+// The tensor's element count, checking its shape, that its bytes fit (Note
+// [DLPack sizes that fit]), and whether it is compact row-major (strides NULL,
+// or each stride the product of the sizes after it; a dimension of size 1 may
+// have any stride, and no element means no layout).
+inline std::size_t dlpack_element_count(const DlpackTensorFields& tensor, std::size_t element_bytes,
+                                        const std::string& what) {
   if (tensor.ndim < 0) throw Error(what + ": ndim is " + std::to_string(tensor.ndim));
   if (tensor.ndim > 0 && tensor.shape == nullptr) throw Error(what + ": shape is NULL");
+  constexpr auto most_bytes = static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max());
   std::size_t count = 1;
+  bool fits = true;
+  bool empty = false;
   for (std::int32_t i = 0; i < tensor.ndim; ++i) {
     const std::int64_t extent = tensor.shape[i];
     if (extent < 0) throw Error(what + ": shape[" + std::to_string(i) + "] is " + std::to_string(extent));
-    if (extent != 0 && count > std::numeric_limits<std::size_t>::max() / static_cast<std::size_t>(extent))
-      throw Error(what + ": the shape counts more elements than memory holds");
-    count *= static_cast<std::size_t>(extent);
+    if (extent == 0) empty = true;
+    if (empty || !fits) continue;
+    if (count > std::numeric_limits<std::size_t>::max() / static_cast<std::size_t>(extent)) fits = false;
+    if (fits) count *= static_cast<std::size_t>(extent);
   }
-  if (tensor.strides == nullptr || count == 0) return count;
-  std::int64_t expected = 1;
+  if (empty) return 0;  // no element, whatever the other extents say: no layout to check
+  if (!fits || count > most_bytes / element_bytes) {
+    throw Error(what + ": the shape " + describe_dlpack_shape(tensor) + " counts more than " +
+                std::to_string(most_bytes / element_bytes) + " elements of " + std::to_string(element_bytes) +
+                " bytes, the most one object can hold");
+  }
+  if (tensor.strides == nullptr) return count;
+  std::int64_t expected = 1;  // at most count: it fits (above)
   for (std::int32_t i = tensor.ndim; i-- > 0;) {
     if (tensor.shape[i] != 1 && tensor.strides[i] != expected) {
       throw Error(what + ": the tensor is not contiguous: strides[" + std::to_string(i) + "] is " +
@@ -102,6 +148,8 @@ inline MemoryPlace dlpack_place(const DlpackTensorFields& tensor, const std::str
     case dlpack::kDLCUDAHost:
       return kPinnedHost;
     case dlpack::kDLCUDA: {
+      if (tensor.device_id < 0)
+        throw Error(what + ": device_id is " + std::to_string(tensor.device_id) + ", which names no CUDA device");
       const int index = resolve_cuda_index(cuda(tensor.device_id), [&] { return what; });
       return MemoryPlace{MemoryKind::device, index};
     }
@@ -109,6 +157,27 @@ inline MemoryPlace dlpack_place(const DlpackTensorFields& tensor, const std::str
       throw Error(what + ": the tensor is on " + describe_dlpack_device(tensor.device_type, tensor.device_id) +
                   ", which gpusel cannot use (it takes kDLCPU, kDLCUDAHost and kDLCUDA)");
   }
+}
+
+// The address of the first element, data + byte_offset, once the elements'
+// `bytes` after it fit the address space and it is aligned (Note [DLPack sizes that fit]).
+inline void* dlpack_start(const DlpackTensorFields& tensor, std::size_t bytes, std::size_t alignment,
+                          const std::string& what) {
+  if (tensor.data == nullptr) throw Error(what + ": data is NULL");
+  const auto data = reinterpret_cast<std::uintptr_t>(tensor.data);
+  const std::uint64_t offset = tensor.byte_offset;
+  constexpr auto most = std::numeric_limits<std::uintptr_t>::max();
+  if (offset > most - data || bytes > most - data - offset) {
+    throw Error(what + ": data (" + hex_address(data) + ") + byte_offset (" + std::to_string(offset) + ") + the " +
+                std::to_string(bytes) + " bytes of its elements pass the end of the address space");
+  }
+  const std::uintptr_t start = data + offset;
+  if (start % alignment != 0) {
+    throw Error(what + ": data + byte_offset (" + hex_address(data) + " + " + std::to_string(offset) + " = " +
+                hex_address(start) + ") is not aligned to " + std::to_string(alignment) +
+                " bytes, as the element type needs");
+  }
+  return reinterpret_cast<void*>(start);  // NOLINT(performance-no-int-to-ptr): the producer's address
 }
 
 GPUSEL_API DlpackImport check_dlpack_import(const DlpackTensorFields& tensor, const dlpack::DataType& wanted,
@@ -124,17 +193,13 @@ GPUSEL_API DlpackImport check_dlpack_import(const DlpackTensorFields& tensor, co
     throw Error(what + ": the Buffer's element type is " + describe_dlpack_dtype(wanted));
   if ((tensor.flags & dlpack::kFlagBitmaskReadOnly) != 0)
     throw Error(what + ": the tensor is read-only, and a Buffer's elements are writable");
+  // T's size, as its dtype (the same as the tensor's, above) says: bits per lane times lanes.
+  const std::size_t element_bytes = std::size_t{wanted.bits} / 8 * wanted.lanes;
   DlpackImport taken;
-  taken.size = dlpack_element_count(tensor, what);
+  taken.size = dlpack_element_count(tensor, element_bytes, what);
   taken.place = dlpack_place(tensor, what);
-  if (taken.size != 0 && tensor.data == nullptr) throw Error(what + ": data is NULL");
   if (taken.size == 0) return taken;  // no element: no address to take
-  void* const start = static_cast<char*>(tensor.data) + tensor.byte_offset;
-  if (reinterpret_cast<std::uintptr_t>(start) % alignment != 0) {
-    throw Error(what + ": data + byte_offset (" + std::to_string(tensor.byte_offset) + ") is not aligned to " +
-                std::to_string(alignment) + " bytes, as the element type needs");
-  }
-  taken.data = start;
+  taken.data = dlpack_start(tensor, taken.size * element_bytes, alignment, what);
   return taken;
 }
 
@@ -147,22 +212,27 @@ GPUSEL_API std::vector<std::int64_t> dlpack_export_shape(std::size_t size, const
                 "): a CUDA Buffer is exported on the consumer's stream: pass its StreamView");
   }
   if (shape == nullptr) return {static_cast<std::int64_t>(size)};
-  std::size_t count = 1;
-  bool fits = true;
+  // The product of the extents but zeros bounds each stride export writes: it must fit int64_t
+  // (Note [DLPack sizes that fit]), and is the count unless an extent is 0.
+  std::int64_t span = 1;
+  bool negative = false;
+  bool overflows = false;
+  bool empty = false;
   for (const std::int64_t extent : *shape) {
-    if (extent < 0) fits = false;
-    if (!fits || extent == 0) {
-      count = 0;
-      continue;
-    }
-    if (count > std::numeric_limits<std::size_t>::max() / static_cast<std::size_t>(extent)) fits = false;
-    count *= static_cast<std::size_t>(extent);
+    negative = negative || extent < 0;
+    empty = empty || extent == 0;
+    if (negative || overflows || extent <= 1) continue;
+    overflows = span > std::numeric_limits<std::int64_t>::max() / extent;
+    if (!overflows) span *= extent;
   }
-  if (!fits || count != size) {
+  const std::size_t count = empty ? 0 : static_cast<std::size_t>(span);
+  if (negative || overflows || count != size) {
     std::string text;
     for (const std::int64_t extent : *shape) text += (text.empty() ? "" : ", ") + std::to_string(extent);
     throw Error(std::string(function) + "(" + std::to_string(size) + " elements on " + device + "): the shape {" +
-                text + "} does not count " + std::to_string(size) + " elements");
+                text +
+                (!negative && overflows && empty ? "} gives strides past int64_t's range"
+                                                 : "} does not count " + std::to_string(size) + " elements"));
   }
   return *shape;
 }
