@@ -1,6 +1,7 @@
 // gpusel list: the machine's GPUs as a table, or as JSON.
 #include <gpusel/machine/lease.hpp>
 #include <gpusel/machine/topology.hpp>
+#include <gpusel/machine/wait_for_gpus.hpp>
 #include <gpusel/memory_size.hpp>
 #include <gpusel/text.hpp>
 
@@ -70,9 +71,49 @@ std::string lease_text(const Leases& leases, const std::string& uuid) {
   if (found == leases.states.end()) return "?";
   const gpusel::LeaseState& lease = found->second;
   if (!lease.held) return lease.describe();
-  const std::string job = lease.this_job ? "this job, " : "";
-  if (!lease.owner) return job + lease.holder_text();
-  return job + lease.owner_text() + ": " + lease.holder_text();
+  std::string job = lease.this_job ? "this job, " : "";
+  if (lease.member_took)  // Note [A job's members]
+    job += (lease.member_pid ? "taken by pid " + std::to_string(*lease.member_pid) : std::string("taken")) + ", ";
+  if (!lease.user) return job + lease.holder_text();
+  return job + lease.user_text() + ": " + lease.holder_text();
+}
+
+// The jobs that wait in line for GPUs, and why they cannot be read (list still lists).
+struct Waiters {
+  std::vector<gpusel::WaitingJob> jobs;
+  std::string problem;
+};
+
+Waiters read_waiters() {
+  Waiters waiters;
+  try {
+    waiters.jobs = gpusel::waiting_jobs();
+  } catch (const gpusel::Error& error) {
+    waiters.problem = error_text(error);
+  }
+  return waiters;
+}
+
+// "waiting": each job in line, first arrived first; "waiting_problem": why the line cannot be read, or null.
+void waiting_members(JsonWriter& json, const Waiters& waiters) {
+  json.key("waiting").begin_array();
+  for (const gpusel::WaitingJob& job : waiters.jobs) {
+    json.begin_object();
+    json.key("ticket").value(job.ticket);
+    json.key("uid").value(static_cast<std::int64_t>(job.user));
+    optional_value(json, "pid", job.pid ? std::optional<std::int64_t>(*job.pid) : std::nullopt);
+    optional_value(json, "gpus", job.gpus ? std::optional<std::int64_t>(*job.gpus) : std::nullopt);
+    json.key("since_unix").value(job.since);
+    json.key("stopped").value(job.stopped);
+    json.key("text").value(job.describe());
+    json.end_object();
+  }
+  json.end_array();
+  json.key("waiting_problem");
+  if (waiters.problem.empty())
+    json.null();
+  else
+    json.value(waiters.problem);
 }
 
 std::string percent(const std::optional<int>& value) { return value ? std::to_string(*value) + "%" : "?"; }
@@ -84,7 +125,7 @@ std::string memory(const gpusel::Gpu& gpu) {
   return size(gpu.memory_used_bytes) + " / " + size(gpu.memory_total_bytes);
 }
 
-void print_list_json(const gpusel::DeviceMap& map, bool links, const Leases& leases) {
+void print_list_json(const gpusel::DeviceMap& map, bool links, const Leases& leases, const Waiters& waiters) {
   JsonWriter json;
   json.begin_object();
   json.key("driver_version").value(map.inventory.driver_version);
@@ -103,6 +144,7 @@ void print_list_json(const gpusel::DeviceMap& map, bool links, const Leases& lea
     json.null();
   else
     json.value(leases.problem);
+  waiting_members(json, waiters);
   allotment_member(json, map);
   json.end_object();
   std::cout << json.str();
@@ -237,8 +279,9 @@ int run_list(const Arguments& arguments) {
   const gpusel::DeviceMap& map = *read;
   if (!map.known()) return report_no_gpus(map, arguments.json);
   const Leases leases = read_leases(map);
+  const Waiters waiters = read_waiters();
   if (arguments.json) {
-    print_list_json(map, arguments.links, leases);
+    print_list_json(map, arguments.links, leases, waiters);
     return kExitOk;
   }
   const Table table = table_of(map, leases);
@@ -247,6 +290,9 @@ int run_list(const Arguments& arguments) {
   if (map.inventory.gpus.empty()) std::cout << "(NVML sees no GPU)\n";
   print_shared_uuids(map);
   if (!leases.problem.empty()) std::cout << "Leases cannot be read (LEASE ?): " << escape_lines(leases.problem) << "\n";
+  for (const gpusel::WaitingJob& job : waiters.jobs) std::cout << "waiting: " << job.describe() << "\n";
+  if (!waiters.problem.empty() && waiters.problem != leases.problem)
+    std::cout << "The wait line cannot be read: " << escape_lines(waiters.problem) << "\n";
   if (!map.visible.ok() && !map.inventory.gpus.empty())
     std::cout << "No CUDA device is visible to this process: " << gpusel::escape_for_terminal(map.visible.reason())
               << "\n";

@@ -71,6 +71,8 @@ static void lease_member(JsonWriter& json, const std::string& uuid, const LeaseS
   json.begin_object();
   json.key("held").value(lease.held);
   json.key("this_job").value(lease.this_job);
+  json.key("member_took").value(lease.member_took);
+  optional_value(json, "member_pid", lease.member_pid ? std::optional<std::int64_t>(*lease.member_pid) : std::nullopt);
   json.key("problem");
   if (lease.problem.empty())
     json.null();
@@ -81,7 +83,7 @@ static void lease_member(JsonWriter& json, const std::string& uuid, const LeaseS
     json.value(lease.lock_file);
   else
     json.null();
-  optional_value(json, "uid", lease.owner ? std::optional<std::int64_t>(*lease.owner) : std::nullopt);
+  optional_value(json, "uid", lease.user ? std::optional<std::int64_t>(*lease.user) : std::nullopt);
   optional_value(json, "pid", lease.pid ? std::optional<std::int64_t>(*lease.pid) : std::nullopt);
   json.key("command");
   if (lease.pid) {
@@ -245,6 +247,18 @@ void allotment_member(JsonWriter& json, const gpusel::DeviceMap& map) {
   json.key("job_gpus").begin_array();
   for (const std::string& uuid : allotment.job_gpus) json.value(uuid);
   json.end_array();
+  json.key("engine");  // who started this process, named from its variables (Note [Naming the engine])
+  if (allotment.engine.known()) {
+    json.begin_object();
+    json.key("name").value(allotment.engine.name);
+    json.key("role").value(allotment.engine.role);
+    json.key("said").value(allotment.engine.said);
+    text_or_null("worker", allotment.engine.worker);
+    json.key("gives_gpus").value(allotment.engine.gives_gpus);
+    json.end_object();
+  } else {
+    json.null();
+  }
   json.key("text").value(allotment.describe());
   json.end_object();
 }

@@ -16,9 +16,11 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fake_nvml_machine.hpp"
@@ -103,7 +105,7 @@ TEST(WaitForGpus, LeasesTheGpusOnceAnotherJobsLeaseEndsSayingOnceWhyItWaits) {
   EXPECT_EQ(looks, 5);
   ASSERT_EQ(said.size(), 1u) << "said once, however long it waits";
   EXPECT_TRUE(contains(said[0], "0 of 4 GPUs fit")) << said[0];
-  EXPECT_TRUE(files_named(leases.leases(), "wait-").empty()) << "its place in line is given up once it leased";
+  EXPECT_TRUE(files_named(leases.leases(), "gpusel-wait-").empty()) << "its place in line is given up once it leased";
 }
 
 TEST(WaitForGpus, GivesUpOnceTheTimeIsUpSayingWhyAndHoldingNothing) {
@@ -117,7 +119,7 @@ TEST(WaitForGpus, GivesUpOnceTheTimeIsUpSayingWhyAndHoldingNothing) {
   } catch (const gpusel::WaitTimedOut& error) {
     EXPECT_TRUE(contains(error.what(), "leased by another job")) << error.what();
   }
-  EXPECT_TRUE(files_named(leases.leases(), "wait-").empty()) << "its place in line is given up";
+  EXPECT_TRUE(files_named(leases.leases(), "gpusel-wait-").empty()) << "its place in line is given up";
   EXPECT_THROW((void)gpusel::lease_free_gpus(idle_gpu(), quick_wait(std::chrono::milliseconds(0))),
                gpusel::WaitTimedOut)
       << "no time to wait: one look";
@@ -144,12 +146,47 @@ TEST(WaitForGpus, FailsAtOnceOnWhatNoWaitCanFix) {
                        "NVML reports no UUID for it"));
 }
 
+// Note [A GPU no wait can free]: a GPU whose lease file cannot be used is no GPU a lease's end frees.
+TEST(WaitForGpus, FailsAtOnceWhenTooFewGpusRemainThatALeasesEndCouldFree) {
+  ScopedLeaseDirectory leases;
+  FakeNvmlMachine nvml(
+      "gpu uuid=GPU-00000000-aaaa-0000-0000-000000000000 used_mib=0\n"
+      "gpu uuid=GPU-11111111-aaaa-0000-0000-000000000000 used_mib=0\n");
+  ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
+  std::optional<gpusel::GpuLease> held(gpusel::lease_gpu("GPU-00000000-aaaa-0000-0000-000000000000"));  // another job
+  // GPU 1's lock file is a directory (as another user's unreadable file would be): no lease can hold it.
+  const std::string squatted =
+      leases.leases() + "/gpusel-GPU-11111111-aaaa-0000-0000-000000000000." + std::to_string(geteuid()) + ".lock";
+  ASSERT_EQ(mkdir(squatted.c_str(), 0700), 0);
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    (void)gpusel::lease_free_gpus(count(2), quick_wait(std::chrono::seconds(3)));
+    ADD_FAILURE() << "expected Error";
+  } catch (const gpusel::WaitTimedOut& error) {
+    ADD_FAILURE() << "waited for a GPU no lease's end frees: " << error.what();
+  } catch (const gpusel::Error& error) {
+    EXPECT_TRUE(contains(error.what(), "no wait can meet this request")) << error.what();
+    EXPECT_TRUE(contains(error.what(), "cannot be leased: its lease file " + squatted)) << error.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(2));
+  EXPECT_TRUE(files_named(leases.leases(), "gpusel-wait-").empty()) << "no place in line was kept";
+  // One GPU can still serve a request for one: it waits for that GPU alone, and gets it once it is free.
+  gpusel::WaitForGpus wait = quick_wait(std::chrono::seconds(10));
+  int looks = 0;
+  wait.read_devices = [&looks, &held] {
+    if (++looks == 3) held.reset();  // the other job ends
+    return gpusel::visible_devices(gpusel::InventoryOptions::with_usage());
+  };
+  EXPECT_EQ(error_from([&] { (void)gpusel::lease_free_gpus(count(1), wait); }), "");
+  EXPECT_EQ(looks, 3);
+}
+
 TEST(WaitForGpus, AnEarlierWaiterGoesFirstButHoldsUpNoOneWhoDoesNotWait) {
   ScopedLeaseDirectory leases;
   FakeNvmlMachine nvml(four_gpus());
   ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
   std::optional<gpusel::detail::WaitLine> earlier(std::in_place);  // a job that arrived first and waits still
-  earlier->join();
+  earlier->join(1);
   const std::string message =
       error_from([] { (void)gpusel::lease_free_gpus(idle_gpu(), quick_wait(std::chrono::milliseconds(100))); });
   EXPECT_TRUE(contains(message, "another job waits for GPUs first (pid " + std::to_string(getpid()) + ", waiting for "))
@@ -172,7 +209,7 @@ class WaiterProcess {
     pid_ = fork();
     if (pid_ == 0) {
       gpusel::detail::WaitLine line;
-      line.join();
+      line.join(1);
       (void)!write(ready[1], "y", 1);
       while (true) pause();
     }
@@ -219,9 +256,59 @@ TEST(WaitLine, WhoeverFindsADeadWaitersTicketRemovesIt) {
   WaiterProcess killed;
   ASSERT_TRUE(killed.joined());
   killed.end();  // kill -9: its ticket stays, unlocked
-  ASSERT_EQ(files_named(leases.leases(), "wait-").size(), 1u);
+  ASSERT_EQ(files_named(leases.leases(), "gpusel-wait-").size(), 1u);
   EXPECT_EQ(gpusel::lease_free_gpus(idle_gpu(), quick_wait(std::chrono::seconds(10))).gpus.size(), 1u);
-  EXPECT_TRUE(files_named(leases.leases(), "wait-").empty()) << "the dead ticket stays";
+  EXPECT_TRUE(files_named(leases.leases(), "gpusel-wait-").empty()) << "the dead ticket stays";
+}
+
+// --- the line as `gpusel list` shows it (Note [The wait line shown]) ----------------
+
+TEST(WaitLine, WaitingJobsAreTheLiveTicketsFirstArrivedFirstWithTheirCounts) {
+  ScopedLeaseDirectory leases;
+  EXPECT_TRUE(gpusel::waiting_jobs().empty()) << "no lease directory yet: nobody waits";
+  const std::time_t before = std::time(nullptr) - 1;  // ctime comes from the kernel's coarse clock
+  std::optional<gpusel::detail::WaitLine> first(std::in_place);
+  first->join(3);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a later arrival, past the clock's tick
+  WaiterProcess killed;                                        // waits for 1 GPU
+  ASSERT_TRUE(killed.joined());
+  std::vector<gpusel::WaitingJob> jobs = gpusel::waiting_jobs();
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0].pid, std::optional<long>(getpid()));
+  EXPECT_EQ(jobs[0].gpus, std::optional<int>(3));
+  EXPECT_EQ(jobs[0].user, geteuid());
+  EXPECT_FALSE(jobs[0].stopped);
+  EXPECT_GE(jobs[0].since, before);
+  EXPECT_LE(jobs[0].since, std::time(nullptr));
+  EXPECT_TRUE(contains(jobs[0].describe(), "pid " + std::to_string(getpid()) + " of ")) << jobs[0].describe();
+  EXPECT_TRUE(contains(jobs[0].describe(), " for 3 GPUs since ")) << jobs[0].describe();
+  EXPECT_EQ(jobs[1].gpus, std::optional<int>(1));
+  EXPECT_NE(jobs[1].pid, std::optional<long>(getpid()));
+  killed.end();  // kill -9: its ticket stays, unlocked, and is not shown
+  jobs = gpusel::waiting_jobs();
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].gpus, std::optional<int>(3));
+  EXPECT_EQ(files_named(leases.leases(), "gpusel-wait-").size(), 2u) << "a look removes nothing";
+  first.reset();
+  EXPECT_TRUE(gpusel::waiting_jobs().empty());
+}
+
+TEST(WaitLine, ATicketsContentsAreItsOwnersClaimReadStrictly) {
+  ScopedLeaseDirectory leases;
+  std::optional<gpusel::detail::WaitLine> line(std::in_place);
+  line->join(1);  // makes the lease directory
+  const std::string forged = leases.leases() + "/gpusel-wait-" + std::to_string(geteuid()) + "-00000000000000cc.ticket";
+  std::ofstream(forged) << "gpus=\x1b]0;owned\x07\n";
+  const int held = open(forged.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(flock(held, LOCK_EX), 0);  // its "waiter" lives
+  const std::vector<gpusel::WaitingJob> jobs = gpusel::waiting_jobs();
+  close(held);
+  ASSERT_EQ(jobs.size(), 2u);
+  const gpusel::WaitingJob& claim = jobs[0].ticket == forged.substr(forged.rfind('/') + 1) ? jobs[0] : jobs[1];
+  EXPECT_FALSE(claim.gpus.has_value());
+  EXPECT_TRUE(contains(claim.describe(), "for GPUs (how many, its ticket does not say)")) << claim.describe();
+  EXPECT_FALSE(contains(claim.describe(), "\x1b")) << "a count is a number, never the ticket's text";
 }
 
 TEST(WaitLine, AWaiterNoLeaseCanServeHoldsUpNoOne) {
@@ -270,7 +357,7 @@ TEST(WaitLine, AnotherUsersForgedTicketHoldsUpNoOneBeyondTheBound) {
     if (setgroups(0, nullptr) != 0 || setresgid(staged::kMallory, staged::kMallory, staged::kMallory) != 0 ||
         setresuid(staged::kMallory, staged::kMallory, staged::kMallory) != 0)
       _exit(3);
-    for (const std::string name : {"wait-1-1.4101.ticket", "wait-4101-0000000000000001.ticket"}) {
+    for (const std::string name : {"gpusel-wait-1-1.4101.ticket", "gpusel-wait-4101-0000000000000001.ticket"}) {
       const int ticket = open((shared.leases() + "/" + name).c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
       const timespec dawn[2] = {{0, 1}, {0, 1}};
       if (ticket < 0 || flock(ticket, LOCK_EX) != 0 || futimens(ticket, dawn) != 0) _exit(4);
@@ -308,11 +395,12 @@ TEST(WaitLine, AnotherUserSquattingTemporaryNamesCannotKeepAWaiterOutOfLine) {
   std::ifstream("/proc/sys/kernel/ns_last_pid") >> last;
   gpusel_test::staged::as_user(staged::kMallory, [&] {
     for (long pid = last + 1; pid <= last + 2000; ++pid)
-      close(open((shared.leases() + "/.wait-" + std::to_string(pid) + ".4102.new").c_str(), O_CREAT | O_RDONLY, 0644));
+      close(open((shared.leases() + "/.gpusel-wait-" + std::to_string(pid) + ".4102.new").c_str(), O_CREAT | O_RDONLY,
+                 0644));
   });
   gpusel_test::staged::as_user(staged::kAlice, [] {
     gpusel::detail::WaitLine line;
-    EXPECT_EQ(error_from([&] { line.join(); }), "");
+    EXPECT_EQ(error_from([&] { line.join(1); }), "");
     EXPECT_EQ(line.ahead(), "");
   });
 }

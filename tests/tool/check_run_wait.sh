@@ -2,7 +2,7 @@
 # ctest tool_<scenario> of `gpusel run --wait`: waiting in line for GPUs, and failing at once where no wait can help.
 # End to end on machines described to the fake NVML; helpers.sh holds what the scripts share.
 #   check_run_wait.sh <gpusel program> <fake NVML library> <scenario>
-# Scenarios: run_wait, run_wait_unfixable.
+# Scenarios: run_wait, run_wait_unfixable, run_wait_list.
 . "$(dirname "$0")/helpers.sh"
 
 case $scenario in
@@ -29,12 +29,12 @@ case $scenario in
     wait "${workers[@]}"
     # An earlier waiter's live ticket holds up a waiting job (whose message names it), never one that does
     # not wait; a dead ticket (a killed waiter's, unlocked) holds up no one and goes; nor does a stopped waiter.
-    : >"$GPUSEL_LEASE_DIR/wait-$(id -u)-00000000000000aa.ticket"
+    : >"$GPUSEL_LEASE_DIR/gpusel-wait-$(id -u)-00000000000000aa.ticket"
     run 0 run -n 1 --wait=10s -- true
     expect stderr "gpusel: leased GPU"
-    [ ! -e "$GPUSEL_LEASE_DIR/wait-$(id -u)-00000000000000aa.ticket" ] ||
+    [ ! -e "$GPUSEL_LEASE_DIR/gpusel-wait-$(id -u)-00000000000000aa.ticket" ] ||
       { echo "FAILED: a dead ticket stays in the lease directory"; failures=$((failures + 1)); }
-    flock "$GPUSEL_LEASE_DIR/wait-$(id -u)-00000000000000bb.ticket" sleep 3 &
+    flock "$GPUSEL_LEASE_DIR/gpusel-wait-$(id -u)-00000000000000bb.ticket" sleep 3 &
     earlier=$!
     sleep 0.5
     run 0 run -n 1 -- true
@@ -86,15 +86,16 @@ case $scenario in
     expect stderr "gpusel: the lease directory $work/open is writable by other users but not sticky"
     expect stderr "gpusel: not waiting: no wait can fix this"
     # An unusable lease file is its GPU's problem alone (Note [Who can break a lease]): that GPU is passed over
-    # with the reason, and a wait for the others goes on until it gives up.
-    own_lock="$GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.$(id -u).lock"
+    # with the reason; a wait that only it could serve fails at once (Note [A GPU no wait can free]).
+    own_lock="$GPUSEL_LEASE_DIR/gpusel-GPU-fa4e0000-0000-0000-0000-000000000000.$(id -u).lock"
     mkdir -p "$own_lock"
     run 0 run -- sh -c 'echo $CUDA_VISIBLE_DEVICES'
     [ "$out" = GPU-fa4e0000-0000-0000-0000-000000000001 ] ||
       { echo "FAILED: a GPU whose lease file is unusable must be passed over for the next"; failures=$((failures + 1)); }
     run 125 run --wait=1s -n 2 -- true
     expect stderr "$own_lock is not a regular file"
-    expect stderr "gpusel: gave up waiting"
+    expect stderr "no wait can meet this request"
+    expect stderr "gpusel: not waiting: no wait can fix this"
     rmdir "$own_lock"
     printf 'gpu uuid=\n' >"$work/no_uuid.txt"
     GPUSEL_FAKE_NVML_CONFIG="$work/no_uuid.txt" run 125 run --wait -- true
@@ -109,6 +110,51 @@ case $scenario in
     expect stderr "gpusel: waiting for"
     wait $holder
     launcher=()
+    ;;
+  run_wait_list)
+    # `gpusel list` shows the line: a job holds both GPUs, a --wait job for 2 waits behind it; list and list --json
+    # name the waiter (pid, user, how many GPUs, since when), and not once it has gone (kill -9: its ticket stays).
+    printf 'gpu\ngpu\n' >"$work/idle2.txt"
+    export GPUSEL_FAKE_NVML_CONFIG="$work/idle2.txt"
+    run 0 list
+    expect_not stdout "waiting:"
+    "$gpusel" run -n 2 -- sh -c 'echo $$ >"$1"; exec sleep 30' sh "$work/holder" >/dev/null 2>&1 &
+    holder=$!
+    until_file "$work/holder"
+    began=$(date +%s)
+    "$gpusel" run -n 2 --wait=60s -- true 2>"$work/waiter_err" &
+    waiter=$!
+    for _ in $(seq 50); do [ -s "$work/waiter_err" ] && break; sleep 0.1; done
+    run 0 list
+    expect stdout "waiting: pid $waiter of "
+    expect stdout "uid $(id -u)) for 2 GPUs since "
+    run 0 list --json
+    expect_json
+    expect_in_json "[(w['pid'], w['uid'], w['gpus'], w['stopped']) for w in d['waiting']] == [($waiter, $(id -u), 2, False)]"
+    expect_in_json "$began - 1 <= d['waiting'][0]['since_unix'] <= $(date +%s) and d['waiting_problem'] is None"
+    expect_in_json "d['waiting'][0]['text'].startswith('pid $waiter of ')"
+    # A ticket's contents are its owner's claim: control bytes in them never reach the terminal, nor the count.
+    ticket="$GPUSEL_LEASE_DIR/gpusel-wait-$(id -u)-00000000000000cc.ticket"
+    printf 'gpus=\033]0;owned\007\n' >"$ticket"
+    (flock 9 && exec sleep 30) 9<"$ticket" &  # its "waiter" holds it locked, as sleep's pid
+    forger=$!
+    sleep 0.5
+    run 0 list
+    expect stdout "for GPUs (how many, its ticket does not say) since"
+    expect_not stdout $'\033'
+    run 0 list --json
+    expect_utf8
+    expect_in_json "[w['gpus'] for w in d['waiting']].count(None) == 1 and len(d['waiting']) == 2"
+    kill -KILL $waiter $forger
+    wait $waiter $forger 2>/dev/null
+    [ -n "$(ls "$GPUSEL_LEASE_DIR"/gpusel-wait-* 2>/dev/null)" ] ||
+      { echo "FAILED: expected the killed waiter's ticket to stay"; failures=$((failures + 1)); }
+    run 0 list
+    expect_not stdout "waiting:"
+    run 0 list --json
+    expect_in_json "d['waiting'] == []"
+    kill -KILL "$(cat "$work/holder")" 2>/dev/null
+    wait $holder 2>/dev/null
     ;;
   *)
     unknown_scenario

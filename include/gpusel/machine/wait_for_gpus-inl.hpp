@@ -5,7 +5,11 @@
 
 #include "gpusel/machine/wait_for_gpus.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <ctime>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -14,6 +18,9 @@
 #include "gpusel/machine/detail/picking/choosing.hpp"
 #include "gpusel/machine/detail/picking/criteria_checks.hpp"
 #include "gpusel/machine/detail/picking/wait_line.hpp"
+#include "gpusel/machine/detail/system/process_files.hpp"
+#include "gpusel/machine/detail/system/system_text.hpp"
+#include "gpusel/text.hpp"
 
 namespace gpusel {
 
@@ -71,24 +78,31 @@ inline std::vector<Candidate> assess_idle(const PickCriteria& criteria, const De
 // Whether `candidate` is rejected for what reject_leased_gpus judges: another job's lease,
 // lease files that cannot be used, or a GPU not the job's.
 inline bool rejected_by_leases(const Candidate& candidate) {
-  return std::any_of(candidate.rejections.begin(), candidate.rejections.end(), [](const Rejection& rejection) {
-    switch (rejection.reason) {
-      case RejectReason::leased:
-      case RejectReason::cannot_be_leased:
-      case RejectReason::outside_job:
-        return true;
-      default:
-        return false;
-    }
-  });
+  return candidate.rejected_for(RejectReason::leased) || candidate.rejected_for(RejectReason::cannot_be_leased) ||
+         candidate.rejected_for(RejectReason::outside_job);
 }
+
+// Note [A GPU no wait can free]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A GPU whose lease files cannot be used (another user's unreadable file, a directory
+// where a lock file belongs) is freed by no lease ending: only the files' owner or root
+// can mend it. A waiter counts it as it is, not as idle once leases end: when too few
+// GPUs remain that could serve it even idle, the request fails at once with each GPU's
+// reason (no wait can meet it), rather than wait with no end holding a ticket every
+// later waiter yields to; when enough remain, it waits for those.
 
 // Throws Error, saying why, when no GPU of `map` could meet `criteria` even idle: no wait can.
 inline MachineForWaiter look_at_machine(const PickCriteria& criteria, const DeviceMap& map, const Caller& caller) {
-  const std::vector<Candidate> idle = assess_idle(criteria, map, caller, "gpusel::lease_free_gpus");
+  std::vector<Candidate> idle = assess_idle(criteria, map, caller, "gpusel::lease_free_gpus");
   MachineForWaiter look;
   look.now = assess(criteria, map, caller);
   reject_leased_gpus(look.now);
+  for (std::size_t i = 0; i < idle.size(); ++i)  // no lease ending frees it: Note [A GPU no wait can free]
+    for (const Rejection& rejection : look.now[i].rejections)
+      if (rejection.reason == RejectReason::cannot_be_leased) idle[i].rejections.push_back(rejection);
+  if (!enough_fit(criteria, idle))
+    throw Error("gpusel::lease_free_gpus: no wait can meet this request: " +
+                too_few_fit(criteria, idle, fitting(idle)));
   std::vector<Candidate> leases_ended = look.now;
   for (std::size_t i = 0; i < leases_ended.size(); ++i)
     if (rejected_by_leases(leases_ended[i])) leases_ended[i] = idle[i];  // leased: idle once it ends
@@ -160,7 +174,7 @@ GPUSEL_API LeasedGpus detail::lease_in_line(const PickCriteria& criteria, const 
     if (look.yielded && yielded >= wait.yield_at_most) continue;  // the bound: look again now, not in line
     if (wait.at_most && now - started >= *wait.at_most) throw WaitTimedOut(look.why);
     if (look.keep_place)
-      line.join();
+      line.join(criteria.at_least);
     else
       line.leave();  // it waits for what no lease holds: it holds up no one
     if (!said && wait.on_wait) wait.on_wait(look.why);
@@ -180,6 +194,40 @@ GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria, const WaitForG
   LeasedGpus picked = detail::lease_in_line(criteria, wait, map);
   detail::make_visible(picked, criteria, map);  // on the last look's map: Note [One look per attempt]
   return picked;
+}
+
+GPUSEL_API std::string WaitingJob::describe() const {
+  std::string text = pid ? "pid " + std::to_string(*pid) : std::string("a job");
+  text += " of " + escape_for_terminal(detail::user_text(user));
+  if (gpus)
+    text += " for " + std::to_string(*gpus) + (*gpus == 1 ? " GPU" : " GPUs");
+  else
+    text += " for GPUs (how many, its ticket does not say)";
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  text += " since " + detail::local_time_text(since) + " (" +
+          detail::duration_text(static_cast<long long>(now.tv_sec) - since) + ")";
+  if (stopped) text += ", stopped: it holds up no one";
+  return text;
+}
+
+GPUSEL_API std::vector<WaitingJob> waiting_jobs() {
+  const std::string path = lease_directory();
+  struct stat status {};
+  if (::lstat(path.c_str(), &status) != 0 && errno == ENOENT) return {};  // nobody has waited here
+  const detail::FileDescriptor directory = detail::open_lease_directory(path);
+  std::vector<WaitingJob> jobs;
+  for (detail::LiveTicket& ticket : detail::live_tickets(directory, path)) {
+    WaitingJob job;
+    job.ticket = std::move(ticket.name);
+    job.user = ticket.owner;
+    job.pid = ticket.pid;
+    job.gpus = ticket.gpus;
+    job.since = ticket.arrived_ns / 1000000000ll;
+    job.stopped = ticket.stopped;
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
 }
 
 }  // namespace gpusel

@@ -6,14 +6,19 @@
 //   wait.at_most = std::chrono::minutes(30);
 //   wait.on_wait = [](const std::string& why) { std::cerr << "waiting: " << why << "\n"; };
 //   gpusel::LeasedGpus gpus = gpusel::use_free_gpus(criteria, wait);  // then cuda:0, cuda:1, ...
+//   for (const gpusel::WaitingJob& job : gpusel::waiting_jobs()) std::cout << job.describe() << "\n";
 //
 // This header includes no CUDA header.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gpusel/detail/core/compile_once.hpp"
 #include "gpusel/error.hpp"
@@ -66,6 +71,26 @@ GPUSEL_API void check_wait_can_serve(const PickCriteria& criteria, const DeviceM
 
 // use_free_gpus(criteria), waiting for the GPUs as lease_free_gpus(criteria, wait) does.
 [[nodiscard]] GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria, const WaitForGpus& wait);
+
+// A job that waits in line for GPUs in the lease directory (lease_free_gpus with a wait,
+// `gpusel run --wait`), as waiting_jobs() reads its ticket.
+struct WaitingJob {
+  std::string ticket;       // the ticket's name in the lease directory
+  uid_t user = 0;           // the ticket's owner
+  std::optional<long> pid;  // the waiting process, as /proc/locks names it (nullopt: in another PID namespace)
+  std::optional<int> gpus;  // how many GPUs it needs, as its ticket says (nullopt: it says nothing readable)
+  std::int64_t since = 0;   // its arrival in line, in seconds since the epoch: the ticket's ctime
+  bool stopped = false;     // the process is stopped (Ctrl-Z): it holds up no one
+  // "pid 4242 of alice (uid 1001) for 2 GPUs since 2026-12-08 00:01:02 (3 min 5 s)", local
+  // time; control bytes escaped.
+  GPUSEL_API std::string describe() const;
+};
+
+// The jobs that wait in line for GPUs in the lease directory, first arrived first: one for
+// each live ticket (its waiter holds it locked); a ticket whose waiter ended is left out.
+// Changes nothing there; none where the lease directory does not exist. Throws Error when
+// it cannot be used. `gpusel list` shows them.
+[[nodiscard]] GPUSEL_API std::vector<WaitingJob> waiting_jobs();
 
 namespace detail {
 // lease_free_gpus(criteria, wait), leaving in `map` the machine as its last look read it.

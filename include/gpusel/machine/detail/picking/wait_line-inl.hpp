@@ -12,14 +12,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
 #include <optional>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "gpusel/error.hpp"
+#include "gpusel/machine/detail/leases/lock_files.hpp"
 #include "gpusel/machine/detail/system/process_files.hpp"
 #include "gpusel/machine/detail/system/system_text.hpp"
 
@@ -55,9 +58,9 @@ inline std::string unpredictable_text() {
   return text;
 }
 
-// The owner's uid a ticket's name "wait-<uid>-<random>.ticket" gives; nullopt for another name.
+// The owner's uid a ticket's name "gpusel-wait-<uid>-<random>.ticket" gives; nullopt for another name.
 inline std::optional<unsigned long> ticket_uid(std::string_view name) {
-  constexpr std::string_view start = "wait-", end = ".ticket";
+  constexpr std::string_view start = "gpusel-wait-", end = ".ticket";
   if (name.size() <= start.size() + end.size() || name.substr(0, start.size()) != start ||
       name.substr(name.size() - end.size()) != end)
     return std::nullopt;
@@ -80,21 +83,25 @@ inline bool stopped(std::optional<long> pid) {
 
 GPUSEL_API WaitLine::WaitLine() : path_(lease_directory()), directory_(open_lease_directory(path_)) {}
 
-GPUSEL_API void WaitLine::join() {
+GPUSEL_API void WaitLine::join(int gpus) {
   if (file_.get() >= 0) return;
-  const std::string start = "wait-" + std::to_string(::geteuid()) + "-";
+  const std::string start = "gpusel-wait-" + std::to_string(::geteuid()) + "-";
   int error = EEXIST;
   for (int attempt = 0; attempt < 16 && error == EEXIST; ++attempt) {  // a name taken: another, unpredictable
     std::string name = start + unpredictable_text();
     std::string temporary = "." + name;
-    temporary += ".new";  // made under ".wait-<uid>-<hex>.new", then linked as "wait-<uid>-<hex>.ticket"
+    temporary += ".new";  // made under ".gpusel-wait-<uid>-<hex>.new", then linked as "gpusel-wait-<uid>-<hex>.ticket"
     name += ".ticket";
-    FileDescriptor file(
-        ::openat(directory_.get(), temporary.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    FileDescriptor file(::openat(directory_.get(), temporary.c_str(),
+                                 O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, kLeaseFileMode));
     if (file.get() < 0) {
       error = errno;
       continue;
     }
+    (void)::fchmod(file.get(), kLeaseFileMode);                          // sticky: no cleaner ages a waiter's place
+    const std::string contents = "gpus=" + std::to_string(gpus) + "\n";  // Note [The wait line shown]
+    const bool written = ::write(file.get(), contents.data(), contents.size()) == static_cast<ssize_t>(contents.size());
+    (void)written;  // unwritten (a full disk), the ticket keeps its place: list shows its count unknown
     struct stat status {};
     // Locked before its name appears, so no one sees it unlocked (which would make it dead).
     const bool placed = ::flock(file.get(), LOCK_EX | LOCK_NB) == 0 &&
@@ -163,6 +170,64 @@ GPUSEL_API std::string WaitLine::ahead() const {
   const std::string whose =
       first_status.st_uid == ::geteuid() ? std::string() : " of " + user_text(first_status.st_uid);
   return who + whose + ", waiting for " + duration_text(since);
+}
+
+// Note [The wait line shown]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// `gpusel list` shows each live ticket: its owner, the pid that holds it locked
+// (/proc/locks), its arrival and how many GPUs its waiter needs. The arrival is the
+// ticket's ctime, which orders the line and which no owner can move back (an mtime
+// `touch` could); the count is the ticket's contents, "gpus=<n>\n", written before
+// the ticket is linked into place, so no reader sees it empty. Contents are the
+// owner's own claim: anything else reads as an unknown count, and no one's place
+// depends on them. A dead ticket (no lock) is not shown, and a look removes nothing.
+
+// How many GPUs the ticket open as `fd` says its waiter needs: "gpus=<n>\n", else nullopt.
+inline std::optional<int> ticket_gpus(int fd) {
+  char text[24];
+  const ssize_t size = ::pread(fd, text, sizeof text, 0);
+  if (size < 7 || size >= static_cast<ssize_t>(sizeof text)) return std::nullopt;
+  const std::string_view contents(text, static_cast<std::size_t>(size));
+  if (contents.substr(0, 5) != "gpus=" || contents.back() != '\n') return std::nullopt;
+  const std::string_view digits = contents.substr(5, contents.size() - 6);
+  if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+  return std::stoi(std::string(digits));
+}
+
+GPUSEL_API std::vector<LiveTicket> live_tickets(const FileDescriptor& directory, const std::string& path) {
+  const int copy = ::openat(directory.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR* entries = copy < 0 ? nullptr : ::fdopendir(copy);
+  if (entries == nullptr) {
+    const int error = errno;
+    if (copy >= 0) ::close(copy);
+    throw Error("gpusel: the lease directory " + path + " cannot be listed: " + errno_text(error));
+  }
+  std::vector<LiveTicket> tickets;
+  std::optional<std::vector<FlockLock>> locks;
+  while (const dirent* entry = ::readdir(entries)) {
+    const std::optional<unsigned long> uid = ticket_uid(entry->d_name);
+    if (!uid) continue;
+    const FileDescriptor ticket(
+        ::openat(directory.get(), entry->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat status {};
+    if (ticket.get() < 0 || ::fstat(ticket.get(), &status) != 0 || !S_ISREG(status.st_mode) || status.st_uid != *uid)
+      continue;                                                   // not that user's own ticket: no place of theirs
+    if (::flock(ticket.get(), LOCK_SH | LOCK_NB) == 0) continue;  // its waiter has ended; the close unlocks it
+    if (!locks) locks = flock_locks();
+    LiveTicket live;
+    live.name = entry->d_name;
+    live.owner = status.st_uid;
+    live.arrived_ns = ctime_ns(status);
+    live.pid = exclusive_locker(*locks, status);
+    live.stopped = stopped(live.pid);
+    live.gpus = ticket_gpus(ticket.get());
+    tickets.push_back(std::move(live));
+  }
+  ::closedir(entries);
+  std::sort(tickets.begin(), tickets.end(), [](const LiveTicket& a, const LiveTicket& b) {
+    return std::tie(a.arrived_ns, a.name) < std::tie(b.arrived_ns, b.name);
+  });
+  return tickets;
 }
 
 }  // namespace gpusel::detail
