@@ -744,7 +744,7 @@ TEST(DeviceGuardFallbackDeathTest, WithoutTheDriverEntryPointTheRestoreIsEager) 
   EXPECT_EXIT(
       {
         gpusel_emulated::reset(gpusel_emulated::devices(2));
-        gpusel_emulated::fail_calls_from("cudaGetDriverEntryPointByVersion", 1, cudaErrorNotSupported);
+        gpusel_emulated::fail_calls_from(gpusel_test::kDriverEntryPointCall, 1, cudaErrorNotSupported);
         { gpusel::DeviceGuard guard(1); }
         int raw = -1;
         (void)cudaGetDevice(&raw);

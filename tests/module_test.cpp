@@ -551,6 +551,7 @@ struct EngineOptionsForTest {
 // 300 small pageable buffers, 1.6 MiB in all: one batch (one 4 MiB staging
 // chunk) and one wait, where one copy per buffer made 300 cudaMemcpy and 300 waits.
 TEST(ModuleBatched, ManySmallBuffersGoToTheGpuInOneBatchAndOneWait) {
+  GPUSEL_SKIP_WITHOUT_BATCHED_COPIES();
   machine_with(1);
   ManyBuffers m(150, 0);
   const auto before = m.contents();
@@ -566,6 +567,7 @@ TEST(ModuleBatched, ManySmallBuffersGoToTheGpuInOneBatchAndOneWait) {
 }
 
 TEST(ModuleBatched, ManySmallBuffersComeBackToTheCpuInOneBatchAndOneWait) {
+  GPUSEL_SKIP_WITHOUT_BATCHED_COPIES();
   machine_with(1);
   ManyBuffers m(150, 0);
   const auto before = m.contents();
@@ -581,6 +583,7 @@ TEST(ModuleBatched, ManySmallBuffersComeBackToTheCpuInOneBatchAndOneWait) {
 }
 
 TEST(ModuleBatched, ManySmallBuffersMoveBetweenGpusInOneBatchWithAndWithoutPeerAccess) {
+  GPUSEL_SKIP_WITHOUT_BATCHED_COPIES();
   for (const bool peer : {true, false}) {
     gpusel::release_cached_resources();
     gpusel_emulated::Config config = gpusel_emulated::devices(2);
@@ -602,6 +605,7 @@ TEST(ModuleBatched, ManySmallBuffersMoveBetweenGpusInOneBatchWithAndWithoutPeerA
 }
 
 TEST(ModuleBatched, PinnedBuffersGoInOneBatchWithoutStagingAndStayPinnedOnTheCpu) {
+  GPUSEL_SKIP_WITHOUT_BATCHED_COPIES();
   machine_with(1);
   ManyBuffers m(40, 2, ManyBuffers::Memory::pinned);
   const auto before = m.contents();
@@ -623,6 +627,7 @@ TEST(ModuleBatched, PinnedBuffersGoInOneBatchWithoutStagingAndStayPinnedOnTheCpu
 // Small buffers are batched, large pageable ones go through the copy engine's
 // parallel path, each its own copy: 2 + 2 large ones, 1 batch.
 TEST(ModuleBatched, LargePageableBuffersStillGoThroughTheCopyEngine) {
+  GPUSEL_SKIP_WITHOUT_BATCHED_COPIES();
   machine_with(1);
   ManyBuffers m(50, 2);
   const auto before = m.contents();
@@ -643,6 +648,7 @@ TEST(ModuleBatched, LargePageableBuffersStillGoThroughTheCopyEngine) {
 // chunk reused only after its round's wait (the emulation runs a batch only when
 // waited for, so a chunk refilled early would corrupt a buffer).
 TEST(ModuleBatched, MoreThanTheStagingChunksHoldGoesInRoundsOneWaitEach) {
+  GPUSEL_SKIP_WITHOUT_BATCHED_COPIES();
   machine_with(1);
   const EngineOptionsForTest options({0, 0, 2, std::size_t{64} << 10});
   ManyBuffers m(150, 0);
@@ -682,6 +688,7 @@ TEST(ModuleBatched, WithoutBatchCallsTheCopiesGoOneByOneOnOneStreamWithOneWait) 
 }
 
 TEST(ModuleBatched, AFailedBatchNamesItsFirstBufferTheDevicesAndHowManyShareIt) {
+  GPUSEL_SKIP_WITHOUT_BATCHED_COPIES();
   machine_with(1);
   ManyBuffers m(10, 0);
   gpusel_emulated::fail_call("cudaMemcpyBatchAsync", 1, cudaErrorLaunchFailure);

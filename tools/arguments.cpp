@@ -182,6 +182,8 @@ const Option kOptions[] = {
      [](Arguments& a, std::string_view, const std::string&) { a.lease = false; }},
     {"--local-rank", "", Takes::nothing, kRun,
      [](Arguments& a, std::string_view, const std::string&) { a.local_rank = true; }},
+    {"--round-robin", "", Takes::nothing, kRun,
+     [](Arguments& a, std::string_view, const std::string&) { a.placement = gpusel::Placement::round_robin; }},
 };
 
 const Option* option_named(std::string_view name) {
@@ -260,8 +262,10 @@ void settle_run(Arguments& arguments) {
     throw UsageError("run expects a command to run: gpusel run [options] -- COMMAND [ARGS...]");
   if (arguments.local_rank && !arguments.pick_options.empty())
     throw UsageError("--local-rank takes the rank's own GPU, so " + arguments.pick_options.front() +
-                     " cannot apply (only --format, --share-own, --allow-other-users, --wait and --no-lease go "
-                     "with it)");
+                     " cannot apply (only --format, --share-own, --allow-other-users, --round-robin, --wait and "
+                     "--no-lease go with it)");
+  if (arguments.placement == gpusel::Placement::round_robin && !arguments.local_rank)
+    throw UsageError("--round-robin shares GPUs between a job's ranks, so it goes with --local-rank");
   if (!arguments.format_given) arguments.print_uuids = true;  // run gives UUIDs unless asked
 }
 

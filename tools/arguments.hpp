@@ -2,6 +2,7 @@
 // Arguments they parse into (arguments.cpp).
 #pragma once
 
+#include <gpusel/machine/local_rank.hpp>
 #include <gpusel/machine/pick_criteria.hpp>
 
 #include <chrono>
@@ -43,6 +44,8 @@ struct Arguments {
   std::optional<std::chrono::milliseconds> wait_at_most;  // nullopt with `wait`: forever
   bool lease = true;
   bool local_rank = false;
+  // --round-robin: with more ranks than GPUs, rank r takes GPU r % count, shared (Placement::round_robin).
+  gpusel::Placement placement = gpusel::Placement::rank_or_cpu;
   std::vector<std::string> pick_options;  // pick options given, as spelled: --local-rank takes none
 };
 

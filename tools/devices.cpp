@@ -1,6 +1,10 @@
 // Reading the GPUs through NVML with a time limit (Note [A hanging NVML] in devices.hpp).
 #include "devices.hpp"
 
+#include <gpusel/machine/slurm_numbering.hpp>
+#include <gpusel/text.hpp>
+
+#include <algorithm>
 #include <exception>
 #include <future>
 #include <iostream>
@@ -54,6 +58,37 @@ gpusel::Allotment allotment_of(const gpusel::DeviceMap& map) {
   return gpusel::allotment(map.known() && map.visible.ok() ? map.visible.count() : 0);
 }
 
-void require_allotment(const gpusel::DeviceMap& map, std::string_view who) { allotment_of(map).require(who); }
+Choosing choosing_of(const Arguments& arguments) {
+  return arguments.criteria.only_visible ? Choosing::within_visible : Choosing::whole_machine;
+}
+
+void require_allotment(const gpusel::DeviceMap& map, std::string_view who, Choosing choosing) {
+  const gpusel::Allotment allotment = allotment_of(map);
+  if (allotment.refusal_kind == gpusel::AllotmentRefusal::no_step && choosing != Choosing::rank_gpu) {
+    if (choosing == Choosing::whole_machine) return;
+    throw gpusel::Error(std::string(who) + ": " + allotment.refusal +
+                        "; or choose among every GPU of the machine with --whole-machine");
+  }
+  allotment.require(who);
+}
+
+gpusel::DeviceMap in_slurm_numbers(const gpusel::DeviceMap& map) {
+  static bool said = false;  // once per command: run --wait reads the machine again and again
+  const gpusel::SlurmList slurm = gpusel::slurm_list(map);
+  gpusel::DeviceMap resolved = gpusel::in_slurm_numbers(map, slurm);  // throws where Slurm's GPU is unknown
+  if (!slurm.agrees() && !said) {
+    std::string gpus;  // "Slurm's 0 (/dev/nvidia0) is GPU-... (...)" a line each, escaped already
+    for (std::size_t start = 0, end = 0; start < slurm.described.size(); start = end + 1) {
+      end = std::min(slurm.described.find(".\n", start), slurm.described.size());
+      gpus += (gpus.empty() ? "" : "; ") + slurm.described.substr(start, end - start);
+      end += 1;
+    }
+    std::cerr << "gpusel: reading CUDA_VISIBLE_DEVICES=" << gpusel::escape_for_terminal(slurm.value)
+              << " in Slurm's numbers (" << gpusel::escape_for_terminal(slurm.rule)
+              << "), as CUDA alone would not: " << gpus << "\n";
+    said = true;
+  }
+  return resolved;
+}
 
 }  // namespace gpusel_tool

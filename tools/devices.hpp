@@ -41,8 +41,22 @@ gpusel::InventoryOptions usage(bool links);
 // The GPUs this process may choose among, of `map`'s visible ones (Note [The GPUs this process may choose among]).
 gpusel::Allotment allotment_of(const gpusel::DeviceMap& map);
 
+// What a command chooses among: a rank's own GPU (run --local-rank), the visible GPUs, or,
+// with --whole-machine, every GPU of the machine.
+enum class Choosing { rank_gpu, within_visible, whole_machine };
+
+// Choosing::whole_machine with --whole-machine, else within_visible.
+Choosing choosing_of(const Arguments& arguments);
+
 // Throws Error when this process may choose no GPU of `map` (Note [The GPUs this
-// process may choose among]); `who` ("pick", "run") begins the message.
-void require_allotment(const gpusel::DeviceMap& map, std::string_view who);
+// process may choose among]); `who` ("pick", "run") begins the message. Choosing among the
+// whole machine is not refused for a process in no step of its job, and is offered to one.
+void require_allotment(const gpusel::DeviceMap& map, std::string_view who, Choosing choosing);
+
+// `map` with the CUDA_VISIBLE_DEVICES Slurm wrote read in Slurm's numbers (Note [Slurm's GPU
+// numbers] in gpusel/machine/slurm_numbering.hpp), so that the command is given Slurm's GPUs;
+// says so on stderr, once, where CUDA would have read other GPUs. Throws Error where a number
+// names no GPU NVML shows.
+gpusel::DeviceMap in_slurm_numbers(const gpusel::DeviceMap& map);
 
 }  // namespace gpusel_tool

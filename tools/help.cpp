@@ -28,10 +28,16 @@ Commands (none of them starts CUDA or creates a context on any GPU):
   help      this text (also -h, --help after any command)
   version   gpusel's version (also --version)
 
-Options:
-  --json                 machine-readable output (list, explain, pick): always
-                         one JSON document, valid UTF-8, errors included
-  --links                list: also how each pair of GPUs is joined (NVLink, PCIe
+Options of every command:
+  -h, --help             this text
+  --version              gpusel's version
+
+Options of list, explain and pick:
+  --json                 machine-readable output: always one JSON document,
+                         valid UTF-8, errors included
+
+Options of list only:
+  --links                also how each pair of GPUs is joined (NVLink, PCIe
                          switch, ...): N(N-1)/2 pairs, so read only when asked
 
 Options of pick and run (by default: 1 GPU, no compute process on it, this
@@ -75,6 +81,8 @@ Options of run only:
                          another. Without a launcher variable: local rank 0 of 1,
                          said on stderr. Takes no pick option but --format,
                          --share-own and --allow-other-users.
+  --round-robin          with --local-rank: with more ranks than GPUs, rank i gets
+                         GPU i % count, ranks sharing their GPUs
   -- COMMAND [ARGS...]   the command (the first word that is no option starts it too)
 
 An option's value follows it (--count 2, -n 2) or is attached (--count=2, -n2);
@@ -85,7 +93,7 @@ NVML library to load; default libnvidia-ml.so.1), GPUSEL_NVML_TIMEOUT (how long
 NVML may take to answer: 30s by default, as --wait takes it; 0: no limit) and
 GPUSEL_LEASE_DIR (where leases are kept; default /run/gpusel-leases where root
 made it, with the tmpfiles.d line 'd /run/gpusel-leases 1777 root root -', else
-/tmp/gpusel-leases, shared by every user once root makes it).
+/tmp, shared by every user with nothing to set up).
 
 Exit status:
   0  success

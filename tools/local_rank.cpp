@@ -31,9 +31,16 @@ Attempt attempt_local_rank(const Arguments& arguments, const gpusel::DeviceMap& 
     attempt.failure = "no CUDA device is visible to this rank: " + map.visible.reason();
     return attempt;
   }
-  require_allotment(map, "run --local-rank");  // throws: no wait can fix it
+  require_allotment(map, "run --local-rank", Choosing::rank_gpu);  // throws: no wait can fix it
+  // The number of the rank's GPU among the visible ones (Note [Slurm tasks with GPUs of their own]).
+  const int number = rank && rank->task_gpus.empty() ? rank->rank : 0;
+  if (arguments.placement == gpusel::Placement::rank_or_cpu && number >= map.visible.count())
+    throw gpusel::Error("local rank " + std::to_string(number) + " has no GPU of its number, but " +
+                        gpusel::escape_for_terminal(map.visible.summary()) + "; this process is " +
+                        gpusel::escape_for_terminal(rank.value_or(gpusel::LocalRank{}).describe()) +
+                        "; to share GPUs between ranks, ask for it: gpusel run --local-rank --round-robin");
   // The rank's GPU under the rank's rules, as gpusel::local_rank_device() decides (Note [A rank's own GPU]).
-  const gpusel::RankGpu own = gpusel::rank_gpu(rank, map, gpusel::Placement::rank_or_cpu,
+  const gpusel::RankGpu own = gpusel::rank_gpu(rank, map, arguments.placement,
                                                {arguments.criteria.share_own, arguments.criteria.allow_other_users});
   switch (own.refusal) {
     case gpusel::RankRefusal::mig_mode:

@@ -99,16 +99,20 @@ std::string index_caveat(const gpusel::CudaPhysicalOrder& order) {
 
 // Whether this process may choose among `map`'s GPUs; says why not (Note [The GPUs this
 // process may choose among]), for instance where the scheduler gave GPUs without saying which,
-// and says where Slurm gave this step no GPU, so that pick chooses as outside Slurm.
-bool may_choose(const Arguments& arguments, const gpusel::DeviceMap& map) {
+// and says where Slurm gave this step no GPU, so that pick chooses as outside Slurm. Reads the
+// CUDA_VISIBLE_DEVICES Slurm wrote in Slurm's numbers into `map` (Note [Slurm's GPU numbers]).
+bool may_choose(const Arguments& arguments, gpusel::DeviceMap& map) {
   try {
+    map = in_slurm_numbers(map);  // Note [Slurm's GPU numbers]
     const gpusel::Allotment allotment = allotment_of(map);
-    allotment.require("pick");
+    require_allotment(map, "pick", choosing_of(arguments));
     if (!allotment.scheduler.empty() && !allotment.gpus_on_node) {
       const std::string text = allotment.describe();  // escaped; Slurm's line comes first
       std::cerr << "gpusel: " << text.substr(0, text.find('\n')) << "\n";
     }
-    const std::string job = allotment.describe_job();  // inside gpusel run: the job's GPUs (escaped)
+    if (allotment.engine.known() && allotment.engine.name != "Slurm")  // Note [Naming the engine]
+      std::cerr << "gpusel: " + allotment.engine.describe();           // escaped, a line, one write
+    const std::string job = allotment.describe_job();                  // inside gpusel run: the job's GPUs (escaped)
     for (std::size_t start = 0; start < job.size(); start = job.find('\n', start) + 1)
       std::cerr << "gpusel: " << job.substr(start, job.find('\n', start) + 1 - start);
     return true;
@@ -125,7 +129,7 @@ int run_pick(const Arguments& arguments) {
   const std::optional<gpusel::DeviceMap> read =
       read_devices(usage(arguments.criteria.placement == gpusel::PickPlacement::connected), arguments.nvml_timeout);
   if (!read) return report_nvml_hung(arguments, kExitNvmlFailed);
-  const gpusel::DeviceMap& map = *read;
+  gpusel::DeviceMap map = *read;
   if (!map.known()) return report_no_gpus(map, arguments.json);
   if (!may_choose(arguments, map)) return kExitNothingFits;
   std::vector<gpusel::Candidate> assessed;

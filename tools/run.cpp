@@ -42,7 +42,7 @@ int pci_bus_index(const gpusel::DeviceMap& map, int physical) {
 // at once. Too few GPUs that fit is the attempt's failure, which a wait may end.
 Attempt attempt_pick(const Arguments& arguments, const gpusel::DeviceMap& map) {
   Attempt attempt;
-  require_allotment(map, "run");  // throws: no wait can fix it
+  require_allotment(map, "run", choosing_of(arguments));  // throws: no wait can fix it
   if (arguments.wait) gpusel::check_wait_can_serve(arguments.criteria, map);
   std::vector<gpusel::Candidate> assessed =
       gpusel::assess(arguments.criteria, map);  // once: Note [One look per attempt]
@@ -103,8 +103,8 @@ std::optional<int> lease_in_line(const Arguments& arguments, gpusel::DeviceMap& 
       (void)report_no_gpus(*read, false);
       throw Ended{kExitRunFailed};
     }
-    map = std::move(*read);
-    require_allotment(map, "run");  // throws: no wait can fix it
+    map = in_slurm_numbers(*read);                          // throws: no wait can fix it
+    require_allotment(map, "run", choosing_of(arguments));  // throws: no wait can fix it
     return map;
   };
   try {
@@ -148,6 +148,7 @@ std::optional<int> attempt_until_chosen(const Arguments& arguments, gpusel::Devi
       return kExitRunFailed;
     }
     try {
+      map = in_slurm_numbers(map);  // Note [Slurm's GPU numbers]
       attempt = arguments.local_rank ? attempt_local_rank(arguments, map, said_rank) : attempt_pick(arguments, map);
     } catch (const gpusel::Error& error) {  // no wait can fix it
       std::cerr << "gpusel: " << escape_lines(error_text(error)) << "\n";
@@ -180,7 +181,7 @@ int run_on(const Arguments& arguments, const gpusel::DeviceMap& map, const Attem
     std::cerr << "gpusel: " << (attempt.lease.empty() ? "using " : "leased ")
               << gpusel::escape_for_terminal(gpusel::describe(candidate))
               << (std::find(jobs.begin(), jobs.end(), candidate.uuid()) != jobs.end()
-                      ? ": the job's lease (GPUSEL_JOB_LEASE), no lock of its own"
+                      ? ": the job's lease (GPUSEL_JOB_LEASE), taken for this sub-job"
                       : "")
               << "\n";
   say_what_was_chosen(arguments, attempt.chosen);
@@ -195,7 +196,8 @@ int run_on(const Arguments& arguments, const gpusel::DeviceMap& map, const Attem
             << (lent.variable().empty() ? "" : " GPUSEL_JOB_LEASE=" + lent.variable()) << "\n";
   if (setenv("CUDA_VISIBLE_DEVICES", value.c_str(), 1) != 0 ||
       (!arguments.print_uuids && setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1) != 0) ||
-      (!lent.variable().empty() && setenv("GPUSEL_JOB_LEASE", lent.variable().c_str(), 1) != 0)) {
+      (!lent.variable().empty() && setenv("GPUSEL_JOB_LEASE", lent.variable().c_str(), 1) != 0) ||
+      (!lent.variable().empty() && setenv("GPUSEL_JOB_LOCKS", lent.locks_variable().c_str(), 1) != 0)) {
     std::cerr << "gpusel: setenv failed\n";
     return kExitRunFailed;
   }

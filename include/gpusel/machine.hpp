@@ -15,6 +15,7 @@
 #include "gpusel/machine/pick.hpp"
 #include "gpusel/machine/pick_criteria.hpp"
 #include "gpusel/machine/rank_gpu.hpp"
+#include "gpusel/machine/slurm_numbering.hpp"
 #include "gpusel/machine/topology.hpp"
 #include "gpusel/machine/visibility.hpp"
 #include "gpusel/machine/wait_for_gpus.hpp"

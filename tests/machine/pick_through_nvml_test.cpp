@@ -223,7 +223,8 @@ TEST(PickThroughNvml, ALeaseOnTheWholeGpuMakesEachOfItsMigInstancesBusy) {
   const std::string message = error_from([&] { (void)gpusel::lease_free_gpus(one); });
   EXPECT_TRUE(contains(message, "0 of 3 GPUs and MIG instances fit")) << message;
   EXPECT_TRUE(contains(message, "leased by another job")) << message;
-  EXPECT_TRUE(contains(message, "GPU-3d4e5f60-0000-4000-8000-000000000003." + std::to_string(geteuid()) + ".lock"))
+  EXPECT_TRUE(
+      contains(message, "gpusel-GPU-3d4e5f60-0000-4000-8000-000000000003." + std::to_string(geteuid()) + ".lock"))
       << message;
 }
 
@@ -237,7 +238,7 @@ TEST(PickThroughNvml, AGpuThatCannotBeLeasedIsPassedOverWithTheReason) {
   ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
   gpusel::check_lease_directory();  // makes the directory, as a lease does (a look makes none)
   const std::string planted =
-      leases.leases() + "/GPU-1b2c3d4e-0000-4000-8000-000000000001." + std::to_string(geteuid()) + ".lock";
+      leases.leases() + "/gpusel-GPU-1b2c3d4e-0000-4000-8000-000000000001." + std::to_string(geteuid()) + ".lock";
   ASSERT_EQ(mkdir(planted.c_str(), 0700), 0);
   gpusel::LeasedGpus picked;
   EXPECT_EQ(error_from([&] { picked = gpusel::lease_free_gpus(count(1)); }), "")
@@ -256,7 +257,7 @@ TEST(PickThroughNvml, RejectingLeasedGpusSaysWhyAsAReasonToSwitchOn) {
   ScopedEnvironment visible("CUDA_VISIBLE_DEVICES", std::nullopt);
   const gpusel::GpuLease held = gpusel::lease_gpu("GPU-33333333-aaaa-0000-0000-000000000000");
   const std::string planted =
-      leases.leases() + "/GPU-22222222-aaaa-0000-0000-000000000000." + std::to_string(geteuid()) + ".lock";
+      leases.leases() + "/gpusel-GPU-22222222-aaaa-0000-0000-000000000000." + std::to_string(geteuid()) + ".lock";
   ASSERT_EQ(mkdir(planted.c_str(), 0700), 0);
   std::vector<gpusel::Candidate> assessed =
       gpusel::assess(count(1), gpusel::visible_devices(gpusel::InventoryOptions::with_usage()));

@@ -376,7 +376,8 @@ TEST(Visibility, ExplainSaysWhenSlurmGaveGpusWithoutSayingWhich) {
   const std::string text = gpusel::explain();
   EXPECT_TRUE(contains(text, "Slurm gave this step 2 GPUs on this node (SLURM_GPUS_ON_NODE=2) without saying which"))
       << text;
-  EXPECT_TRUE(contains(text, "--gpu-bind=none")) << text;
+  EXPECT_TRUE(contains(text, "CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS are unset in this task")) << text;
+  EXPECT_FALSE(contains(text, "--gpu-bind")) << text;
   EXPECT_FALSE(contains(text, "This task")) << text;
 }
 

@@ -54,7 +54,19 @@ inline constexpr const char* kFallibleDataCalls[] = {
     "cudaMallocHost",           "cudaMemcpy",          "cudaMemcpyAsync",         "cudaMemcpyPeerAsync",
     "cudaStreamSynchronize",    "cudaEventRecord",     "cudaEventSynchronize",    "cudaStreamCreateWithFlags",
     "cudaEventCreateWithFlags", "cudaMemcpyBatchAsync"};
+
+// The runtime call through which gpusel reads the driver's entry points (Note [The
+// driver's entry points by CUDA version], emulated_runtime.cpp).
+inline constexpr const char* kDriverEntryPointCall =
+    CUDART_VERSION >= 12050 ? "cudaGetDriverEntryPointByVersion" : "cudaGetDriverEntryPoint";
 #endif
+
+// cudaMemcpyBatchAsync came with CUDA 12.8; built against an older CUDA, gpusel
+// copies one by one (Note [Batched copies where the runtime has them]), and a
+// test of the batches skips.
+#define GPUSEL_SKIP_WITHOUT_BATCHED_COPIES() \
+  if (CUDART_VERSION < 12080)                \
+  GTEST_SKIP() << "cudaMemcpyBatchAsync needs CUDA 12.8 or newer; this build's CUDART_VERSION is " << CUDART_VERSION
 
 // Prepares a machine with no usable GPU because there is no driver: on the
 // emulated runtime by configuring it so; on the real runtime only when the

@@ -78,7 +78,8 @@ case $scenario in
     run 0 explain
     expect stdout "Slurm gave this step 2 GPUs on this node (SLURM_GPUS_ON_NODE=2) without saying which"
     run 0 list --json
-    expect_in_json 'not d["allotment"]["known"] and "--gpu-bind=none" in d["allotment"]["refusal"]'
+    expect_in_json 'not d["allotment"]["known"] and "SLURM_STEP_GPUS are unset" in d["allotment"]["refusal"]'
+    expect_in_json '"--gpu-bind" not in d["allotment"]["refusal"]'
     # A step given no GPU (srun -n2 without --gpus): explain, list and pick's report say so.
     launcher=(env SLURM_JOB_ID=12 SLURM_STEP_ID=0 SLURM_LOCALID=1)
     run 0 explain
@@ -103,6 +104,42 @@ case $scenario in
     run 0 explain
     expect_not stdout "Slurm"
     expect_not stdout "NVIDIA_VISIBLE_DEVICES"
+    ;;
+  engines)
+    # Each engine named from its variables (Note [Naming the engine]), as torchrun 2.15, Ray 2.60 and Open MPI set
+    # them (tests/engines checks them on the real engines): explain, list, pick and --json; nothing decided by them.
+    export GPUSEL_FAKE_NVML_CONFIG=$(dirname "$0")/../../examples/machines/h200x4.machine
+    ray_said="RAY_JOB_ID=01000000, RAY_RAYLET_PID=4242"
+    launcher=(env RAY_JOB_ID=01000000 RAY_RAYLET_PID=4242 CUDA_VISIBLE_DEVICES=2)
+    run 0 explain
+    expect_line stdout "Ray started this process as a task or actor ($ray_said) and gives it its GPUs by CUDA_VISIBLE_DEVICES; named from its variables, which decide nothing."
+    run 0 list
+    expect stdout "Ray started this process as a task or actor"
+    run 0 pick
+    expect stderr "gpusel: Ray started this process as a task or actor ($ray_said)"
+    run 0 pick --json
+    expect_in_json 'd["allotment"]["engine"]["name"] == "Ray" and d["allotment"]["engine"]["role"] == "a task or actor"'
+    expect_in_json 'd["allotment"]["engine"]["gives_gpus"] and "RAY_RAYLET_PID=4242" in d["allotment"]["engine"]["said"]'
+    launcher=(env RAY_JOB_ID=01000000 RAY_RAYLET_PID=4242 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 CUDA_VISIBLE_DEVICES=0,1)
+    run 0 explain --json
+    expect_in_json 'd["allotment"]["engine"]["name"] == "Ray Train" and d["allotment"]["engine"]["role"] == "a worker"'
+    run 0 run --local-rank --no-lease -- sh -c 'echo $CUDA_VISIBLE_DEVICES'
+    expect stdout "GPU-"
+    launcher=(env TORCHELASTIC_RUN_ID=none LOCAL_RANK=3 LOCAL_WORLD_SIZE=4 RAY_JOB_ID=01000000)
+    run 0 explain
+    expect_line stdout "torchrun started this process as a rank (LOCAL_RANK=3, LOCAL_WORLD_SIZE=4, TORCHELASTIC_RUN_ID=none); torchrun gives no GPU: each rank takes the visible GPU of its number; named from its variables, which decide nothing."
+    launcher=(env OMPI_COMM_WORLD_LOCAL_RANK=1 OMPI_COMM_WORLD_LOCAL_SIZE=2)
+    run 0 list --json
+    expect_in_json 'd["allotment"]["engine"]["name"] == "Open MPI" and not d["allotment"]["engine"]["gives_gpus"]'
+    # Slurm keeps its own line; outside every engine nothing is said, and the member is null.
+    launcher=(env SLURM_JOB_ID=12 SLURM_STEP_ID=0 SLURM_LOCALID=1 SLURM_GPUS_ON_NODE=2 SLURM_STEP_GPUS=3 CUDA_VISIBLE_DEVICES=3)
+    run 0 explain --json
+    expect_in_json 'd["allotment"]["engine"]["name"] == "Slurm" and "started this process" not in d["allotment"]["text"]'
+    launcher=()
+    run 0 explain --json
+    expect_in_json 'd["allotment"]["engine"] is None'
+    run 0 pick
+    expect_not stderr "started this process"
     ;;
   *)
     unknown_scenario

@@ -3,7 +3,7 @@
 # programs inside it that pick through the library.
 # End to end on machines described to the fake NVML; helpers.sh holds what the scripts share.
 #   check_run.sh <gpusel program> <fake NVML library> <scenario> [<job picks program>]
-# Scenarios: run, run_leases, run_job, run_signals, run_compose.
+# Scenarios: run, run_leases, run_job, run_signals, run_compose, run_members.
 # <job picks program>, tests/tool/job_picks.cpp, picks through the library (run_compose).
 . "$(dirname "$0")/helpers.sh"
 
@@ -99,7 +99,7 @@ EOF
     until_file "$work/holder_command"
     run 1 pick --exclude 1,2,3
     expect stderr "leased by another job (pid $holder gpusel since "
-    expect stderr ", lock $GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000000.$(id -u).lock)"
+    expect stderr ", lock $GPUSEL_LEASE_DIR/gpusel-GPU-fa4e0000-0000-0000-0000-000000000000.$(id -u).lock)"
     run 1 pick --json --exclude 1,2,3
     expect_json
     expect stdout '"cuda_visible_devices": null'
@@ -154,13 +154,13 @@ time.sleep(30)' "$work/holder_command" >/dev/null 2>&1 &
     expect stdout "0%    free   "
     # One unusable lock file (a directory where GPU 3's would be, under either name gpusel
     # ever gave it) rejects GPU 3 alone, with the reason; the other GPUs are picked as before.
-    rm -f "$GPUSEL_LEASE_DIR"/GPU-fa4e0000-0000-0000-0000-000000000003.*lock
+    rm -f "$GPUSEL_LEASE_DIR"/gpusel-GPU-fa4e0000-0000-0000-0000-000000000003.*lock
     mkdir "$GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000003.lock" \
-      "$GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000003.$(id -u).lock"
+      "$GPUSEL_LEASE_DIR/gpusel-GPU-fa4e0000-0000-0000-0000-000000000003.$(id -u).lock"
     run 0 pick -n 3 --order index
     [ "$out" = 0,1,2 ] || { echo "FAILED: one unusable lock file must not stop the other GPUs' picks"; failures=$((failures + 1)); }
     run 1 pick -n 4
-    expect stderr "GPU-fa4e0000-0000-0000-0000-000000000003), 140.4 GiB free, 0% utilized: cannot be leased: its lease file $GPUSEL_LEASE_DIR/GPU-fa4e0000-0000-0000-0000-000000000003.$(id -u).lock is not a regular file (it belongs to "
+    expect stderr "GPU-fa4e0000-0000-0000-0000-000000000003), 140.4 GiB free, 0% utilized: cannot be leased: its lease file $GPUSEL_LEASE_DIR/gpusel-GPU-fa4e0000-0000-0000-0000-000000000003.$(id -u).lock is not a regular file (it belongs to "
     run 0 pick --json --order index
     expect_in_json 'any("not a regular file" in r for r in d["assessed"][3]["rejected_because"])'
     expect_in_json 'd["assessed"][3]["rejected_for"] == ["cannot_be_leased"] and d["assessed"][0]["rejected_for"] == []'
@@ -180,10 +180,10 @@ time.sleep(30)' "$work/holder_command" >/dev/null 2>&1 &
       echo "\$ (as uid 4102) gpusel run -- true -> exit $status"
       [ "$status" = 125 ] || { echo "FAILED: expected 125 for a lease directory of another user"; failures=$((failures + 1)); }
       expect stderr "$work/shared/leases belongs to uid 4101 and is private to that user"
-      expect stderr "install -d -m 1777 -o root $work/shared/leases"
+      expect stderr "a tmpfiles.d line 'd $work/shared/leases 1777 root root -'"
     fi
     # Only taking a lease makes the lease directory: pick, list, explain and run --no-lease never do (the
-    # first to make /tmp/gpusel-leases would own it, and other users' leases would fail).
+    # first to make a shared GPUSEL_LEASE_DIR would own it, and other users' leases would fail).
     never_made="$work/never-made"
     for command in "pick" "pick --json" "list" "list --json" "explain" "run --no-lease -- true"; do
       # shellcheck disable=SC2086 # the command's words
@@ -322,7 +322,7 @@ EOF
     # gpusel run inside gpusel run chooses among the outer job's GPUs, and its command's lease is the job's.
     run 0 run -n 2 --format uuid -- "$gpusel" run -n 1 --format uuid -- "$job_picks" use 1
     expect_line stdout "$g0 job"
-    expect stderr "$g0), 140.4 GiB free, 0% utilized: the job's lease (GPUSEL_JOB_LEASE), no lock of its own"
+    expect stderr "$g0), 140.4 GiB free, 0% utilized: the job's lease (GPUSEL_JOB_LEASE), taken for this sub-job"
     # explain and pick say that they choose among the job's GPUs.
     run 0 run -n 2 -- "$gpusel" explain
     expect stdout "gpusel run leased this job 2 GPUs (GPUSEL_JOB_LEASE=$g0:"
@@ -345,7 +345,7 @@ EOF
     "$gpusel" run --format uuid -n 1 -- sh -c 'echo ready >"$1"; exec sleep 30' sh "$work/holding" 2>/dev/null &
     holder=$!
     until_file "$work/holding"
-    lock=$(ls "$GPUSEL_LEASE_DIR/$g0".*.lock)
+    lock="$GPUSEL_LEASE_DIR/gpusel-$g0.$(id -u).lock"  # the lease file, not a member file
     GPUSEL_JOB_LEASE="$g0:10" "$job_picks" lease "$g0" >"$work/out" 2>"$work/err" 10<"$lock"
     echo "\$ GPUSEL_JOB_LEASE=$g0:10 job_picks lease $g0 10<(another job's lock) -> exit $?: $(cat "$work/out" "$work/err")"
     grep -qF "$g0 is leased by another job" "$work/err" ||
@@ -362,6 +362,88 @@ EOF
     GPUSEL_JOB_LEASE="$g0:10" "$job_picks" lease "$g0" >"$work/out" 2>"$work/err" 10<"$lock"
     grep -qxF "$g0 own" "$work/out" ||
       { echo "FAILED: a descriptor without the lock counted as the job's: $(cat "$work/out")"; failures=$((failures + 1)); }
+    ;;
+  run_members)
+    # A job's processes get GPUs of their own among the job's (Note [A job's members]): two sub-jobs get different
+    # GPUs, a nested one in a sub-job gets the sub-job's, an ask beyond them fails, one that ends frees its GPU, and
+    # membership survives a Python worker started with close_fds=True and a setsid, nohup, double-forked daemon; a
+    # process outside the job that copies its variable counts for nothing.
+    printf 'gpu\ngpu\ngpu\ngpu\n' >"$work/idle4.txt"
+    export GPUSEL_FAKE_NVML_CONFIG="$work/idle4.txt" W="$work" G="$gpusel" J="$job_picks"
+    cat >"$work/job.sh" <<'EOF'
+until_file() { for _ in $(seq 200); do [ -s "$1" ] && return; sleep 0.05; done; }
+worker() { python3 -c 'import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:], close_fds=True).returncode)' "$@"; }
+"$G" run -n 1 --format uuid -- sh -c '"$G" run -n 1 --format uuid -- sh -c "echo \$CUDA_VISIBLE_DEVICES >$W/a2" &&
+  echo $CUDA_VISIBLE_DEVICES >"$W/a"; until [ -e "$W/go" ]; do sleep 0.05; done' 2>"$W/a.err" &
+until_file "$W/a"
+"$G" run -n 1 --format uuid -- sh -c 'echo $CUDA_VISIBLE_DEVICES >"$W/b"; until [ -e "$W/go" ]; do sleep 0.05; done' \
+  2>"$W/b.err" &
+until_file "$W/b"
+"$G" list --json >"$W/list_taken.json"
+"$G" run -n 1 -- true 2>"$W/third.err"; echo $? >"$W/third"
+worker "$J" use 1 >"$W/py_full" 2>&1; echo $? >>"$W/py_full"
+echo "$GPUSEL_JOB_LEASE" >"$W/variable"
+until_file "$W/outside"
+touch "$W/go"; wait
+"$G" list --json >"$W/list_free.json"
+worker "$J" use 1 >"$W/py" 2>&1
+(setsid nohup sh -c '"$J" use 1 >"$W/daemon" 2>&1 &' >/dev/null 2>&1 &)
+until_file "$W/daemon"
+EOF
+    "$gpusel" run -n 2 --format uuid -- sh "$work/job.sh" 2>"$work/job.err" &
+    job=$!
+    until_file "$work/variable"
+    GPUSEL_JOB_LEASE=$(cat "$work/variable") "$job_picks" use 1 >"$work/outside" 2>&1
+    wait $job
+    a=$(cat "$work/a") b=$(cat "$work/b") job_gpus=$(sed -n 's/.*CUDA_VISIBLE_DEVICES=\([^ ]*\) .*/\1/p' "$work/job.err")
+    echo "job $job_gpus; sub-jobs $a (nested $(cat "$work/a2")) and $b; third: exit $(cat "$work/third")"
+    echo "python worker while both taken: $(cat "$work/py_full")"
+    echo "python worker after: $(cat "$work/py"); daemon: $(cat "$work/daemon"); outside: $(cat "$work/outside")"
+    [ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ] && [[ ",$job_gpus," == *",$a,"* && ",$job_gpus," == *",$b,"* ]] ||
+      { echo "FAILED: two sub-jobs must get different GPUs of the job's"; failures=$((failures + 1)); }
+    [ "$(cat "$work/a2")" = "$a" ] || { echo "FAILED: a sub-job's sub-job must get its GPU"; failures=$((failures + 1)); }
+    [ "$(cat "$work/third")" = 125 ] && grep -qF "taken by another process of this job" "$work/third.err" ||
+      { echo "FAILED: an ask beyond the job's GPUs must fail: $(cat "$work/third.err")"; failures=$((failures + 1)); }
+    [ "$(tail -n 1 "$work/py_full")" = 1 ] || { echo "FAILED: a worker got a GPU no member left"; failures=$((failures + 1)); }
+    grep -qxF "$a job" "$work/py" ||
+      { echo "FAILED: a close_fds worker must get the freed GPU as the job's"; failures=$((failures + 1)); }
+    grep -qE "^GPU-.* job$" "$work/daemon" ||
+      { echo "FAILED: a double-forked daemon must get a GPU of the job's"; failures=$((failures + 1)); }
+    grep -qE "^GPU-.* own$" "$work/outside" && ! grep -qF "$a" "$work/outside" && ! grep -qF "$b" "$work/outside" ||
+      { echo "FAILED: a copied GPUSEL_JOB_LEASE must count for nothing"; failures=$((failures + 1)); }
+    # list inside the job says which of the job's GPUs a member took.
+    python3 -c '
+import json, sys
+taken, free = (json.load(open(name))["gpus"] for name in sys.argv[1:])
+print("member_took while both held:", [g["lease"]["member_took"] for g in taken], "after:", [g["lease"]["member_took"] for g in free])
+sys.exit(0 if [g["lease"]["member_took"] for g in taken] == [True, True, False, False] and
+         all(isinstance(g["lease"]["member_pid"], int) for g in taken[:2]) and
+         [g["lease"]["member_took"] for g in free] == [False] * 4 and
+         [g["lease"]["this_job"] for g in free] == [True, True, False, False] else 1)' "$work/list_taken.json" "$work/list_free.json" ||
+      { echo "FAILED: list inside the job must say which GPUs a member took"; failures=$((failures + 1)); }
+    # A process that took a GPU and starts a worker: the worker asks at the job's level, as the job's descriptor
+    # says, with it (exec) or without it (close_fds): the GPU taken is not the worker's to share.
+    for how in exec close_fds; do
+      start=""
+      [ $how = close_fds ] && start="python3 -c 'import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:], close_fds=True).returncode)'"
+      run 1 run -n 1 --format uuid -- "$job_picks" hold 1 "$start" "$job_picks" use 1
+      expect stderr "taken by another process of this job"
+    done
+    # gpusel run as a container's first process (pid 1 of a PID namespace): a close_fds worker is the job's still.
+    if unshare -pf --mount-proc true 2>/dev/null; then
+      launcher=(unshare -pf --mount-proc)
+      run 0 run -n 1 -- python3 -c 'import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:], close_fds=True).returncode)' \
+        "$job_picks" use 1
+      expect stdout " job"
+      launcher=()
+    else
+      echo "(no PID namespace here: gpusel run as pid 1 not tried)"
+    fi
+    # With --wait, an ask beyond the job's untaken GPUs waits for a member to end, and gets its GPU.
+    run 0 run -n 1 -- sh -c '"$G" run -n 1 -- sh -c "touch $W/held; sleep 1" 2>/dev/null &
+      until [ -e "$W/held" ]; do sleep 0.05; done; "$G" run --wait -n 1 -- true'
+    expect stderr "gpusel: waiting for"
+    expect stderr "taken for this sub-job"
     ;;
   *)
     unknown_scenario

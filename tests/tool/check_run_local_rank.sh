@@ -3,7 +3,8 @@
 # End to end on machines described to the fake NVML; helpers.sh holds what the scripts share.
 #   check_run_local_rank.sh <gpusel program> <fake NVML library> <scenario> <job picks> <rank device program>
 # Scenarios: run_local_rank, run_local_rank_library (<rank device program>, tests/tool/rank_device.cpp, takes
-# the rank's GPU through gpusel::local_rank_device()).
+# the rank's GPU through gpusel::local_rank_device()), run_local_rank_round_robin, slurm_numbers (Slurm's
+# numbers on a node of two models and with gres.conf out of PCI order) and salloc_shell (a job without a step).
 . "$(dirname "$0")/helpers.sh"
 
 case $scenario in
@@ -111,6 +112,101 @@ case $scenario in
     side_by_side mig.txt "$mig" "leave out --local-rank" "gpusel::use_free_gpus" LOCAL_RANK=1
     side_by_side mig.txt "$mig" "leave out --local-rank" "gpusel::use_free_gpus" "${slurm[@]}"
     side_by_side mig.txt "GPU-0a1b2c3d-0000-4000-8000-000000000000" "" "" LOCAL_RANK=0
+    cuda_shows=4
+    # More ranks than GPUs: sharing is asked for, each in its own API's words.
+    side_by_side idle4.txt "local rank 5 has no GPU of its number" "gpusel run --local-rank --round-robin" \
+      "Placement::round_robin" LOCAL_RANK=5 LOCAL_WORLD_SIZE=6
+    # A task of srun -n2 --gpus-per-task=1 whose LOCAL_RANK repeats SLURM_LOCALID (set by hand): its own GPU.
+    side_by_side idle4.txt "$(gpu 1)" "" "" SLURM_JOB_ID=12 SLURM_STEP_ID=0 SLURM_LOCALID=1 SLURM_GPUS_ON_NODE=2 \
+      CUDA_VISIBLE_DEVICES=1 LOCAL_RANK=1
+    ;;
+  run_local_rank_round_robin)
+    # --round-robin shares GPUs between more ranks than there are: rank 5 of 6 on 4 GPUs takes GPU 1.
+    printf 'gpu\ngpu\ngpu\ngpu\n' >"$work/idle4.txt"
+    export GPUSEL_FAKE_NVML_CONFIG="$work/idle4.txt"
+    LOCAL_RANK=5 LOCAL_WORLD_SIZE=6 run 125 run --local-rank -- true
+    expect stderr "to share GPUs between ranks, ask for it: gpusel run --local-rank --round-robin"
+    expect_not stderr "gpusel::"
+    LOCAL_RANK=5 LOCAL_WORLD_SIZE=6 run 0 run --local-rank --round-robin --no-lease -- sh -c 'echo $CUDA_VISIBLE_DEVICES'
+    [ "$out" = GPU-fa4e0000-0000-0000-0000-000000000001 ] || { echo "FAILED: rank 5 of 6 takes GPU 1"; failures=$((failures + 1)); }
+    run 2 run --round-robin -- true
+    expect stderr "--round-robin shares GPUs between a job's ranks, so it goes with --local-rank"
+    ;;
+  slurm_numbers)
+    # A node of two models declared to Slurm by type (Note [Slurm's GPU numbers]): Slurm's 0 is
+    # /dev/nvidia0, the first A100, which CUDA's default order would read as an H100.
+    export GPUSEL_FAKE_NVML_CONFIG=$(dirname "$0")/../../examples/machines/a100-h100.machine
+    mkdir -p "$work/slurm"
+    printf 'AutoDetect=off\nName=gpu Type=a100 File=/dev/nvidia[0-1]\nName=gpu Type=h100 File=/dev/nvidia[2-3]\n' \
+      >"$work/slurm/gres.conf"
+    a100=GPU-a1000000-0000-4000-8000-0000000000a0
+    task=(SLURM_CONF="$work/slurm/slurm.conf" SLURM_JOB_ID=12 SLURM_STEP_ID=0 SLURM_LOCALID=0 SLURM_GPUS_ON_NODE=1
+      SLURM_STEP_GPUS=0 GPU_DEVICE_ORDINAL=0 CUDA_VISIBLE_DEVICES=0)
+    launcher=(env "${task[@]}")
+    run 0 explain
+    expect_line stdout "Slurm's 0 (/dev/nvidia0) is $a100 (NVIDIA A100-SXM4-80GB, 00000000:17:00.0)."
+    expect stdout "Caution: Slurm wrote CUDA_VISIBLE_DEVICES=0 in its own numbers"
+    expect stdout "export CUDA_DEVICE_ORDER=PCI_BUS_ID where the program starts"
+    expect stdout "; as CUDA reads it, not Slurm: cuda:0 is GPU-b1000000"
+    # The command gives its command Slurm's GPU, and says so; the library refuses, naming what to set.
+    for options in "--local-rank" "-n 1"; do
+      run 0 run $options --no-lease -- sh -c 'echo $CUDA_VISIBLE_DEVICES'
+      [ "$out" = "$a100" ] || { echo "FAILED: run $options must give Slurm's GPU 0, the A100"; failures=$((failures + 1)); }
+      expect stderr "gpusel: reading CUDA_VISIBLE_DEVICES=0 in Slurm's numbers"
+    done
+    run 0 pick --format uuid
+    [ "$out" = "$a100" ] || { echo "FAILED: pick must choose Slurm's GPU 0, the A100"; failures=$((failures + 1)); }
+    env "${task[@]}" "$rank_device" 4 >"$work/out" 2>"$work/err"
+    grep -qF "gpusel::local_rank_device(): Slurm wrote CUDA_VISIBLE_DEVICES=0" "$work/err" ||
+      { echo "FAILED: local_rank_device() must refuse: $(cat "$work/err")"; failures=$((failures + 1)); }
+    grep -qF "CUDA_DEVICE_ORDER=PCI_BUS_ID" "$work/err" || { echo "FAILED: ... naming PCI_BUS_ID"; failures=$((failures + 1)); }
+    [ ! -s "$work/out" ] || { echo "FAILED: local_rank_device() took a GPU"; failures=$((failures + 1)); }
+    env "${task[@]}" "$job_picks" pick 1 >"$work/out" 2>"$work/err"
+    grep -qF "gpusel::pick: Slurm wrote CUDA_VISIBLE_DEVICES=0" "$work/err" ||
+      { echo "FAILED: gpusel::pick must refuse: $(cat "$work/err")"; failures=$((failures + 1)); }
+    # With CUDA_DEVICE_ORDER=PCI_BUS_ID both read Slurm's GPU alike.
+    launcher=(env "${task[@]}" CUDA_DEVICE_ORDER=PCI_BUS_ID)
+    run 0 explain
+    expect_line stdout "CUDA reads CUDA_VISIBLE_DEVICES as the same GPUs."
+    [ "$(env "${task[@]}" CUDA_DEVICE_ORDER=PCI_BUS_ID "$rank_device" 4 2>&1)" = "$a100" ] ||
+      { echo "FAILED: under PCI_BUS_ID local_rank_device() takes the A100"; failures=$((failures + 1)); }
+    # File= lines out of PCI order, on a node of one model: Slurm's 0 is /dev/nvidia3 whatever the order.
+    export GPUSEL_FAKE_NVML_CONFIG=$(dirname "$0")/../../examples/machines/h200x4.machine
+    printf 'Name=gpu File=/dev/nvidia3\nName=gpu File=/dev/nvidia[0-2]\n' >"$work/slurm/gres.conf"
+    fourth=GPU-c06a5e21-9f3b-a4d8-61e7-0b5d3c2f8e94
+    for order in FASTEST_FIRST PCI_BUS_ID; do
+      launcher=(env "${task[@]}" CUDA_DEVICE_ORDER=$order)
+      run 0 run --local-rank --no-lease -- sh -c 'echo $CUDA_VISIBLE_DEVICES'
+      [ "$out" = "$fourth" ] || { echo "FAILED: Slurm's 0 is /dev/nvidia3 ($order)"; failures=$((failures + 1)); }
+      run 0 explain
+      expect stdout "name Slurm's GPUs by UUID (CUDA_VISIBLE_DEVICES=$fourth)"
+    done
+    # A CUDA_VISIBLE_DEVICES that is not Slurm's (gpusel run's, inside a step) is read as CUDA reads it.
+    launcher=(env "${task[@]}" CUDA_VISIBLE_DEVICES=2 CUDA_DEVICE_ORDER=PCI_BUS_ID)
+    run 0 run --local-rank --no-lease -- sh -c 'echo $CUDA_VISIBLE_DEVICES'
+    [ "$out" = GPU-4b1c0d3e-77a2-5c19-0e4d-2f8b9a6c1d07 ] || { echo "FAILED: gpusel run's value is CUDA's"; failures=$((failures + 1)); }
+    expect_not stderr "Slurm's numbers"
+    ;;
+  salloc_shell)
+    # salloc --gpus=2's own shell: in job 72, in no step, with no GPU named. Choosing among the
+    # machine's GPUs might take another job's: refused, asking for srun; --whole-machine still chooses.
+    export GPUSEL_FAKE_NVML_CONFIG=$(dirname "$0")/../../examples/machines/h200x4.machine
+    launcher=(env SLURM_JOB_ID=72 SLURM_GPUS=2)
+    for command in "run -- true" "run --local-rank -- true" "pick"; do
+      run "$([ "$command" = pick ] && echo 1 || echo 125)" $command
+      expect stderr "Slurm gave job 72 GPUs (SLURM_GPUS=2), but this process is in no step of it"
+      expect stderr "run it under srun"
+    done
+    expect stderr "--whole-machine"
+    run 0 explain
+    expect stdout "Slurm gave job 72 GPUs (SLURM_GPUS=2), but this process is in no step of it"
+    run 0 run --whole-machine --no-lease -n 1 -- true
+    env SLURM_JOB_ID=72 SLURM_GPUS=2 "$rank_device" 4 >"$work/out" 2>"$work/err"
+    grep -qF "gpusel::local_rank_device(): Slurm gave job 72 GPUs" "$work/err" ||
+      { echo "FAILED: local_rank_device() must refuse: $(cat "$work/err")"; failures=$((failures + 1)); }
+    # The batch script: Slurm names the job's GPUs there.
+    launcher=(env SLURM_JOB_ID=72 SLURM_GPUS=2 SLURM_JOB_GPUS=2,3 CUDA_VISIBLE_DEVICES=2,3)
+    run 0 run --no-lease -n 1 -- true
     ;;
   *)
     unknown_scenario

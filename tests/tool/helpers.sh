@@ -11,7 +11,8 @@ scenario=$3
 job_picks=${4:-}
 rank_device=${5:-}
 unset CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER NVIDIA_VISIBLE_DEVICES SLURM_JOB_ID SLURM_STEP_ID SLURM_LOCALID SLURM_GPUS_ON_NODE \
-  SLURM_STEP_GPUS SLURM_JOB_GPUS GPUSEL_JOB_LEASE  # this process's launcher, container and job are no part of a scenario
+  SLURM_STEP_GPUS SLURM_JOB_GPUS SLURM_GPUS SLURM_CONF SLURMD_NODENAME GPU_DEVICE_ORDINAL GPUSEL_JOB_LEASE GPUSEL_JOB_LOCKS \
+  LOCAL_RANK LOCAL_WORLD_SIZE TORCHELASTIC_RUN_ID RAY_JOB_ID RAY_RAYLET_PID OMPI_COMM_WORLD_LOCAL_RANK  # this process's launcher, container and job are no part of a scenario
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

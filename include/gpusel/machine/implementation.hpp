@@ -44,6 +44,7 @@
 #include "gpusel/machine/pick-inl.hpp"
 #include "gpusel/machine/pick_criteria-inl.hpp"
 #include "gpusel/machine/rank_gpu-inl.hpp"
+#include "gpusel/machine/slurm_numbering-inl.hpp"
 #include "gpusel/machine/topology-inl.hpp"
 #include "gpusel/machine/visibility-inl.hpp"
 #include "gpusel/machine/wait_for_gpus-inl.hpp"

@@ -17,6 +17,8 @@
 #include "gpusel/machine/detail/picking/candidate_checks.hpp"
 #include "gpusel/machine/detail/picking/choosing.hpp"
 #include "gpusel/machine/detail/picking/criteria_checks.hpp"
+#include "gpusel/machine/local_rank.hpp"
+#include "gpusel/machine/slurm_numbering.hpp"
 
 namespace gpusel {
 
@@ -178,6 +180,7 @@ inline std::optional<Rejection> lease_rejection(const LeaseState& state) {
 inline Rejection refusal_of(const LeaseTry& one, const std::string& uuid, const std::string& parent) {
   if (!one.unusable.empty())
     return Rejection{RejectReason::cannot_be_leased, "cannot be leased: " + escape_for_terminal(one.unusable)};
+  if (!one.held_by.empty()) return Rejection{RejectReason::leased, escape_for_terminal(one.held_by)};
   const LeaseState now = lease_holders({{uuid, parent}}).front();
   return lease_rejection(now).value_or(Rejection{RejectReason::leased, "leased by another job"});
 }
@@ -197,6 +200,8 @@ GPUSEL_API void reject_leased_gpus(std::vector<Candidate>& assessed) {
   const std::vector<LeaseState> states = detail::lease_holders(wanted);
   const detail::JobLease job = detail::job_lease();  // inside gpusel run: its GPUs (Note [The job's lease])
   for (std::size_t i = 0; i < assessed.size(); ++i) {
+    if (states[i].member_took)  // Note [A job's members]
+      assessed[i].rejections.push_back({RejectReason::leased, "taken by another process of this job"});
     if (job.held(assessed[i].uuid()) != nullptr) continue;  // the job's own lease, not another job's
     if (std::optional<std::string> outside = detail::outside_job(job, assessed[i].uuid()))
       assessed[i].rejections.push_back({RejectReason::outside_job, std::move(*outside)});
@@ -206,9 +211,24 @@ GPUSEL_API void reject_leased_gpus(std::vector<Candidate>& assessed) {
   }
 }
 
+namespace detail {
+
+// Refuses, naming `function`, where this process may choose none of `map`'s visible GPUs: Slurm
+// gave it GPUs without naming them here (Note [The GPUs this process may choose among]), or
+// named them in numbers CUDA reads otherwise (Note [Slurm's GPU numbers]). Choosing among the
+// whole machine is asked for by name, and is not judged.
+inline void require_slurm_allows(const char* function, const PickCriteria& criteria, const DeviceMap& map) {
+  if (!map.known() || !criteria.only_visible) return;
+  allotment(map.visible.ok() ? map.visible.count() : 0).require(function);
+  slurm_list(map).require(function);
+}
+
+}  // namespace detail
+
 GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria) {
   const DeviceMap map = visible_devices(detail::usage_for(criteria));
   if (!map.known()) throw Error("gpusel::pick: cannot see the GPUs without NVML: " + map.inventory.reason);
+  detail::require_slurm_allows("gpusel::pick", criteria, map);
   std::vector<Candidate> assessed = assess(criteria, map);
   reject_leased_gpus(assessed);
   return choose(criteria, std::move(assessed));
@@ -249,7 +269,9 @@ GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria, const Device
 }
 
 GPUSEL_API LeasedGpus lease_free_gpus(const PickCriteria& criteria) {
-  return lease_free_gpus(criteria, visible_devices(detail::usage_for(criteria)));
+  const DeviceMap map = visible_devices(detail::usage_for(criteria));
+  detail::require_slurm_allows("gpusel::lease_free_gpus", criteria, map);
+  return lease_free_gpus(criteria, map);
 }
 
 GPUSEL_API void detail::require_cuda_not_started(const char* function) {
@@ -269,6 +291,7 @@ GPUSEL_API void detail::make_visible(const LeasedGpus& picked, const PickCriteri
 GPUSEL_API LeasedGpus use_free_gpus(const PickCriteria& criteria) {
   detail::require_cuda_not_started("gpusel::use_free_gpus");
   const DeviceMap map = visible_devices(detail::usage_for(criteria));  // read once: Note [One look per attempt]
+  detail::require_slurm_allows("gpusel::use_free_gpus", criteria, map);
   LeasedGpus picked = lease_free_gpus(criteria, map);
   detail::make_visible(picked, criteria, map);
   return picked;

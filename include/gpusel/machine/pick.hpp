@@ -210,7 +210,11 @@ GPUSEL_API std::string describe_connection(const std::vector<Candidate>& picked,
 GPUSEL_API void reject_leased_gpus(std::vector<Candidate>& assessed);
 
 // The GPUs of this machine that fit, read through NVML now, GPUs that another
-// job leases counting as busy (reject_leased_gpus); takes no lease itself.
+// job leases counting as busy (reject_leased_gpus); takes no lease itself. Among
+// the visible GPUs (criteria.only_visible), it throws Error where Slurm gave this
+// process GPUs without naming them (Note [The GPUs this process may choose among]) or
+// named them in numbers CUDA reads otherwise (Note [Slurm's GPU numbers]), as the
+// next two do.
 [[nodiscard]] GPUSEL_API std::vector<Candidate> pick(const PickCriteria& criteria = {});
 
 // Picked GPUs and the lease that holds them: while `lease` lives, no other job

@@ -11,6 +11,7 @@
 #include "gpusel/detail/core/environment.hpp"
 #include "gpusel/machine/inventory.hpp"
 #include "gpusel/machine/local_rank.hpp"
+#include "gpusel/machine/slurm_numbering.hpp"
 #include "gpusel/machine/visibility.hpp"
 #include "gpusel/text.hpp"
 #include "gpusel/visible_devices.hpp"
@@ -173,8 +174,9 @@ GPUSEL_API std::string explain_hidden(const DeviceMap& map, int mig_owner) {
 }
 
 // What CUDA_VISIBLE_DEVICES gives this task of its step's `gpus_on_node` GPUs: whether they are
-// its own or shared, and their cuda:N and UUIDs, which only the driver's reading of it gives.
-inline std::string explain_task_gpus(const DeviceMap& map, int gpus_on_node) {
+// its own or shared, and their cuda:N and UUIDs, which only the driver's reading of it gives;
+// where `slurm` (its reading in Slurm's numbers) names other GPUs, whose they are.
+inline std::string explain_task_gpus(const DeviceMap& map, int gpus_on_node, const SlurmList& slurm) {
   const VisibleDevices& visible = map.visible;
   std::string text = "This task's CUDA_VISIBLE_DEVICES is unset";
   if (visible.variable()) {
@@ -185,16 +187,27 @@ inline std::string explain_task_gpus(const DeviceMap& map, int gpus_on_node) {
     text += " (CUDA_VISIBLE_DEVICES lists " + std::to_string(listed) + ")";
   }
   for (int logical = 0; map.known() && logical < visible.count(); ++logical)
-    text += (logical == 0 ? ": " : ", ") + std::string("cuda:") + std::to_string(logical) + " is " +
-            escape_for_terminal(map.device(logical)->uuid);
+    text += (logical == 0 ? (slurm.agrees() ? ": " : "; as CUDA reads it, not Slurm: ") : ", ") + std::string("cuda:") +
+            std::to_string(logical) + " is " + escape_for_terminal(map.device(logical)->uuid);
   return text + ".\n";
+}
+
+// Which physical GPU each of Slurm's numbers in CUDA_VISIBLE_DEVICES is, and whether CUDA
+// reads them so (Note [Slurm's GPU numbers]); "" where Slurm did not write the variable.
+inline std::string explain_slurm_numbers(const SlurmList& slurm) {
+  if (!slurm.from_slurm || slurm.physical.empty()) return {};
+  return "Slurm numbers this node's GPUs " + escape_for_terminal(slurm.rule) + ":\n" + slurm.described +
+         (slurm.agrees() ? "CUDA reads CUDA_VISIBLE_DEVICES as the same GPUs.\n" : "Caution: " + slurm.problem + ".\n");
 }
 
 GPUSEL_API std::string explain_allotment(const DeviceMap& map) {
   const Allotment allotment = gpusel::allotment(map.known() && map.visible.ok() ? map.visible.count() : 0);
-  std::string text = allotment.describe();          // escaped, a line each
-  if (allotment.known() && allotment.gpus_on_node)  // under Slurm's line, which comes first
-    text.insert(text.find('\n') + 1, explain_task_gpus(map, *allotment.gpus_on_node));
+  std::string text = allotment.describe();            // escaped, a line each
+  if (allotment.known() && allotment.gpus_on_node) {  // under Slurm's line, which comes first
+    const SlurmList slurm = slurm_list(map);
+    text.insert(text.find('\n') + 1,
+                explain_task_gpus(map, *allotment.gpus_on_node, slurm) + explain_slurm_numbers(slurm));
+  }
   return text;
 }
 
