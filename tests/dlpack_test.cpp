@@ -189,6 +189,19 @@ struct Refused {
   void (*spoil)(Produced&);
 };
 
+// Each case spoils a fresh four-element tensor; the import must refuse it, saying `says`, and
+// leave the tensor (its deleter uncalled) to the caller.
+template <std::size_t N>
+void expect_each_refused_and_left_to_the_caller(const Refused (&cases)[N]) {
+  for (const Refused& refused : cases) {
+    Produced produced({1, 2, 3, 4});
+    refused.spoil(produced);
+    EXPECT_TRUE(throws_saying([&] { (void)gpusel::from_dlpack<double>(&produced.managed); }, refused.says))
+        << refused.says;
+    EXPECT_EQ(produced.deleted, 0) << refused.says;
+  }
+}
+
 TEST(FromDlpack, RefusesWhatABufferCannotHoldAndLeavesTheTensorToTheCaller) {
   const Refused cases[] = {
       {"the Buffer's element type is float64", [](Produced& p) { p.managed.dl_tensor.dtype.code = 0; }},
@@ -215,13 +228,7 @@ TEST(FromDlpack, RefusesWhatABufferCannotHoldAndLeavesTheTensorToTheCaller) {
        }},
       {"data is NULL", [](Produced& p) { p.managed.dl_tensor.data = nullptr; }},
   };
-  for (const Refused& refused : cases) {
-    Produced produced({1, 2, 3, 4});
-    refused.spoil(produced);
-    EXPECT_TRUE(throws_saying([&] { (void)gpusel::from_dlpack<double>(&produced.managed); }, refused.says))
-        << refused.says;
-    EXPECT_EQ(produced.deleted, 0) << refused.says;
-  }
+  expect_each_refused_and_left_to_the_caller(cases);
 }
 
 // Sizes whose arithmetic overflows (Note [DLPack sizes that fit]): each refused
@@ -272,13 +279,7 @@ TEST(FromDlpack, RefusesSizesAndOffsetsThatOverflowAndLeavesTheTensorToTheCaller
        }},
   };
   if (gpusel_test::kEmulated) (void)gpusel_test::need_devices(2);
-  for (const Refused& refused : cases) {
-    Produced produced({1, 2, 3, 4});
-    refused.spoil(produced);
-    EXPECT_TRUE(throws_saying([&] { (void)gpusel::from_dlpack<double>(&produced.managed); }, refused.says))
-        << refused.says;
-    EXPECT_EQ(produced.deleted, 0) << refused.says;
-  }
+  expect_each_refused_and_left_to_the_caller(cases);
 }
 
 TEST(FromDlpack, AMisalignedStartIsNamedByItsAddressAndTheAlignmentNeeded) {

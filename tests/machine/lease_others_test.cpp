@@ -67,46 +67,6 @@ TEST(LeaseLockFiles, ManyReadableUnlockedFilesOfAGpuLeaveItLeasableAtASoftLimitO
   EXPECT_EQ(status, 0) << "1: an Error (printed above); 2: refused as held; 3: the look did not see the lease";
 }
 
-// A process of `uid` that opens `file` and holds flock(LOCK_EX) on it until destroyed.
-class LockHeldBy {
- public:
-  LockHeldBy(uid_t uid, const std::string& file) {
-    int ready[2], done[2];
-    if (pipe(ready) != 0 || pipe(done) != 0) return;
-    std::fflush(stdout);
-    pid_ = fork();
-    if (pid_ == 0) {
-      close(ready[0]);
-      close(done[1]);
-      if (setgroups(0, nullptr) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0) _exit(3);
-      const int fd = open(file.c_str(), O_RDONLY);
-      char answer = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 ? 'y' : 'n';
-      (void)!write(ready[1], &answer, 1);
-      (void)!read(done[0], &answer, 1);
-      _exit(0);
-    }
-    close(ready[1]);
-    close(done[0]);
-    done_ = done[1];
-    char answer = 'n';
-    held_ = read(ready[0], &answer, 1) == 1 && answer == 'y';
-    close(ready[0]);
-  }
-  ~LockHeldBy() {
-    close(done_);
-    if (pid_ > 0) waitpid(pid_, nullptr, 0);
-  }
-  LockHeldBy(const LockHeldBy&) = delete;
-  LockHeldBy& operator=(const LockHeldBy&) = delete;
-  bool held() const { return held_; }
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-  int done_ = -1;
-  bool held_ = false;
-};
-
 // Lock files are readable by every user, so that anyone may look: anyone may therefore lock
 // another user's idle file. The holder named is who holds the lock, as /proc shows it.
 TEST(LeaseHolder, IsTheProcessThatHoldsTheLockAndItsUserNeverTheFilesOwner) {

@@ -416,38 +416,15 @@ TEST(LeaseAgainstAnotherUser, AHeldFileCountsWhateverUidItsNameGives) {
   shared.provision();
   for (const uid_t named : {uid_t{0}, kMallory, uid_t{4199}}) {
     const std::string name = shared.leases() + "/gpusel-" + kGpu + "." + std::to_string(named) + ".lock";
-    int ready[2], done[2];
-    ASSERT_EQ(pipe(ready), 0);
-    ASSERT_EQ(pipe(done), 0);
-    std::fflush(stdout);
-    const pid_t child = fork();  // Alice's job, under another uid's name
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-      close(ready[0]);
-      close(done[1]);
-      if (setgroups(0, nullptr) != 0 || setresgid(kAlice, kAlice, kAlice) != 0 ||
-          setresuid(kAlice, kAlice, kAlice) != 0)
-        _exit(3);
-      const int fd = open(name.c_str(), O_RDONLY | O_CREAT | O_EXCL, 0644);
-      char answer = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 ? 'y' : 'n';
-      (void)!write(ready[1], &answer, 1);
-      (void)!read(done[0], &answer, 1);
-      _exit(0);
-    }
-    close(ready[1]);
-    close(done[0]);
-    char answer = 'n';
-    EXPECT_EQ(read(ready[0], &answer, 1), 1);
-    EXPECT_EQ(answer, 'y');
+    const LockHeldBy alice(kAlice, name, O_RDONLY | O_CREAT | O_EXCL);  // Alice's job, under another uid's name
+    ASSERT_TRUE(alice.held());
+    const pid_t child = alice.pid();
     as_user(kBob, [&] {
       EXPECT_FALSE(gpusel::try_lease_gpu(kGpu).has_value()) << "a file named for uid " << named << " was skipped";
       const std::optional<std::string> holder = gpusel::lease_holder(kGpu);
       EXPECT_TRUE(holder && contains(*holder, "leased by another job (pid " + std::to_string(child)))
           << holder.value_or("free");
     });
-    close(done[1]);
-    close(ready[0]);
-    waitpid(child, nullptr, 0);
     unlink(name.c_str());
   }
 }

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -42,31 +44,24 @@ inline void as_user(uid_t uid, const std::function<void()>& body) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child as uid " << uid << " failed: " << status;
 }
 
-// A lease of `uuid` held by a child running as `uid` until destroyed.
-class LeaseHeldBy {
+// A child running as `uid` that takes something with `take` (a lock, a lease) and holds it until
+// destroyed: `take` runs in the child and returns whether it took it; what it took is never released
+// there, since the child ends with _exit.
+class HeldByChild {
  public:
-  LeaseHeldBy(uid_t uid, const std::string& uuid) {
+  HeldByChild(uid_t uid, const std::function<bool()>& take) {
     int ready[2], done[2];
     if (pipe(ready) != 0 || pipe(done) != 0) throw std::runtime_error("pipe failed");
     std::fflush(stdout);
-    child_ = fork();
-    if (child_ == 0) {
+    pid_ = fork();
+    if (pid_ == 0) {
       close(ready[0]);
       close(done[1]);
       if (setgroups(0, nullptr) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0) _exit(3);
-      char answer = 'n';
-      try {
-        if (std::optional<gpusel::GpuLease> lease = gpusel::try_lease_gpu(uuid)) {
-          answer = 'y';
-          (void)!write(ready[1], &answer, 1);
-          (void)!read(done[0], &answer, 1);  // holds the lease until the parent closes its end
-          _exit(0);
-        }
-      } catch (const gpusel::Error& error) {
-        std::fprintf(stderr, "LeaseHeldBy: %s\n", error.what());
-      }
+      char answer = take() ? 'y' : 'n';
       (void)!write(ready[1], &answer, 1);
-      _exit(1);
+      (void)!read(done[0], &answer, 1);  // holds until the parent closes its end
+      _exit(0);
     }
     close(ready[1]);
     close(done[0]);
@@ -75,18 +70,47 @@ class LeaseHeldBy {
     held_ = read(ready[0], &answer, 1) == 1 && answer == 'y';
     close(ready[0]);
   }
-  ~LeaseHeldBy() {
+  ~HeldByChild() {
     close(done_);
-    if (child_ > 0) waitpid(child_, nullptr, 0);
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
   }
-  LeaseHeldBy(const LeaseHeldBy&) = delete;
-  LeaseHeldBy& operator=(const LeaseHeldBy&) = delete;
+  HeldByChild(const HeldByChild&) = delete;  // one child, waited for once
+  HeldByChild& operator=(const HeldByChild&) = delete;
   bool held() const { return held_; }
+  pid_t pid() const { return pid_; }
 
  private:
-  pid_t child_ = -1;
+  pid_t pid_ = -1;
   int done_ = -1;
   bool held_ = false;
+};
+
+// A lease of `uuid` held by a child running as `uid` until destroyed.
+class LeaseHeldBy : public HeldByChild {
+ public:
+  LeaseHeldBy(uid_t uid, const std::string& uuid) : HeldByChild(uid, [&uuid] { return take_lease(uuid); }) {}
+
+ private:
+  static bool take_lease(const std::string& uuid) {
+    try {
+      static std::optional<gpusel::GpuLease> kept;  // the child's, held until it exits
+      kept = gpusel::try_lease_gpu(uuid);
+      return kept.has_value();
+    } catch (const gpusel::Error& error) {
+      std::fprintf(stderr, "LeaseHeldBy: %s\n", error.what());
+      return false;
+    }
+  }
+};
+
+// A flock(LOCK_EX) on `file`, opened with `flags`, held by a child running as `uid` until destroyed.
+class LockHeldBy : public HeldByChild {
+ public:
+  LockHeldBy(uid_t uid, const std::string& file, int flags = O_RDONLY)
+      : HeldByChild(uid, [&file, flags] {
+          const int fd = open(file.c_str(), flags, 0644);
+          return fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0;
+        }) {}
 };
 
 // Whether this process may become another user (root with CAP_SETUID and CAP_SETGID), tried in a child.
