@@ -109,11 +109,7 @@ void waiting_members(JsonWriter& json, const Waiters& waiters) {
     json.end_object();
   }
   json.end_array();
-  json.key("waiting_problem");
-  if (waiters.problem.empty())
-    json.null();
-  else
-    json.value(waiters.problem);
+  text_or_null(json, "waiting_problem", waiters.problem);
 }
 
 std::string percent(const std::optional<int>& value) { return value ? std::to_string(*value) + "%" : "?"; }
@@ -139,11 +135,7 @@ void print_list_json(const gpusel::DeviceMap& map, bool links, const Leases& lea
     json.end_object();
   }
   json.end_array();
-  json.key("leases_problem");  // why no GPU's lease could be read (each "lease" is then null)
-  if (leases.problem.empty())
-    json.null();
-  else
-    json.value(leases.problem);
+  text_or_null(json, "leases_problem", leases.problem);  // why no GPU's lease could be read (each "lease" is then null)
   waiting_members(json, waiters);
   allotment_member(json, map);
   json.end_object();

@@ -73,11 +73,7 @@ static void lease_member(JsonWriter& json, const std::string& uuid, const LeaseS
   json.key("this_job").value(lease.this_job);
   json.key("member_took").value(lease.member_took);
   optional_value(json, "member_pid", lease.member_pid ? std::optional<std::int64_t>(*lease.member_pid) : std::nullopt);
-  json.key("problem");
-  if (lease.problem.empty())
-    json.null();
-  else
-    json.value(lease.problem);
+  text_or_null(json, "problem", lease.problem);
   json.key("lock_file");
   if (lease.held)
     json.value(lease.lock_file);
@@ -163,11 +159,7 @@ void gpu_members(JsonWriter& json, const gpusel::DeviceMap& map, int physical_in
     json.value(gpusel::describe(*gpu.compute_mode));
   else
     json.null();
-  json.key("impossible_readings");
-  if (gpu.impossible_readings.empty())
-    json.null();
-  else
-    json.value(gpu.impossible_readings);
+  text_or_null(json, "impossible_readings", gpu.impossible_readings);
   json.key("processes");
   process_array(json, gpu.processes);
   if (leases) lease_member(json, gpu.uuid, *leases);

@@ -40,6 +40,15 @@ void optional_value(JsonWriter& json, const char* key, const std::optional<Value
     json.null();
 }
 
+// A string member, null when `text` is empty (a problem that did not happen, no reading).
+inline void text_or_null(JsonWriter& json, const char* key, const std::string& text) {
+  json.key(key);
+  if (text.empty())
+    json.null();
+  else
+    json.value(text);
+}
+
 // A GpuLink in JSON: the enumerator's name.
 const char* link_name(gpusel::GpuLink link);
 
