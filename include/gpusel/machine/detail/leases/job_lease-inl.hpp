@@ -4,7 +4,6 @@
 
 #include "gpusel/machine/detail/leases/job_lease.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -65,28 +64,16 @@ GPUSEL_API JobLease parse_job_lease(std::string_view value) {
 // The name in `directory` of a lock file of `uuid` that is the file `status` describes
 // ("gpusel-<UUID>.<...>.lock"), or "" when none is.
 inline std::string lock_file_named(const FileDescriptor& directory, std::string_view uuid, const struct stat& status) {
-  const int copy = ::openat(directory.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR* entries = copy < 0 ? nullptr : ::fdopendir(copy);
-  if (entries == nullptr) {
-    if (copy >= 0) ::close(copy);
-    return {};
-  }
-  std::string found;
-  while (const dirent* entry = ::readdir(entries)) {
-    const std::string_view name = entry->d_name, prefix = kLeaseFilePrefix;
-    const std::size_t dot = prefix.size() + uuid.size();
-    if (name.size() <= dot + 6 || name.substr(0, prefix.size()) != prefix ||
-        name.substr(prefix.size(), uuid.size()) != uuid || name[dot] != '.' || name.substr(name.size() - 5) != ".lock")
-      continue;
+  const std::optional<std::vector<std::string>> names = directory_names(directory);
+  if (!names) return {};
+  for (const std::string& name : *names) {
+    if (!names_lock_file_of(name, uuid)) continue;
     struct stat named {};
-    if (::fstatat(directory.get(), entry->d_name, &named, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(named.st_mode) &&
-        named.st_dev == status.st_dev && named.st_ino == status.st_ino) {
-      found = name;
-      break;
-    }
+    if (::fstatat(directory.get(), name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(named.st_mode) &&
+        named.st_dev == status.st_dev && named.st_ino == status.st_ino)
+      return name;
   }
-  ::closedir(entries);
-  return found;
+  return {};
 }
 
 // Why `gpu`'s descriptor does not hold the exclusive lock of a lock file of its GPU in
@@ -131,37 +118,26 @@ inline std::vector<long> ancestors() {
 // now and has that file open. Returns whether one did; sets gpu.anchor and gpu.lock_inode.
 inline bool prove_by_ancestry(const FileDescriptor& directory, const std::vector<FlockLock>& locks,
                               const std::vector<long>& lineage, JobGpu& gpu) {
-  const int copy = ::openat(directory.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR* entries = copy < 0 ? nullptr : ::fdopendir(copy);
-  if (entries == nullptr) {
-    if (copy >= 0) ::close(copy);
-    return false;
-  }
+  const std::optional<std::vector<std::string>> names = directory_names(directory);
+  if (!names) return false;
   std::size_t best = lineage.size();
-  while (const dirent* entry = ::readdir(entries)) {
-    const std::string_view name = entry->d_name, prefix = kLeaseFilePrefix;
-    const std::size_t dot = prefix.size() + gpu.uuid.size();
-    if (name.size() <= dot + 6 || name.substr(0, prefix.size()) != prefix ||
-        name.substr(prefix.size(), gpu.uuid.size()) != gpu.uuid || name[dot] != '.' ||
-        name.substr(name.size() - 5) != ".lock")
-      continue;
+  for (const std::string& name : *names) {
+    if (!names_lock_file_of(name, gpu.uuid)) continue;
     struct stat status {};
-    if (::fstatat(directory.get(), entry->d_name, &status, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(status.st_mode))
+    if (::fstatat(directory.get(), name.c_str(), &status, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(status.st_mode))
       continue;
     const std::optional<long> locker = exclusive_locker(locks, status);
     const auto at = locker ? std::find(lineage.begin(), lineage.end(), *locker) : lineage.end();
     if (at == lineage.end() || static_cast<std::size_t>(at - lineage.begin()) >= best ||
         (gpu.named_inode != 0 && status.st_ino != gpu.named_inode))
       continue;
-    const FileDescriptor fresh(
-        ::openat(directory.get(), entry->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    const FileDescriptor fresh(::openat(directory.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     if (fresh.get() < 0 || ::flock(fresh.get(), LOCK_SH | LOCK_NB) == 0) continue;  // held no longer
-    if (has_open(*locker, status, std::string(name)) != std::optional<bool>(true)) continue;
+    if (has_open(*locker, status, name) != std::optional<bool>(true)) continue;
     best = static_cast<std::size_t>(at - lineage.begin());
     gpu.anchor = *locker;
     gpu.lock_inode = status.st_ino;
   }
-  ::closedir(entries);
   return best < lineage.size();
 }
 

@@ -66,19 +66,42 @@ inline std::string lease_file_text(const std::string& path, const std::string& n
   return text;
 }
 
-GPUSEL_API LeaseListing list_other_files(const FileDescriptor& directory, const std::string& path,
-                                         std::string_view only) {
-  LeaseListing listing;
+GPUSEL_API std::optional<std::vector<std::string>> directory_names(const FileDescriptor& directory) {
   const int copy = ::openat(directory.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR* entries = copy < 0 ? nullptr : ::fdopendir(copy);
   if (entries == nullptr) {
     const int error = errno;
     if (copy >= 0) ::close(copy);
+    errno = error;
+    return std::nullopt;
+  }
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(entries)) {
+    const std::string_view name = entry->d_name;
+    if (name != "." && name != "..") names.emplace_back(name);
+  }
+  ::closedir(entries);
+  return names;
+}
+
+GPUSEL_API bool names_lock_file_of(std::string_view name, std::string_view uuid) noexcept {
+  const std::string_view prefix = kLeaseFilePrefix;
+  const std::size_t dot = prefix.size() + uuid.size();
+  return name.size() > dot + 6 && name.substr(0, prefix.size()) == prefix &&
+         name.substr(prefix.size(), uuid.size()) == uuid && name[dot] == '.' && name.substr(name.size() - 5) == ".lock";
+}
+
+GPUSEL_API LeaseListing list_other_files(const FileDescriptor& directory, const std::string& path,
+                                         std::string_view only) {
+  LeaseListing listing;
+  const std::optional<std::vector<std::string>> names = directory_names(directory);
+  if (!names) {
+    const int error = errno;
     listing.problem = "the lease directory " + path + " cannot be listed: " + errno_text(error);
     return listing;
   }
-  while (const dirent* entry = ::readdir(entries)) {
-    const std::string_view name = entry->d_name, prefix = kLeaseFilePrefix;
+  for (const std::string& entry : *names) {
+    const std::string_view name = entry, prefix = kLeaseFilePrefix;
     if (name.size() <= prefix.size() + 5 || name.substr(0, prefix.size()) != prefix ||
         name.substr(name.size() - 5) != ".lock")
       continue;
@@ -91,7 +114,6 @@ GPUSEL_API LeaseListing list_other_files(const FileDescriptor& directory, const 
     if ((!only.empty() && uuid != only) || name == lease_file_name(uuid, ::geteuid())) continue;
     listing.others[std::string(uuid)].emplace_back(name);
   }
-  ::closedir(entries);
   return listing;
 }
 

@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +21,15 @@ namespace gpusel::detail {
 
 // What begins the name of each lock file (Note [Lease files]).
 inline constexpr const char* kLeaseFilePrefix = "gpusel-";
+
+// The names in `directory` ("." and ".." left out), listed through a descriptor of its own so
+// that `directory`'s offset stays where it was; nullopt, with errno saying why, when it cannot
+// be listed.
+GPUSEL_API std::optional<std::vector<std::string>> directory_names(const FileDescriptor& directory);
+
+// Whether `name` is the name of a lock file of `uuid`: "gpusel-<UUID>.<...>.lock", a lease file
+// or a member file (Note [Lease files]).
+GPUSEL_API bool names_lock_file_of(std::string_view name, std::string_view uuid) noexcept;
 
 // The mode of lock files and tickets: readable by everyone, so that anyone may look, and
 // sticky, so that systemd-tmpfiles never ages them (Note [Leases against cleaners]).

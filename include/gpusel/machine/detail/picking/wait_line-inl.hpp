@@ -5,7 +5,6 @@
 
 #include "gpusel/machine/detail/picking/wait_line.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/random.h>
@@ -128,30 +127,34 @@ GPUSEL_API void WaitLine::leave() noexcept {
 
 GPUSEL_API WaitLine::~WaitLine() { leave(); }
 
+// The ticket `name` in `directory`, opened, with its status, when it is a regular file of the
+// user its name gives; an unopened descriptor for any other name or file: no place of theirs.
+inline FileDescriptor open_own_ticket(const FileDescriptor& directory, const std::string& name, struct stat& status) {
+  const std::optional<unsigned long> uid = ticket_uid(name);
+  if (!uid) return FileDescriptor();
+  FileDescriptor ticket(::openat(directory.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (ticket.get() < 0 || ::fstat(ticket.get(), &status) != 0 || !S_ISREG(status.st_mode) || status.st_uid != *uid)
+    return FileDescriptor();
+  return ticket;
+}
+
 GPUSEL_API std::string WaitLine::ahead() const {
-  const int copy = ::openat(directory_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR* entries = copy < 0 ? nullptr : ::fdopendir(copy);
-  if (entries == nullptr) {
-    if (copy >= 0) ::close(copy);
-    return {};  // cannot tell: the lease itself will say what is wrong
-  }
+  const std::optional<std::vector<std::string>> names = directory_names(directory_);
+  if (!names) return {};                                   // cannot tell: the lease itself will say what is wrong
   std::optional<std::pair<long long, std::string>> first;  // arrival and name
   struct stat first_status {};
   std::optional<std::vector<FlockLock>> locks;
-  while (const dirent* entry = ::readdir(entries)) {
-    const std::optional<unsigned long> uid = ticket_uid(entry->d_name);
-    if (!uid || entry->d_name == name_) continue;
-    const FileDescriptor ticket(
-        ::openat(directory_.get(), entry->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  for (const std::string& name : *names) {
+    if (name == name_) continue;
     struct stat status {};
-    if (ticket.get() < 0 || ::fstat(ticket.get(), &status) != 0 || !S_ISREG(status.st_mode) || status.st_uid != *uid)
-      continue;  // not that user's own ticket: no place of theirs
-    const std::pair<long long, std::string> place{ctime_ns(status), entry->d_name};
+    const FileDescriptor ticket = open_own_ticket(directory_, name, status);
+    if (ticket.get() < 0) continue;
+    const std::pair<long long, std::string> place{ctime_ns(status), name};
     if ((file_.get() >= 0 && place >= std::pair<long long, std::string>{arrived_ns_, name_}) ||
         (first && *first < place))
       continue;  // arrived later, or a still earlier one is already known to wait
     if (::flock(ticket.get(), LOCK_SH | LOCK_NB) == 0) {  // its waiter has ended: a dead ticket
-      if (still_named(directory_, entry->d_name, ticket)) (void)::unlinkat(directory_.get(), entry->d_name, 0);
+      if (still_named(directory_, name, ticket)) (void)::unlinkat(directory_.get(), name.c_str(), 0);
       continue;
     }
     if (!locks) locks = flock_locks();                        // read once, and only when a live ticket is ahead
@@ -159,7 +162,6 @@ GPUSEL_API std::string WaitLine::ahead() const {
     first = place;
     first_status = status;
   }
-  ::closedir(entries);
   if (!first) return {};
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);
@@ -195,27 +197,21 @@ inline std::optional<int> ticket_gpus(int fd) {
 }
 
 GPUSEL_API std::vector<LiveTicket> live_tickets(const FileDescriptor& directory, const std::string& path) {
-  const int copy = ::openat(directory.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR* entries = copy < 0 ? nullptr : ::fdopendir(copy);
-  if (entries == nullptr) {
+  const std::optional<std::vector<std::string>> names = directory_names(directory);
+  if (!names) {
     const int error = errno;
-    if (copy >= 0) ::close(copy);
     throw Error("gpusel: the lease directory " + path + " cannot be listed: " + errno_text(error));
   }
   std::vector<LiveTicket> tickets;
   std::optional<std::vector<FlockLock>> locks;
-  while (const dirent* entry = ::readdir(entries)) {
-    const std::optional<unsigned long> uid = ticket_uid(entry->d_name);
-    if (!uid) continue;
-    const FileDescriptor ticket(
-        ::openat(directory.get(), entry->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  for (const std::string& name : *names) {
     struct stat status {};
-    if (ticket.get() < 0 || ::fstat(ticket.get(), &status) != 0 || !S_ISREG(status.st_mode) || status.st_uid != *uid)
-      continue;                                                   // not that user's own ticket: no place of theirs
+    const FileDescriptor ticket = open_own_ticket(directory, name, status);
+    if (ticket.get() < 0) continue;
     if (::flock(ticket.get(), LOCK_SH | LOCK_NB) == 0) continue;  // its waiter has ended; the close unlocks it
     if (!locks) locks = flock_locks();
     LiveTicket live;
-    live.name = entry->d_name;
+    live.name = name;
     live.owner = status.st_uid;
     live.arrived_ns = ctime_ns(status);
     live.pid = exclusive_locker(*locks, status);
@@ -223,7 +219,6 @@ GPUSEL_API std::vector<LiveTicket> live_tickets(const FileDescriptor& directory,
     live.gpus = ticket_gpus(ticket.get());
     tickets.push_back(std::move(live));
   }
-  ::closedir(entries);
   std::sort(tickets.begin(), tickets.end(), [](const LiveTicket& a, const LiveTicket& b) {
     return std::tie(a.arrived_ns, a.name) < std::tie(b.arrived_ns, b.name);
   });
